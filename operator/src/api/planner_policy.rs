@@ -1,0 +1,762 @@
+//! `PlannerPolicy` (`planner.dynamo.io/v1alpha1`): how one DynamoGraphDeployment is autoscaled.
+//!
+//! Defaults are those of the upstream Dynamo SLA planner (`shared/notes/dynamo-reference.md`
+//! 2.1) and, for `mode: load`, of the original load-based planner (seed 001).
+
+use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::schema;
+
+/// Names of the profiles compiled into the operator (`config/profiles/<name>/`).
+pub const BUILTIN_PROFILES: [&str; 4] = [
+    "h200-llama3.1-8b-tp1",
+    "h100-llama3.3-70b-tp8",
+    "h100-llama3.3-70b-tp4",
+    "h100-llama3.3-70b-tp2",
+];
+
+/// Autoscaling policy for the prefill and decode pools of one DynamoGraphDeployment.
+// clippy reads the repeated `type_ = ...` of separate printer columns as duplicates.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "planner.dynamo.io",
+    version = "v1alpha1",
+    kind = "PlannerPolicy",
+    plural = "plannerpolicies",
+    singular = "plannerpolicy",
+    shortname = "ppol",
+    category = "dynamo",
+    namespaced,
+    status = "PlannerPolicyStatus",
+    derive = "PartialEq",
+    doc = "Autoscaling policy for the prefill and decode pools of one DynamoGraphDeployment.",
+    printcolumn(
+        name = "Target",
+        type_ = "string",
+        json_path = ".spec.targetRef.name",
+        description = "Target DynamoGraphDeployment"
+    ),
+    printcolumn(
+        name = "Mode",
+        type_ = "string",
+        json_path = ".spec.mode",
+        description = "sla, load or observe"
+    ),
+    printcolumn(
+        name = "Prefill",
+        type_ = "integer",
+        json_path = ".status.desired.prefill",
+        description = "Prefill replicas of the last decision"
+    ),
+    printcolumn(
+        name = "Decode",
+        type_ = "integer",
+        json_path = ".status.desired.decode",
+        description = "Decode replicas of the last decision"
+    ),
+    printcolumn(
+        name = "TTFT",
+        type_ = "number",
+        json_path = ".status.observed.ttftMs",
+        description = "Observed mean time to first token (ms)"
+    ),
+    printcolumn(
+        name = "ITL",
+        type_ = "number",
+        json_path = ".status.observed.itlMs",
+        description = "Observed mean inter-token latency (ms)"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "Ready condition"
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[x_kube(validation = Rule::new("(has(self.mode) && self.mode == 'load') || has(self.profile)")
+    .message("spec.profile is required when spec.mode is sla or observe: set profile.builtin or profile.configMapRef")
+    .field_path(".profile"))]
+#[serde(rename_all = "camelCase")]
+pub struct PlannerPolicySpec {
+    /// The DynamoGraphDeployment this policy scales. It must be in the policy's namespace.
+    pub target_ref: TargetRef,
+
+    /// `sla` scales to meet the latency targets from profiling data and predicted load; `load`
+    /// follows KV-cache usage and prefill queue thresholds; `observe` computes and reports
+    /// decisions without ever scaling.
+    #[serde(default)]
+    pub mode: PlannerMode,
+
+    /// How often the planner observes, predicts and decides (a Go duration such as `180s` or
+    /// `3m`). It is also the window over which Prometheus metrics are averaged. Minimum `10s`.
+    #[serde(default = "default_adjustment_interval")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
+    #[x_kube(validation = Rule::new("!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) >= duration('10s')")
+        .message("spec.adjustmentInterval must be at least 10s"))]
+    pub adjustment_interval: String,
+
+    /// Latency targets the `sla` mode plans for.
+    #[serde(default)]
+    pub sla: Sla,
+
+    /// Names of the DGD components that are the prefill and decode pools. When a name is not
+    /// given, the component is found by `type: prefill` or `type: decode` (exactly one each).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub components: Option<PoolComponents>,
+
+    /// Replica bounds and GPU budget applied to every decision.
+    #[serde(default)]
+    pub bounds: Bounds,
+
+    /// Load predictor for the next interval's request count, input and output lengths.
+    #[serde(default)]
+    pub predictor: Predictor,
+
+    /// Correction of the profiled latencies with observed ones.
+    #[serde(default)]
+    pub correction: Correction,
+
+    /// Profiling data of the deployed model and engine configuration. Required by the `sla` and
+    /// `observe` modes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<Profile>,
+
+    /// Where the frontend metrics are read from and how they are filtered.
+    #[serde(default)]
+    pub metrics: MetricsSource,
+
+    /// How decisions are carried out.
+    #[serde(default)]
+    pub connector: Connector,
+
+    /// Thresholds of the load-based planner (`mode: load`).
+    #[serde(default)]
+    pub load: LoadThresholds,
+}
+
+fn default_adjustment_interval() -> String {
+    "180s".into()
+}
+
+/// Reference to a DynamoGraphDeployment in the same namespace.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetRef {
+    /// Name of the DynamoGraphDeployment.
+    #[schemars(length(min = 1, max = 253))]
+    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"))]
+    pub name: String,
+}
+
+/// What the planner does with its decisions.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum PlannerMode {
+    /// Meet the TTFT and ITL targets using profiling data and predicted load.
+    #[default]
+    Sla,
+    /// Scale by KV-cache usage and prefill queue thresholds, one replica per interval.
+    Load,
+    /// Compute and report decisions, never scale.
+    Observe,
+}
+
+impl PlannerMode {
+    /// The name used in the spec.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Sla => "sla",
+            Self::Load => "load",
+            Self::Observe => "observe",
+        }
+    }
+}
+
+impl fmt::Display for PlannerMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Latency targets, in milliseconds.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Sla {
+    /// Target mean time to first token, in milliseconds. Must be greater than 0.
+    #[serde(default = "default_ttft_ms")]
+    #[schemars(range(min = 0.0), extend("exclusiveMinimum" = true))]
+    pub ttft_ms: f64,
+    /// Target mean inter-token latency, in milliseconds. Must be greater than 0.
+    #[serde(default = "default_itl_ms")]
+    #[schemars(range(min = 0.0), extend("exclusiveMinimum" = true))]
+    pub itl_ms: f64,
+}
+
+fn default_ttft_ms() -> f64 {
+    500.0
+}
+
+fn default_itl_ms() -> f64 {
+    50.0
+}
+
+impl Default for Sla {
+    fn default() -> Self {
+        Self {
+            ttft_ms: default_ttft_ms(),
+            itl_ms: default_itl_ms(),
+        }
+    }
+}
+
+/// DGD component names of the two pools.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[x_kube(validation = Rule::new("!has(self.prefill) || !has(self.decode) || self.prefill != self.decode")
+    .message("spec.components.prefill and spec.components.decode must name different components"))]
+#[serde(rename_all = "camelCase")]
+pub struct PoolComponents {
+    /// Name of the prefill component. Default: the one component with `type: prefill`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?$")
+    )]
+    pub prefill: Option<String>,
+    /// Name of the decode component. Default: the one component with `type: decode`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?$")
+    )]
+    pub decode: Option<String>,
+}
+
+/// Limits every decision respects.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(validation = Rule::new("!has(self.maxReplicas) || !has(self.minReplicas) || self.maxReplicas >= self.minReplicas")
+    .message("spec.bounds.maxReplicas must be greater than or equal to spec.bounds.minReplicas")
+    .field_path(".maxReplicas"))]
+#[serde(rename_all = "camelCase")]
+pub struct Bounds {
+    /// Fewest replicas of each pool (prefill and decode). At least 1.
+    #[serde(default = "default_min_replicas")]
+    #[schemars(range(min = 1))]
+    pub min_replicas: i32,
+    /// Most replicas of each pool (prefill and decode). Unset: no limit but the GPU budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_replicas: Option<i32>,
+    /// Most GPUs the prefill and decode pools may use together; `-1` disables the budget.
+    /// GPUs per replica come from the component's `nvidia.com/gpu` limit (then request), or 1.
+    #[serde(default = "default_max_gpu_budget")]
+    #[x_kube(validation = Rule::new("self == -1 || self >= 1")
+        .message("spec.bounds.maxGpuBudget must be -1 (no budget) or at least 1"))]
+    pub max_gpu_budget: i32,
+}
+
+fn default_min_replicas() -> i32 {
+    1
+}
+
+fn default_max_gpu_budget() -> i32 {
+    8
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Self {
+            min_replicas: default_min_replicas(),
+            max_replicas: None,
+            max_gpu_budget: default_max_gpu_budget(),
+        }
+    }
+}
+
+/// Load predictor settings.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Predictor {
+    /// `constant` repeats the last interval; `arima` fits an ARIMA model with automatic order
+    /// selection; `kalman` runs a local-linear-trend Kalman filter; `prophet` fits Prophet on a
+    /// sliding window.
+    #[serde(default, rename = "type")]
+    pub kind: PredictorKind,
+    /// Model `log1p(load)` instead of the load (ARIMA, Kalman and Prophet), which suits bursty
+    /// traffic with occasional spikes.
+    #[serde(default)]
+    pub log1p: bool,
+    /// Kalman filter noise settings.
+    #[serde(default)]
+    pub kalman: KalmanSettings,
+    /// Prophet settings.
+    #[serde(default)]
+    pub prophet: ProphetSettings,
+    /// A Mooncake JSONL trace used to warm the predictor up before live data arrives.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmup_trace: Option<WarmupTrace>,
+}
+
+/// Which load predictor to use.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum PredictorKind {
+    /// The next interval equals the last one.
+    Constant,
+    /// ARIMA with automatic order selection, falling back to log1p on degenerate fits.
+    #[default]
+    Arima,
+    /// Local-linear-trend Kalman filter.
+    Kalman,
+    /// Prophet on a sliding window.
+    Prophet,
+}
+
+/// Noise parameters of the local-linear-trend Kalman filter.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct KalmanSettings {
+    /// Process noise of the level. At least 0.
+    #[serde(default = "default_q_level")]
+    #[schemars(range(min = 0.0))]
+    pub q_level: f64,
+    /// Process noise of the trend. At least 0.
+    #[serde(default = "default_q_trend")]
+    #[schemars(range(min = 0.0))]
+    pub q_trend: f64,
+    /// Measurement noise. Must be greater than 0.
+    #[serde(default = "default_r")]
+    #[schemars(range(min = 0.0), extend("exclusiveMinimum" = true))]
+    pub r: f64,
+    /// Observations needed before the filter's prediction is used; until then the last value is.
+    #[serde(default = "default_min_points")]
+    #[schemars(range(min = 1))]
+    pub min_points: i32,
+}
+
+fn default_q_level() -> f64 {
+    1.0
+}
+
+fn default_q_trend() -> f64 {
+    0.1
+}
+
+fn default_r() -> f64 {
+    10.0
+}
+
+fn default_min_points() -> i32 {
+    5
+}
+
+impl Default for KalmanSettings {
+    fn default() -> Self {
+        Self {
+            q_level: default_q_level(),
+            q_trend: default_q_trend(),
+            r: default_r(),
+            min_points: default_min_points(),
+        }
+    }
+}
+
+/// Prophet settings.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ProphetSettings {
+    /// Number of most recent intervals Prophet is fitted on. At least 2.
+    #[serde(default = "default_window_size")]
+    #[schemars(range(min = 2, max = 10000))]
+    pub window_size: i32,
+}
+
+fn default_window_size() -> i32 {
+    50
+}
+
+impl Default for ProphetSettings {
+    fn default() -> Self {
+        Self {
+            window_size: default_window_size(),
+        }
+    }
+}
+
+/// A warm-up trace for the load predictor.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WarmupTrace {
+    /// ConfigMap in the policy's namespace holding a Mooncake JSONL trace (`timestamp` in ms,
+    /// `input_length`, `output_length` per line).
+    pub config_map_ref: ConfigMapKeyRef,
+}
+
+/// A key of a ConfigMap in the policy's namespace.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigMapKeyRef {
+    /// Name of the ConfigMap.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Key of the trace in the ConfigMap's `data`.
+    #[serde(default = "default_trace_key")]
+    #[schemars(length(min = 1, max = 253))]
+    pub key: String,
+}
+
+fn default_trace_key() -> String {
+    "trace.jsonl".into()
+}
+
+/// Correction factors: ratios of observed to profiled latency applied to the performance model.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Correction {
+    /// Apply the correction factors. Disable when the profile is known to match production.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+impl Default for Correction {
+    fn default() -> Self {
+        Self { enabled: true }
+    }
+}
+
+/// Profiling data of the deployed model: exactly one of `builtin` or `configMapRef`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(validation = Rule::new("has(self.builtin) != has(self.configMapRef)")
+    .message("spec.profile must set exactly one of builtin or configMapRef"))]
+#[serde(rename_all = "camelCase")]
+pub struct Profile {
+    /// A profile shipped with the operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub builtin: Option<BuiltinProfile>,
+    /// A ConfigMap in the policy's namespace with `prefill_raw_data.json` and
+    /// `decode_raw_data.json` (upstream JSON layout), or the two upstream NPZ files as
+    /// `binaryData` (`prefill_raw_data.npz`, `decode_raw_data.npz`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_ref: Option<LocalObjectRef>,
+}
+
+/// Profiles compiled into the operator, measured by upstream Dynamo on real hardware.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BuiltinProfile {
+    /// Llama-3.1-8B-Instruct FP8 on H200 SXM, vLLM, TP1 prefill and decode.
+    #[serde(rename = "h200-llama3.1-8b-tp1")]
+    H200Llama31_8bTp1,
+    /// Llama-3.3-70B-Instruct FP8 on H100 SXM, vLLM, TP8.
+    #[serde(rename = "h100-llama3.3-70b-tp8")]
+    H100Llama33_70bTp8,
+    /// Llama-3.3-70B-Instruct FP8 on H100 SXM, vLLM, TP4.
+    #[serde(rename = "h100-llama3.3-70b-tp4")]
+    H100Llama33_70bTp4,
+    /// Llama-3.3-70B-Instruct FP8 on H100 SXM, vLLM, TP2.
+    #[serde(rename = "h100-llama3.3-70b-tp2")]
+    H100Llama33_70bTp2,
+}
+
+impl BuiltinProfile {
+    /// The name used in the spec and as the folder under `config/profiles/`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::H200Llama31_8bTp1 => BUILTIN_PROFILES[0],
+            Self::H100Llama33_70bTp8 => BUILTIN_PROFILES[1],
+            Self::H100Llama33_70bTp4 => BUILTIN_PROFILES[2],
+            Self::H100Llama33_70bTp2 => BUILTIN_PROFILES[3],
+        }
+    }
+}
+
+/// Reference to an object in the same namespace.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalObjectRef {
+    /// Name of the object.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+/// Where the planner reads the frontend metrics.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricsSource {
+    /// Prometheus server.
+    #[serde(default)]
+    pub prometheus: PrometheusSource,
+    /// Model name in the frontend metrics' `model` label (compared lower-cased). Default: the
+    /// `--served-model-name` (else `--model`) argument of the DGD's workers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub model_name: Option<String>,
+    /// Dynamo namespace in the metrics' `dynamo_namespace` label. Default
+    /// `<namespace>-<dgd name>`, as the Dynamo operator sets it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub dynamo_namespace: Option<String>,
+}
+
+/// A Prometheus server.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PrometheusSource {
+    /// Base URL of the Prometheus HTTP API, e.g. `http://prometheus.monitoring:9090`. Default:
+    /// the operator's `--prometheus-url` (set by the Helm chart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^https?://[^\s]+$"))]
+    pub url: Option<String>,
+}
+
+/// How decisions reach the deployment.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(validation = Rule::new("self.type != 'virtual' || (has(self.etcd) && self.etcd.endpoints.size() > 0)")
+    .message("spec.connector.etcd.endpoints is required when spec.connector.type is virtual")
+    .field_path(".etcd"))]
+#[x_kube(validation = Rule::new("self.type == 'virtual' || (!has(self.etcd) && !has(self.dynamoNamespace))")
+    .message("spec.connector.etcd and spec.connector.dynamoNamespace are only allowed when spec.connector.type is virtual"))]
+#[serde(rename_all = "camelCase")]
+pub struct Connector {
+    /// `kubernetes` sets the replicas of the DGD's components; `virtual` publishes each decision
+    /// in etcd for an external actor (the Dynamo virtual-connector protocol).
+    #[serde(default, rename = "type")]
+    pub kind: ConnectorKind,
+    /// etcd the `virtual` connector writes decisions to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd: Option<EtcdSource>,
+    /// Dynamo namespace the decision keys live under (`/<dynamoNamespace>/planner/...`).
+    /// Default: `spec.metrics.dynamoNamespace`, else `<namespace>-<dgd name>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub dynamo_namespace: Option<String>,
+    /// How long the `virtual` connector waits for the external actor to acknowledge a decision
+    /// (`scaled_decision_id`) before publishing a new one anyway.
+    #[serde(default = "default_decision_timeout")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
+    pub decision_timeout: String,
+}
+
+fn default_decision_timeout() -> String {
+    "1800s".into()
+}
+
+impl Default for Connector {
+    fn default() -> Self {
+        Self {
+            kind: ConnectorKind::default(),
+            etcd: None,
+            dynamo_namespace: None,
+            decision_timeout: default_decision_timeout(),
+        }
+    }
+}
+
+/// Which connector carries decisions out.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ConnectorKind {
+    /// Set `spec.components[].replicas` of the target DGD.
+    #[default]
+    Kubernetes,
+    /// Publish decisions in etcd.
+    Virtual,
+}
+
+/// etcd endpoints.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdSource {
+    /// etcd client URLs, e.g. `http://etcd.dynamo:2379`.
+    #[schemars(
+        length(min = 1, max = 16),
+        inner(regex(pattern = r"^(https?://)?[^\s/]+(:[0-9]+)?/?$"))
+    )]
+    pub endpoints: Vec<String>,
+}
+
+/// Thresholds of the load-based planner. A pool grows by one replica when its load is above the
+/// scale-up threshold and shrinks by one when below the scale-down threshold.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(validation = Rule::new("self.decodeKvScaleDownThreshold < self.decodeKvScaleUpThreshold")
+    .message("spec.load.decodeKvScaleDownThreshold must be less than spec.load.decodeKvScaleUpThreshold"))]
+#[x_kube(validation = Rule::new("self.prefillQueueScaleDownThreshold < self.prefillQueueScaleUpThreshold")
+    .message("spec.load.prefillQueueScaleDownThreshold must be less than spec.load.prefillQueueScaleUpThreshold"))]
+#[serde(rename_all = "camelCase")]
+pub struct LoadThresholds {
+    /// How often the load metrics are sampled within an interval.
+    #[serde(default = "default_metric_pulling_interval")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
+    pub metric_pulling_interval: String,
+    /// Mean KV-cache usage of decode workers (0 to 1) above which decode scales up.
+    #[serde(default = "default_kv_up")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub decode_kv_scale_up_threshold: f64,
+    /// Mean KV-cache usage of decode workers (0 to 1) below which decode scales down.
+    #[serde(default = "default_kv_down")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub decode_kv_scale_down_threshold: f64,
+    /// Queued prefill requests per prefill worker above which prefill scales up.
+    #[serde(default = "default_queue_up")]
+    #[schemars(range(min = 0.0))]
+    pub prefill_queue_scale_up_threshold: f64,
+    /// Queued prefill requests per prefill worker below which prefill scales down.
+    #[serde(default = "default_queue_down")]
+    #[schemars(range(min = 0.0))]
+    pub prefill_queue_scale_down_threshold: f64,
+    /// Intervals after a decode scale-up during which decode is not scaled down, while the new
+    /// worker fills its KV cache.
+    #[serde(default = "default_grace")]
+    #[schemars(range(min = 0, max = 100))]
+    pub decode_grace_period_intervals: i32,
+    /// Intervals ahead over which the prefill queue trend is extrapolated: prefill does not scale
+    /// up when the queue is on course to fall below the scale-up threshold within them.
+    #[serde(default = "default_grace")]
+    #[schemars(range(min = 0, max = 100))]
+    pub prefill_queue_buffer_intervals: i32,
+}
+
+fn default_metric_pulling_interval() -> String {
+    "1s".into()
+}
+
+fn default_kv_up() -> f64 {
+    0.9
+}
+
+fn default_kv_down() -> f64 {
+    0.5
+}
+
+fn default_queue_up() -> f64 {
+    0.5
+}
+
+fn default_queue_down() -> f64 {
+    0.2
+}
+
+fn default_grace() -> i32 {
+    3
+}
+
+impl Default for LoadThresholds {
+    fn default() -> Self {
+        Self {
+            metric_pulling_interval: default_metric_pulling_interval(),
+            decode_kv_scale_up_threshold: default_kv_up(),
+            decode_kv_scale_down_threshold: default_kv_down(),
+            prefill_queue_scale_up_threshold: default_queue_up(),
+            prefill_queue_scale_down_threshold: default_queue_down(),
+            decode_grace_period_intervals: default_grace(),
+            prefill_queue_buffer_intervals: default_grace(),
+        }
+    }
+}
+
+/// What the planner last saw and decided.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannerPolicyStatus {
+    /// `metadata.generation` of the spec this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready`, `TargetResolved`, `ProfileLoaded`, `MetricsAvailable` and `ScalingLimited`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "schema::conditions")]
+    pub conditions: Vec<Condition>,
+    /// When the last planner interval ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_tick_time: Option<Time>,
+    /// Load and latency observed over the last interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed: Option<ObservedLoad>,
+    /// Load predicted for the next interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted: Option<PredictedLoad>,
+    /// Correction factors applied to the profiled latencies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correction: Option<CorrectionFactors>,
+    /// Replicas of the last decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired: Option<PoolReplicas>,
+    /// Replicas the pools had when the last decision was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current: Option<PoolReplicas>,
+    /// Increasing id of the last decision (the `virtual` connector publishes it to etcd).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_id: Option<i64>,
+    /// When replicas were last changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_scale_time: Option<Time>,
+    /// One line on why the last decision is what it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Frontend metrics averaged over one interval.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedLoad {
+    /// Requests in the interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<f64>,
+    /// Mean input sequence length, in tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isl: Option<f64>,
+    /// Mean output sequence length, in tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub osl: Option<f64>,
+    /// Mean time to first token, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<f64>,
+    /// Mean inter-token latency, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub itl_ms: Option<f64>,
+}
+
+/// Load predicted for the next interval.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PredictedLoad {
+    /// Requests in the next interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<f64>,
+    /// Mean input sequence length, in tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isl: Option<f64>,
+    /// Mean output sequence length, in tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub osl: Option<f64>,
+}
+
+/// Observed-to-profiled latency ratios.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct CorrectionFactors {
+    /// Observed TTFT divided by the profiled TTFT at the observed input length.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill: Option<f64>,
+    /// Observed ITL divided by the profiled ITL at the observed concurrency and context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode: Option<f64>,
+}
+
+/// Replica counts of the two pools.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolReplicas {
+    /// Prefill replicas.
+    pub prefill: i32,
+    /// Decode replicas.
+    pub decode: i32,
+}
