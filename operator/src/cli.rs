@@ -1,10 +1,17 @@
 //! Command line of the `planner-operator` binary.
 
-use std::process::ExitCode;
+use std::{path::PathBuf, process::ExitCode};
 
-use clap::{Parser, Subcommand};
+use clap::{ArgGroup, Args, Parser, Subcommand};
 
-use crate::api;
+use crate::{
+    api,
+    planner::{
+        case::{CaseFile, PlanResult},
+        interpolation::PerformanceModel,
+        profile::{Profile, builtin_names},
+    },
+};
 
 /// Autoscales NVIDIA Dynamo disaggregated inference to latency SLAs.
 #[derive(Debug, Parser)]
@@ -18,13 +25,82 @@ pub struct Cli {
 enum Command {
     /// Print every CustomResourceDefinition as YAML (pipe to `kubectl apply --server-side -f -`).
     Crd,
+    /// Compute the SLA planner's replicas for cases read from a JSON file (one planner interval
+    /// each, in the format of the golden cases) and print the results as JSON.
+    Plan(PlanArgs),
 }
+
+/// Arguments of `plan`.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("source").required(true).args(["profile_dir", "profile"])))]
+struct PlanArgs {
+    /// Upstream profile directory: `selected_{prefill,decode}_interpolation/raw_data.npz`, or
+    /// `prefill_raw_data.json` and `decode_raw_data.json`.
+    #[arg(long, value_name = "DIR")]
+    profile_dir: Option<PathBuf>,
+    /// A built-in profile instead of a directory.
+    #[arg(long, value_name = "NAME", value_parser = clap::builder::PossibleValuesParser::new(builtin_names().collect::<Vec<_>>()))]
+    profile: Option<String>,
+    /// JSON file `{"cases": [...]}`; `-` reads standard input.
+    #[arg(long, value_name = "FILE")]
+    cases: PathBuf,
+}
+
+/// Exit code for bad input files (profile or cases).
+const EXIT_BAD_INPUT: u8 = 2;
 
 /// Parses the command line and runs the command.
 pub fn main() -> ExitCode {
     let Cli { command } = Cli::parse();
     match command {
         Command::Crd => print_crds(),
+        Command::Plan(args) => match plan(&args) {
+            Ok(results) => write_stdout(&results),
+            Err(message) => {
+                eprintln!("planner-operator plan: {message}");
+                ExitCode::from(EXIT_BAD_INPUT)
+            }
+        },
+    }
+}
+
+/// Runs every case; the error names the file and the field at fault.
+fn plan(args: &PlanArgs) -> Result<String, String> {
+    let profile = match (&args.profile_dir, &args.profile) {
+        (Some(dir), _) => Profile::from_dir(dir),
+        (None, Some(name)) => Profile::builtin(name),
+        (None, None) => return Err("give --profile-dir or --profile".into()),
+    }
+    .map_err(|e| e.to_string())?;
+    let model = PerformanceModel::new(&profile).map_err(|e| e.to_string())?;
+    let file = args.cases.display().to_string();
+    let text = if file == "-" {
+        std::io::read_to_string(std::io::stdin()).map_err(|e| format!("cannot read standard input: {e}"))?
+    } else {
+        std::fs::read_to_string(&args.cases).map_err(|e| format!("cannot read {file}: {e}"))?
+    };
+    let deserializer = &mut serde_json::Deserializer::from_str(&text);
+    let cases: CaseFile = serde_path_to_error::deserialize(deserializer)
+        .map_err(|e| format!("{file}: field `{}`: {}", e.path(), e.inner()))?;
+    let results: Vec<PlanResult> = cases.cases.iter().map(|case| case.evaluate(&model)).collect();
+    #[derive(serde::Serialize)]
+    struct Output {
+        results: Vec<PlanResult>,
+    }
+    serde_json::to_string_pretty(&Output { results }).map_err(|e| e.to_string())
+}
+
+/// Prints a document; a closed pipe (`| head`) is not an error.
+fn write_stdout(text: &str) -> ExitCode {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match writeln!(stdout, "{text}").and_then(|()| stdout.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("planner-operator: cannot write the output: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -32,8 +108,7 @@ fn print_crds() -> ExitCode {
     match api::crd_manifests() {
         Ok(manifests) => {
             let documents: Vec<&str> = manifests.iter().map(|(_, yaml)| yaml.as_str()).collect();
-            print!("{}", documents.join("---\n"));
-            ExitCode::SUCCESS
+            write_stdout(documents.join("---\n").trim_end())
         }
         Err(error) => {
             eprintln!("planner-operator: cannot render the CRDs: {error}");

@@ -37,3 +37,94 @@ fn crd_command_prints_every_crd() {
         ]
     );
 }
+
+fn plan(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_planner-operator"))
+        .arg("plan")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn plan_command_prints_results_in_the_golden_format() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cases = root.join("tests/fixtures/golden/planner-h200-llama3.1-8b-tp1.json");
+    let profile_dir = root.join("../config/profiles/h200-llama3.1-8b-tp1");
+    for source in [
+        ["--profile-dir", profile_dir.to_str().unwrap()],
+        ["--profile", "h200-llama3.1-8b-tp1"],
+    ] {
+        let output = plan(&[source[0], source[1], "--cases", cases.to_str().unwrap()]);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let doc: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        let results = doc["results"].as_array().unwrap();
+        assert_eq!(results.len(), 60);
+        let first = &results[0];
+        assert_eq!(first["id"], "h200-llama3.1-8b-tp1-0000");
+        assert_eq!(
+            (
+                first["prefill_replicas"].as_u64(),
+                first["decode_replicas"].as_u64()
+            ),
+            (Some(2), Some(6))
+        );
+        for key in [
+            "prefill_thpt_per_gpu",
+            "decode_thpt_per_gpu",
+            "prefill_replicas_unbudgeted",
+            "decode_replicas_unbudgeted",
+        ] {
+            assert!(first.get(key).is_some(), "missing {key}");
+        }
+        // Corrections appear only where they were computed from observations.
+        assert!(first.get("prefill_correction").is_none());
+        assert!(results.iter().any(|r| r.get("prefill_correction").is_some()));
+    }
+}
+
+#[test]
+fn plan_command_names_the_bad_file_and_field_and_exits_2() {
+    let dir = std::env::temp_dir().join(format!("plan-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases = dir.join("cases.json");
+    std::fs::write(&cases, r#"{"cases": [{"id": "a", "interval_s": "sixty"}]}"#).unwrap();
+    let output = plan(&[
+        "--profile",
+        "h200-llama3.1-8b-tp1",
+        "--cases",
+        cases.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("cases.json") && stderr.contains("cases[0].interval_s"),
+        "{stderr}"
+    );
+
+    let profile_dir = dir.join("profile");
+    std::fs::create_dir_all(&profile_dir).unwrap();
+    std::fs::write(
+        profile_dir.join("prefill_raw_data.json"),
+        r#"{"prefill_isl": [1, 2, 3, 4], "prefill_ttft": [1, 2, 3]}"#,
+    )
+    .unwrap();
+    std::fs::write(profile_dir.join("decode_raw_data.json"), "{}").unwrap();
+    let output = plan(&[
+        "--profile-dir",
+        profile_dir.to_str().unwrap(),
+        "--cases",
+        cases.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("prefill_raw_data.json") && stderr.contains("prefill_thpt_per_gpu"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{
-    interpolation::PerformanceModel,
+    interpolation::PerformanceCurves,
     sla::{self, Corrections, Limits, Load, Observation, SlaTargets},
 };
 
@@ -100,7 +100,7 @@ pub struct PlanResult {
 
 impl PlanCase {
     /// Runs the case through the planner core.
-    pub fn evaluate(&self, model: &PerformanceModel) -> PlanResult {
+    pub fn evaluate(&self, model: &impl PerformanceCurves) -> PlanResult {
         let mut corrections = Corrections {
             prefill: self.prefill_correction.unwrap_or(1.0),
             decode: self.decode_correction.unwrap_or(1.0),

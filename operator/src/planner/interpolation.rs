@@ -269,6 +269,19 @@ impl DecodeInterpolator {
     }
 }
 
+/// What the planner needs to know about engine performance. Implemented by the interpolated
+/// profile; tests and what-if tools can supply fixed curves.
+pub trait PerformanceCurves {
+    /// Profiled TTFT (ms) at an input length.
+    fn prefill_ttft_ms(&self, isl: f64) -> f64;
+    /// Profiled prefill throughput (tokens/s per GPU) at an input length.
+    fn prefill_thpt_per_gpu(&self, isl: f64) -> f64;
+    /// Profiled ITL (ms) at a concurrency (requests per engine) and context length.
+    fn decode_itl_ms(&self, concurrency: f64, context_length: f64) -> f64;
+    /// Best decode operating point meeting an ITL target at a context length.
+    fn decode_best_point(&self, itl_ms: f64, context_length: f64) -> DecodeOperatingPoint;
+}
+
 /// Both interpolators of a profile, built once and shared.
 #[derive(Debug)]
 pub struct PerformanceModel {
@@ -285,6 +298,24 @@ impl PerformanceModel {
             prefill: PrefillInterpolator::new(&profile.prefill)?,
             decode: DecodeInterpolator::new(&profile.decode)?,
         })
+    }
+}
+
+impl PerformanceCurves for PerformanceModel {
+    fn prefill_ttft_ms(&self, isl: f64) -> f64 {
+        self.prefill.interpolate_ttft(isl)
+    }
+
+    fn prefill_thpt_per_gpu(&self, isl: f64) -> f64 {
+        self.prefill.interpolate_thpt_per_gpu(isl)
+    }
+
+    fn decode_itl_ms(&self, concurrency: f64, context_length: f64) -> f64 {
+        self.decode.interpolate_itl(concurrency, context_length)
+    }
+
+    fn decode_best_point(&self, itl_ms: f64, context_length: f64) -> DecodeOperatingPoint {
+        self.decode.find_best_throughput_per_gpu(itl_ms, context_length)
     }
 }
 

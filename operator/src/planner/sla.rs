@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::interpolation::{DecodeOperatingPoint, PerformanceModel};
+use super::interpolation::{DecodeOperatingPoint, PerformanceCurves};
 
 /// One interval's frontend metrics (means over the interval, request count summed).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -95,8 +95,8 @@ impl Default for Corrections {
 /// Prefill correction `observed TTFT / profiled TTFT(observed ISL)`, or `None` when it is not a
 /// finite number (upstream skips the interval on the resulting exception; the caller keeps the
 /// previous factor).
-pub fn prefill_correction(model: &PerformanceModel, observed: &Observation) -> Option<f64> {
-    let expected = model.prefill.interpolate_ttft(observed.isl);
+pub fn prefill_correction(model: &impl PerformanceCurves, observed: &Observation) -> Option<f64> {
+    let expected = model.prefill_ttft_ms(observed.isl);
     let factor = observed.ttft_ms / expected;
     factor.is_finite().then_some(factor)
 }
@@ -105,7 +105,7 @@ pub fn prefill_correction(model: &PerformanceModel, observed: &Observation) -> O
 /// from Little's law. `None` when there are no decode workers (upstream leaves the factor
 /// unchanged) or the ratio is not a finite number.
 pub fn decode_correction(
-    model: &PerformanceModel,
+    model: &impl PerformanceCurves,
     observed: &Observation,
     num_decode_workers: u32,
     interval_s: f64,
@@ -116,7 +116,7 @@ pub fn decode_correction(
     let concurrency =
         observed.num_req / f64::from(num_decode_workers) * observed.request_duration_s / interval_s;
     let context_length = observed.isl + observed.osl / 2.0;
-    let expected = model.decode.interpolate_itl(concurrency, context_length);
+    let expected = model.decode_itl_ms(concurrency, context_length);
     let factor = observed.itl_ms / expected;
     factor.is_finite().then_some(factor)
 }
@@ -242,7 +242,7 @@ fn replicas_for(need: f64) -> u32 {
 /// inflate the load, while prefix-cache hits (below 1) shrink it. The decode correction divides
 /// the ITL target. Unlike upstream, `max_replicas` is supported; it applies before the budget.
 pub fn plan_replicas(
-    model: &PerformanceModel,
+    model: &impl PerformanceCurves,
     load: &Load,
     sla: &SlaTargets,
     corrections: &Corrections,
@@ -251,7 +251,7 @@ pub fn plan_replicas(
 ) -> ReplicaPlan {
     let mut applied = Vec::new();
 
-    let prefill_thpt_per_gpu = model.prefill.interpolate_thpt_per_gpu(load.isl);
+    let prefill_thpt_per_gpu = model.prefill_thpt_per_gpu(load.isl);
     let prefill_load = load.num_req * load.isl / interval_s * corrections.prefill.min(1.0);
     let prefill_needed = if prefill_thpt_per_gpu > 0.0 {
         replicas_for(prefill_load / prefill_thpt_per_gpu / f64::from(limits.prefill_gpus_per_engine.max(1)))
@@ -264,9 +264,7 @@ pub fn plan_replicas(
     } else {
         sla.itl_ms
     };
-    let decode_point = model
-        .decode
-        .find_best_throughput_per_gpu(itl_target, load.isl + load.osl / 2.0);
+    let decode_point = model.decode_best_point(itl_target, load.isl + load.osl / 2.0);
     let decode_load = load.num_req * load.osl / interval_s;
     let decode_needed = if decode_point.thpt_per_gpu > 0.0 {
         replicas_for(
@@ -316,7 +314,8 @@ pub fn plan_replicas(
 
 /// The disaggregated GPU budget (reference 2.6b): scale both pools by `budget / total`
 /// (floor), keep the prefill share within what leaves the decode minimum room, give decode the
-/// rest; zero replicas when the budget cannot fit both minimums.
+/// rest, but no more than decode asked for; zero replicas when the budget cannot fit both
+/// minimums.
 pub fn apply_gpu_budget(prefill: u32, decode: u32, limits: &Limits) -> (u32, u32, Option<Limit>) {
     let Some(budget) = limits.max_gpu_budget else {
         return (prefill, decode, None);
@@ -339,7 +338,11 @@ pub fn apply_gpu_budget(prefill: u32, decode: u32, limits: &Limits) -> (u32, u32
     let max_prefill = (budget_gpus - min * d_gpus) / p_gpus;
     let scaled_prefill = (f64::from(prefill) * scale).floor() as u64;
     let new_prefill = min.max(max_prefill.min(scaled_prefill));
-    let new_decode = min.max((budget_gpus - new_prefill * p_gpus) / d_gpus);
+    // Upstream gives decode all the GPUs prefill leaves, which can exceed what decode needs
+    // (by up to one prefill engine's worth); never give a pool more than it asked for.
+    let new_decode = min
+        .max((budget_gpus - new_prefill * p_gpus) / d_gpus)
+        .min(u64::from(decode).max(min));
     (
         u32::try_from(new_prefill).unwrap_or(u32::MAX),
         u32::try_from(new_decode).unwrap_or(u32::MAX),
@@ -372,6 +375,287 @@ pub fn apply_single_pool_budget(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// Fixed curves, as upstream's `test_replica_calculation.py` mocks the interpolators.
+    struct FixedCurves {
+        prefill_thpt: f64,
+        decode_thpt: f64,
+    }
+
+    impl PerformanceCurves for FixedCurves {
+        fn prefill_ttft_ms(&self, _: f64) -> f64 {
+            80.0
+        }
+        fn prefill_thpt_per_gpu(&self, _: f64) -> f64 {
+            self.prefill_thpt
+        }
+        fn decode_itl_ms(&self, _: f64, _: f64) -> f64 {
+            10.0
+        }
+        fn decode_best_point(&self, itl_ms: f64, _: f64) -> DecodeOperatingPoint {
+            DecodeOperatingPoint {
+                thpt_per_gpu: self.decode_thpt,
+                itl_ms: itl_ms.min(0.01),
+                kv_usage: 0.5,
+            }
+        }
+    }
+
+    const UPSTREAM_SLA: SlaTargets = SlaTargets {
+        ttft_ms: 80.0,
+        itl_ms: 10.0,
+    };
+
+    fn upstream_plan(
+        num_req: f64,
+        curves: &FixedCurves,
+        corrections: Corrections,
+        limits: &Limits,
+    ) -> (u32, u32) {
+        let load = Load {
+            num_req,
+            isl: 3000.0,
+            osl: 150.0,
+        };
+        let plan = plan_replicas(curves, &load, &UPSTREAM_SLA, &corrections, limits, 60.0);
+        (plan.prefill, plan.decode)
+    }
+
+    fn upstream_curves() -> FixedCurves {
+        FixedCurves {
+            prefill_thpt: 40000.0,
+            decode_thpt: 10000.0,
+        }
+    }
+
+    #[test]
+    fn upstream_scenario_formulas_and_load_levels() {
+        let limits = limits(1, Some(10), 1, 1);
+        assert_eq!(
+            upstream_plan(10.0, &upstream_curves(), Corrections::default(), &limits),
+            (1, 1)
+        );
+        let slow_decode = FixedCurves {
+            prefill_thpt: 40000.0,
+            decode_thpt: 1000.0,
+        };
+        assert_eq!(
+            upstream_plan(500.0, &slow_decode, Corrections::default(), &limits),
+            (1, 2)
+        );
+    }
+
+    #[test]
+    fn upstream_scenario_budget_and_minimum() {
+        let (p, d) = upstream_plan(
+            50.0,
+            &FixedCurves {
+                prefill_thpt: 1000.0,
+                decode_thpt: 100.0,
+            },
+            Corrections::default(),
+            &limits(1, Some(3), 1, 1),
+        );
+        assert!(p + d <= 3 && p >= 1 && d >= 1, "{p}/{d}");
+        assert_eq!(
+            upstream_plan(
+                0.001,
+                &upstream_curves(),
+                Corrections::default(),
+                &limits(1, Some(10), 1, 1)
+            ),
+            (1, 1)
+        );
+    }
+
+    #[test]
+    fn upstream_scenario_prefill_correction_is_clamped_to_one() {
+        let curves = FixedCurves {
+            prefill_thpt: 1000.0,
+            decode_thpt: 10000.0,
+        };
+        let limits = limits(1, None, 1, 1);
+        let clamped = upstream_plan(
+            100.0,
+            &curves,
+            Corrections {
+                prefill: 2.5,
+                decode: 1.0,
+            },
+            &limits,
+        );
+        assert_eq!(
+            clamped,
+            upstream_plan(100.0, &curves, Corrections::default(), &limits)
+        );
+        // A factor below one shrinks the load: 100*3000/60 = 5000 tok/s needs 5 replicas, 2.5 at 0.5.
+        assert_eq!(clamped.0, 5);
+        assert_eq!(
+            upstream_plan(
+                100.0,
+                &curves,
+                Corrections {
+                    prefill: 0.5,
+                    decode: 1.0
+                },
+                &limits
+            )
+            .0,
+            3
+        );
+    }
+
+    #[test]
+    fn upstream_scenario_non_positive_decode_correction_uses_the_raw_target() {
+        let curves = upstream_curves();
+        let load = Load {
+            num_req: 10.0,
+            isl: 3000.0,
+            osl: 150.0,
+        };
+        for factor in [0.0, -1.0] {
+            let plan = plan_replicas(
+                &curves,
+                &load,
+                &UPSTREAM_SLA,
+                &Corrections {
+                    prefill: 1.0,
+                    decode: factor,
+                },
+                &limits(1, None, 1, 1),
+                60.0,
+            );
+            assert_eq!(plan.decode_point.itl_ms, 0.01);
+            assert_eq!(plan.decode, 1);
+        }
+    }
+
+    #[test]
+    fn upstream_scenario_multi_gpu_engines() {
+        assert_eq!(
+            upstream_plan(
+                20.0,
+                &upstream_curves(),
+                Corrections::default(),
+                &limits(1, Some(10), 2, 4)
+            ),
+            (1, 1)
+        );
+        // 1000 tok/s of prefill on 2-GPU engines at 100 tok/s/GPU: 5 engines.
+        let slow = FixedCurves {
+            prefill_thpt: 100.0,
+            decode_thpt: 10.0,
+        };
+        let plan = plan_replicas(
+            &slow,
+            &Load {
+                num_req: 20.0,
+                isl: 3000.0,
+                osl: 150.0,
+            },
+            &UPSTREAM_SLA,
+            &Corrections::default(),
+            &limits(1, None, 2, 4),
+            60.0,
+        );
+        assert_eq!((plan.prefill, plan.decode), (5, 2));
+    }
+
+    #[test]
+    fn upstream_scenario_complex_budget() {
+        let curves = FixedCurves {
+            prefill_thpt: 10000.0,
+            decode_thpt: 1000.0,
+        };
+        let (p, d) = upstream_plan(100.0, &curves, Corrections::default(), &limits(1, Some(5), 2, 2));
+        assert!(2 * p + 2 * d <= 5, "{p}/{d}");
+        assert!(p >= 1 && d >= 1, "{p}/{d}");
+    }
+
+    #[test]
+    fn max_replicas_caps_before_the_budget() {
+        let curves = FixedCurves {
+            prefill_thpt: 100.0,
+            decode_thpt: 100.0,
+        };
+        let mut bounded = limits(1, None, 1, 1);
+        bounded.max_replicas = Some(3);
+        let plan = plan_replicas(
+            &curves,
+            &Load {
+                num_req: 100.0,
+                isl: 3000.0,
+                osl: 150.0,
+            },
+            &UPSTREAM_SLA,
+            &Corrections::default(),
+            &bounded,
+            60.0,
+        );
+        assert_eq!((plan.prefill, plan.decode), (3, 3));
+        assert!(matches!(
+            plan.limits[0],
+            Limit::MaxReplicas {
+                pool: Pool::Prefill,
+                max: 3,
+                ..
+            }
+        ));
+    }
+
+    fn h200() -> &'static crate::planner::interpolation::PerformanceModel {
+        static MODEL: std::sync::OnceLock<crate::planner::interpolation::PerformanceModel> =
+            std::sync::OnceLock::new();
+        MODEL.get_or_init(|| {
+            let profile = crate::planner::profile::Profile::builtin("h200-llama3.1-8b-tp1").unwrap();
+            crate::planner::interpolation::PerformanceModel::new(&profile).unwrap()
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn replicas_are_monotone_in_load(
+            num_req in 0.0f64..50_000.0,
+            extra in 0.0f64..50_000.0,
+            isl in 100.0f64..16_000.0,
+            osl in 10.0f64..2_000.0,
+            itl in 5.0f64..100.0,
+        ) {
+            let limits = limits(1, None, 1, 1);
+            let sla = SlaTargets { ttft_ms: 500.0, itl_ms: itl };
+            let low = plan_replicas(h200(), &Load { num_req, isl, osl }, &sla, &Corrections::default(), &limits, 180.0);
+            let high = plan_replicas(h200(), &Load { num_req: num_req + extra, isl, osl }, &sla, &Corrections::default(), &limits, 180.0);
+            prop_assert!(high.prefill >= low.prefill && high.decode >= low.decode);
+        }
+
+        #[test]
+        fn replicas_respect_minimum_maximum_and_budget(
+            num_req in 0.0f64..100_000.0,
+            isl in 1.0f64..20_000.0,
+            osl in 1.0f64..4_000.0,
+            min in 1u32..4,
+            max in 4u32..64,
+            budget in proptest::option::of(1u32..128),
+            p_gpus in 1u32..8,
+            d_gpus in 1u32..8,
+            p_corr in 0.0f64..3.0,
+            d_corr in -1.0f64..3.0,
+        ) {
+            let limits = Limits { min_replicas: min, max_replicas: Some(max), max_gpu_budget: budget, prefill_gpus_per_engine: p_gpus, decode_gpus_per_engine: d_gpus };
+            let plan = plan_replicas(h200(), &Load { num_req, isl, osl }, &SlaTargets { ttft_ms: 500.0, itl_ms: 20.0 }, &Corrections { prefill: p_corr, decode: d_corr }, &limits, 60.0);
+            let gpus = u64::from(plan.prefill * p_gpus + plan.decode * d_gpus);
+            match budget {
+                Some(b) if u64::from(b) < u64::from(min * (p_gpus + d_gpus)) => prop_assert_eq!((plan.prefill, plan.decode), (0, 0)),
+                Some(b) => {
+                    prop_assert!(gpus <= u64::from(b), "{} GPUs over the budget of {}", gpus, b);
+                    prop_assert!(plan.prefill >= min && plan.decode >= min);
+                }
+                None => prop_assert!(plan.prefill >= min && plan.decode >= min),
+            }
+            prop_assert!(plan.prefill <= max && plan.decode <= max);
+        }
+    }
 
     fn limits(min: u32, budget: Option<u32>, p_gpus: u32, d_gpus: u32) -> Limits {
         Limits {
@@ -396,6 +680,13 @@ mod tests {
                 budget: 8
             })
         );
+    }
+
+    #[test]
+    fn budget_never_gives_decode_more_than_it_needs() {
+        // Upstream would give decode floor((9 - 3*2) / 1) = 3 replicas; it asked for 2.
+        let (p, d, _) = apply_gpu_budget(4, 2, &limits(1, Some(9), 2, 1));
+        assert_eq!((p, d), (3, 2));
     }
 
     #[test]
