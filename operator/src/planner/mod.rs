@@ -5,5 +5,6 @@
 pub mod case;
 pub mod clough_tocher;
 pub mod interpolation;
+pub mod load;
 pub mod profile;
 pub mod sla;

@@ -1,0 +1,402 @@
+//! The load-based planner of Dynamo's first planner (seed 001, reference section 5): every
+//! interval, compare the prefill queue per worker and the decode KV-cache usage with thresholds
+//! and move each pool by at most one replica, with a grace period after a decode scale-up and
+//! a trend check before a prefill scale-up.
+
+use serde::{Deserialize, Serialize};
+
+/// Thresholds and limits of the load-based planner.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LoadConfig {
+    /// Mean decode KV usage (0..1) above which decode grows.
+    pub kv_scale_up: f64,
+    /// Mean decode KV usage below which decode shrinks.
+    pub kv_scale_down: f64,
+    /// Queued prefill requests per prefill worker above which prefill grows.
+    pub queue_scale_up: f64,
+    /// Queued prefill requests per prefill worker below which prefill shrinks.
+    pub queue_scale_down: f64,
+    /// Intervals without decode scale-down after a decode scale-up.
+    pub decode_grace_intervals: u32,
+    /// Intervals ahead the prefill queue trend is extrapolated over.
+    pub prefill_buffer_intervals: u32,
+    /// Fewest replicas per pool.
+    pub min_replicas: u32,
+    /// Most replicas per pool.
+    pub max_replicas: Option<u32>,
+    /// Most GPUs of both pools together.
+    pub max_gpu_budget: Option<u32>,
+    /// GPUs per prefill replica.
+    pub prefill_gpus_per_engine: u32,
+    /// GPUs per decode replica.
+    pub decode_gpus_per_engine: u32,
+}
+
+impl Default for LoadConfig {
+    /// Seed 001's documented defaults.
+    fn default() -> Self {
+        Self {
+            kv_scale_up: 0.9,
+            kv_scale_down: 0.5,
+            queue_scale_up: 0.5,
+            queue_scale_down: 0.2,
+            decode_grace_intervals: 3,
+            prefill_buffer_intervals: 3,
+            min_replicas: 1,
+            max_replicas: None,
+            max_gpu_budget: Some(8),
+            prefill_gpus_per_engine: 1,
+            decode_gpus_per_engine: 1,
+        }
+    }
+}
+
+/// Metrics sampled through one interval, oldest first.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LoadSamples {
+    /// Prefill requests waiting in the queue (all prefill workers together).
+    pub prefill_queue: Vec<f64>,
+    /// Mean KV-cache usage of the decode workers (0..1).
+    pub decode_kv_usage: Vec<f64>,
+}
+
+/// Why a pool moved or stayed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum LoadReason {
+    /// The pool is within its thresholds.
+    Steady,
+    /// Above the scale-up threshold.
+    ScaleUp {
+        /// The load measure.
+        load: f64,
+        /// The threshold.
+        threshold: f64,
+    },
+    /// Below the scale-down threshold.
+    ScaleDown {
+        /// The load measure.
+        load: f64,
+        /// The threshold.
+        threshold: f64,
+    },
+    /// Above the threshold, but the queue trend says it drains on its own.
+    QueueDraining {
+        /// Extrapolated queue per worker.
+        projected: f64,
+    },
+    /// Low decode load inside the grace period after a scale-up.
+    GracePeriod {
+        /// Intervals left.
+        remaining: u32,
+    },
+    /// At the minimum or maximum replicas.
+    AtBound {
+        /// The bound.
+        bound: u32,
+    },
+    /// One more replica would exceed the GPU budget.
+    Budget {
+        /// The budget.
+        budget: u32,
+    },
+}
+
+/// Why the whole interval was skipped (no change to either pool).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum LoadSkip {
+    /// Replica counts changed since the last interval: a scaling action is still settling.
+    ReplicasChanged,
+    /// No samples: missing metrics never scale anything down.
+    NoSamples,
+    /// A pool has no running workers to divide the queue by.
+    NoWorkers,
+}
+
+/// One interval's decision.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LoadDecision {
+    /// Prefill replicas.
+    pub prefill: u32,
+    /// Decode replicas.
+    pub decode: u32,
+    /// Why prefill is what it is.
+    pub prefill_reason: LoadReason,
+    /// Why decode is what it is.
+    pub decode_reason: LoadReason,
+    /// Set when the interval was skipped.
+    pub skipped: Option<LoadSkip>,
+}
+
+/// State carried between intervals. Serializable so it survives restarts.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LoadPlanner {
+    last_replicas: Option<(u32, u32)>,
+    decode_grace_remaining: u32,
+}
+
+fn mean(values: &[f64]) -> Option<f64> {
+    let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    (!finite.is_empty()).then(|| finite.iter().sum::<f64>() / finite.len() as f64)
+}
+
+impl LoadPlanner {
+    /// Decides one interval from the replicas now running and the interval's samples.
+    pub fn tick(
+        &mut self,
+        config: &LoadConfig,
+        prefill: u32,
+        decode: u32,
+        samples: &LoadSamples,
+    ) -> LoadDecision {
+        let skip = |reason| LoadDecision {
+            prefill,
+            decode,
+            prefill_reason: LoadReason::Steady,
+            decode_reason: LoadReason::Steady,
+            skipped: Some(reason),
+        };
+        let changed = self.last_replicas.is_some_and(|last| last != (prefill, decode));
+        self.last_replicas = Some((prefill, decode));
+        let grace = self.decode_grace_remaining;
+        self.decode_grace_remaining = grace.saturating_sub(1);
+        if changed {
+            return skip(LoadSkip::ReplicasChanged);
+        }
+        let (Some(queue), Some(kv)) = (mean(&samples.prefill_queue), mean(&samples.decode_kv_usage)) else {
+            return skip(LoadSkip::NoSamples);
+        };
+        if prefill == 0 || decode == 0 {
+            return skip(LoadSkip::NoWorkers);
+        }
+        let per_worker = queue / f64::from(prefill);
+        let fits = |p: u32, d: u32| {
+            config.max_gpu_budget.is_none_or(|budget| {
+                u64::from(p) * u64::from(config.prefill_gpus_per_engine)
+                    + u64::from(d) * u64::from(config.decode_gpus_per_engine)
+                    <= u64::from(budget)
+            })
+        };
+        let below_max = |n: u32| config.max_replicas.is_none_or(|max| n < max);
+
+        let (mut new_prefill, prefill_reason) = if per_worker > config.queue_scale_up {
+            let first = samples
+                .prefill_queue
+                .iter()
+                .copied()
+                .find(|v| v.is_finite())
+                .unwrap_or(queue);
+            let last = samples
+                .prefill_queue
+                .iter()
+                .copied()
+                .rev()
+                .find(|v| v.is_finite())
+                .unwrap_or(queue);
+            let projected =
+                (last + (last - first) * f64::from(config.prefill_buffer_intervals)) / f64::from(prefill);
+            if projected <= config.queue_scale_up {
+                (prefill, LoadReason::QueueDraining { projected })
+            } else if !below_max(prefill) {
+                (
+                    prefill,
+                    LoadReason::AtBound {
+                        bound: config.max_replicas.unwrap_or(prefill),
+                    },
+                )
+            } else if !fits(prefill + 1, decode) {
+                (
+                    prefill,
+                    LoadReason::Budget {
+                        budget: config.max_gpu_budget.unwrap_or(0),
+                    },
+                )
+            } else {
+                (
+                    prefill + 1,
+                    LoadReason::ScaleUp {
+                        load: per_worker,
+                        threshold: config.queue_scale_up,
+                    },
+                )
+            }
+        } else if per_worker < config.queue_scale_down {
+            if prefill > config.min_replicas {
+                (
+                    prefill - 1,
+                    LoadReason::ScaleDown {
+                        load: per_worker,
+                        threshold: config.queue_scale_down,
+                    },
+                )
+            } else {
+                (
+                    prefill,
+                    LoadReason::AtBound {
+                        bound: config.min_replicas,
+                    },
+                )
+            }
+        } else {
+            (prefill, LoadReason::Steady)
+        };
+
+        let (new_decode, decode_reason) = if kv > config.kv_scale_up {
+            if !below_max(decode) {
+                (
+                    decode,
+                    LoadReason::AtBound {
+                        bound: config.max_replicas.unwrap_or(decode),
+                    },
+                )
+            } else if !fits(new_prefill, decode + 1) {
+                (
+                    decode,
+                    LoadReason::Budget {
+                        budget: config.max_gpu_budget.unwrap_or(0),
+                    },
+                )
+            } else {
+                self.decode_grace_remaining = config.decode_grace_intervals;
+                (
+                    decode + 1,
+                    LoadReason::ScaleUp {
+                        load: kv,
+                        threshold: config.kv_scale_up,
+                    },
+                )
+            }
+        } else if kv < config.kv_scale_down {
+            if grace > 0 {
+                (decode, LoadReason::GracePeriod { remaining: grace })
+            } else if decode > config.min_replicas {
+                (
+                    decode - 1,
+                    LoadReason::ScaleDown {
+                        load: kv,
+                        threshold: config.kv_scale_down,
+                    },
+                )
+            } else {
+                (
+                    decode,
+                    LoadReason::AtBound {
+                        bound: config.min_replicas,
+                    },
+                )
+            }
+        } else {
+            (decode, LoadReason::Steady)
+        };
+        // Below the minimum (e.g. after a manual edit) comes back up first.
+        new_prefill = new_prefill.max(config.min_replicas);
+        LoadDecision {
+            prefill: new_prefill,
+            decode: new_decode.max(config.min_replicas),
+            prefill_reason,
+            decode_reason,
+            skipped: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn samples(queue: &[f64], kv: &[f64]) -> LoadSamples {
+        LoadSamples {
+            prefill_queue: queue.to_vec(),
+            decode_kv_usage: kv.to_vec(),
+        }
+    }
+
+    #[test]
+    fn scales_up_one_replica_per_interval() {
+        let mut planner = LoadPlanner::default();
+        let config = LoadConfig::default();
+        let decision = planner.tick(&config, 1, 1, &samples(&[2.0, 3.0, 4.0], &[0.95, 0.97]));
+        assert_eq!((decision.prefill, decision.decode), (2, 2));
+        assert!(matches!(decision.prefill_reason, LoadReason::ScaleUp { .. }));
+        assert!(matches!(decision.decode_reason, LoadReason::ScaleUp { .. }));
+    }
+
+    #[test]
+    fn scales_down_when_idle_but_not_below_the_minimum() {
+        let mut planner = LoadPlanner::default();
+        let config = LoadConfig::default();
+        let decision = planner.tick(&config, 3, 2, &samples(&[0.0, 0.0], &[0.1, 0.2]));
+        assert_eq!((decision.prefill, decision.decode), (2, 1));
+        let decision = planner.tick(&config, 1, 1, &samples(&[0.0], &[0.1]));
+        // Replicas changed since the last interval: wait for them to settle.
+        assert_eq!(decision.skipped, Some(LoadSkip::ReplicasChanged));
+        let decision = planner.tick(&config, 1, 1, &samples(&[0.0], &[0.1]));
+        assert_eq!((decision.prefill, decision.decode), (1, 1));
+        assert_eq!(decision.decode_reason, LoadReason::AtBound { bound: 1 });
+    }
+
+    #[test]
+    fn no_decode_scale_down_during_the_grace_period() {
+        let mut planner = LoadPlanner::default();
+        let config = LoadConfig::default();
+        assert_eq!(planner.tick(&config, 1, 2, &samples(&[0.3], &[0.95])).decode, 3);
+        planner.tick(&config, 1, 3, &samples(&[0.3], &[0.1])); // settles
+        for remaining in [2, 1] {
+            let decision = planner.tick(&config, 1, 3, &samples(&[0.3], &[0.1]));
+            assert_eq!(decision.decode, 3);
+            assert_eq!(decision.decode_reason, LoadReason::GracePeriod { remaining });
+        }
+        assert_eq!(planner.tick(&config, 1, 3, &samples(&[0.3], &[0.1])).decode, 2);
+    }
+
+    #[test]
+    fn draining_queue_does_not_scale_prefill_up() {
+        let mut planner = LoadPlanner::default();
+        let config = LoadConfig::default();
+        // Mean 2.0 per worker is above 0.5, but the queue falls from 4 to 0.5: 0.5 + (0.5-4)*3 < 0.5.
+        let decision = planner.tick(&config, 1, 1, &samples(&[4.0, 2.0, 1.5, 0.5], &[0.7]));
+        assert_eq!(decision.prefill, 1);
+        assert!(matches!(
+            decision.prefill_reason,
+            LoadReason::QueueDraining { .. }
+        ));
+    }
+
+    #[test]
+    fn budget_and_maximum_stop_scale_up() {
+        let mut planner = LoadPlanner::default();
+        let config = LoadConfig {
+            max_gpu_budget: Some(3),
+            ..LoadConfig::default()
+        };
+        let decision = planner.tick(&config, 2, 1, &samples(&[5.0, 5.0], &[0.99]));
+        assert_eq!((decision.prefill, decision.decode), (2, 1));
+        assert_eq!(decision.decode_reason, LoadReason::Budget { budget: 3 });
+        assert_eq!(decision.prefill_reason, LoadReason::Budget { budget: 3 });
+        let config = LoadConfig {
+            max_replicas: Some(2),
+            max_gpu_budget: None,
+            ..LoadConfig::default()
+        };
+        let decision = planner.tick(&config, 2, 1, &samples(&[5.0, 5.0], &[0.99]));
+        assert_eq!(decision.prefill_reason, LoadReason::AtBound { bound: 2 });
+        assert_eq!(decision.decode, 2);
+    }
+
+    #[test]
+    fn missing_samples_never_scale_down() {
+        let mut planner = LoadPlanner::default();
+        let decision = planner.tick(&LoadConfig::default(), 4, 4, &samples(&[], &[f64::NAN]));
+        assert_eq!((decision.prefill, decision.decode), (4, 4));
+        assert_eq!(decision.skipped, Some(LoadSkip::NoSamples));
+    }
+
+    #[test]
+    fn state_round_trips() {
+        let mut planner = LoadPlanner::default();
+        planner.tick(&LoadConfig::default(), 1, 1, &samples(&[0.3], &[0.95]));
+        let restored: LoadPlanner = serde_json::from_str(&serde_json::to_string(&planner).unwrap()).unwrap();
+        assert_eq!(restored, planner);
+    }
+}
