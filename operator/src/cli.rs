@@ -25,6 +25,8 @@ pub struct Cli {
 enum Command {
     /// Print every CustomResourceDefinition as YAML (pipe to `kubectl apply --server-side -f -`).
     Crd,
+    /// Run the operator: reconcile DynamoGraphDeployments and PlannerPolicies until SIGTERM.
+    Run(Box<crate::runtime::RunArgs>),
     /// Compute the SLA planner's replicas for cases read from a JSON file (one planner interval
     /// each, in the format of the golden cases) and print the results as JSON.
     Plan(PlanArgs),
@@ -54,6 +56,7 @@ pub fn main() -> ExitCode {
     let Cli { command } = Cli::parse();
     match command {
         Command::Crd => print_crds(),
+        Command::Run(args) => run(*args),
         Command::Plan(args) => match plan(&args) {
             Ok(results) => write_stdout(&results),
             Err(message) => {
@@ -61,6 +64,24 @@ pub fn main() -> ExitCode {
                 ExitCode::from(EXIT_BAD_INPUT)
             }
         },
+    }
+}
+
+fn run(args: crate::runtime::RunArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("planner-operator: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(crate::runtime::run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(%error, "planner-operator stopped");
+            eprintln!("planner-operator: {error}");
+            ExitCode::FAILURE
+        }
     }
 }
 

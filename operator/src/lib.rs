@@ -3,4 +3,8 @@
 
 pub mod api;
 pub mod cli;
+pub mod controller;
+pub mod metrics;
 pub mod planner;
+pub mod runtime;
+pub mod telemetry;

@@ -1,0 +1,335 @@
+//! The DynamoGraphDeployment reconciler: renders each component as a Deployment (and each
+//! frontend as a Service), applies them, removes what the spec no longer has, writes status.
+
+use std::{sync::Arc, time::Duration};
+
+use futures::StreamExt;
+use k8s_openapi::{
+    api::{apps::v1::Deployment, core::v1::Service},
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Resource, ResourceExt,
+    api::{DeleteParams, ListParams, Patch, PatchParams},
+    core::DeserializeGuard,
+    runtime::{
+        Controller,
+        controller::Action,
+        events::{Event, EventType},
+        watcher,
+    },
+};
+use tracing::{Instrument, info, info_span, warn};
+
+use super::{Context, FIELD_MANAGER};
+use crate::api::{DynamoGraphDeployment, DynamoGraphDeploymentStatus};
+
+pub mod render;
+pub mod status;
+
+use render::{LABEL_COMPONENT, LABEL_GRAPH, RenderError};
+
+/// Name of this controller in metrics and logs.
+pub const CONTROLLER: &str = "dgd";
+
+/// How often a healthy DGD is reconciled even without changes (drift repair).
+const RESYNC: Duration = Duration::from_secs(300);
+/// Retry delay after an API error.
+const RETRY: Duration = Duration::from_secs(15);
+/// Retry delay for a spec that cannot be rendered: it needs a user's change, not a retry.
+const INVALID_RETRY: Duration = Duration::from_secs(600);
+
+/// Why a reconcile failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The spec cannot be rendered; the user must change it.
+    #[error("invalid spec: {0}")]
+    InvalidSpec(#[from] RenderError),
+    /// A Kubernetes API call failed.
+    #[error("{action}: {source}")]
+    Kube {
+        /// What was attempted.
+        action: String,
+        /// The API error.
+        source: kube::Error,
+    },
+}
+
+impl Error {
+    /// A bounded category for metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::InvalidSpec(_) => "invalid_spec",
+            Self::Kube { .. } => "kube_api",
+        }
+    }
+}
+
+fn kube_error(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let action = action.into();
+    move |source| Error::Kube { action, source }
+}
+
+/// Runs the controller until `shutdown` resolves.
+pub async fn run(
+    ctx: Arc<Context>,
+    deployments: impl futures::Stream<Item = Result<Deployment, watcher::Error>> + Send + 'static,
+    namespace: Option<String>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let client = ctx.client.clone();
+    let dgds: Api<DeserializeGuard<DynamoGraphDeployment>> = match &namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let services: Api<Service> = match &namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    Controller::new(dgds, watcher::Config::default().any_semantic())
+        .owns_stream(deployments)
+        .owns(services, watcher::Config::default().labels(LABEL_GRAPH))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "dgd controller event");
+            }
+        })
+        .await;
+}
+
+async fn reconcile(
+    guard: Arc<DeserializeGuard<DynamoGraphDeployment>>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let (namespace, name) = match &guard.0 {
+        Ok(dgd) => (dgd.namespace().unwrap_or_default(), dgd.name_any()),
+        Err(invalid) => (
+            invalid.metadata.namespace.clone().unwrap_or_default(),
+            invalid.metadata.name.clone().unwrap_or_default(),
+        ),
+    };
+    let span = info_span!("reconcile", controller = CONTROLLER, namespace = %namespace, name = %name);
+    async move {
+        let _timer = ctx.metrics.reconcile_started(CONTROLLER);
+        let dgd = match &guard.0 {
+            Ok(dgd) => dgd,
+            Err(invalid) => {
+                // One malformed object must not stop the controller: report it and wait for a fix.
+                warn!(error = %invalid.error, "DynamoGraphDeployment cannot be parsed; skipping it");
+                ctx.metrics.invalid_object(CONTROLLER);
+                publish_invalid(&ctx, &invalid.metadata, &invalid.error).await;
+                return Ok(Action::await_change());
+            }
+        };
+        let result = reconcile_dgd(dgd, &ctx).await;
+        ctx.metrics
+            .reconcile_finished(CONTROLLER, result.as_ref().err().map(Error::kind));
+        result
+    }
+    .instrument(span)
+    .await
+}
+
+async fn reconcile_dgd(dgd: &DynamoGraphDeployment, ctx: &Context) -> Result<Action, Error> {
+    let namespace = dgd.namespace().unwrap_or_default();
+    let name = dgd.name_any();
+    let dgds: Api<DynamoGraphDeployment> = Api::namespaced(ctx.client.clone(), &namespace);
+    let rendered = match render::render(dgd) {
+        Ok(rendered) => rendered,
+        Err(error) => {
+            let message = error.to_string();
+            warn!(%message, "cannot render the DynamoGraphDeployment");
+            let status = status::invalid(
+                dgd.metadata.generation,
+                dgd.status.as_ref(),
+                "InvalidSpec",
+                &message,
+                now(),
+            );
+            if status::differs(dgd.status.as_ref(), &status) {
+                write_status(&dgds, &name, &status).await?;
+                publish(ctx, dgd, EventType::Warning, "InvalidSpec", &message).await;
+            }
+            return Err(Error::InvalidSpec(error));
+        }
+    };
+
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &namespace);
+    for deployment in &rendered.deployments {
+        let workload = deployment.name_any();
+        deployments
+            .patch(&workload, &params, &Patch::Apply(deployment))
+            .await
+            .map_err(kube_error(format!("apply Deployment {workload}")))?;
+    }
+    let services: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
+    for service in &rendered.services {
+        let workload = service.name_any();
+        services
+            .patch(&workload, &params, &Patch::Apply(service))
+            .await
+            .map_err(kube_error(format!("apply Service {workload}")))?;
+    }
+    remove_stale(dgd, ctx, &rendered).await?;
+
+    let components: Vec<(String, i32)> = dgd
+        .spec
+        .components
+        .iter()
+        .map(|c| (c.name.clone(), c.replicas.unwrap_or(1)))
+        .collect();
+    let cached = ctx.deployments.state();
+    let owned: Vec<&Deployment> = cached
+        .iter()
+        .filter(|d| {
+            d.namespace().as_deref() == Some(namespace.as_str()) && d.labels().get(LABEL_GRAPH) == Some(&name)
+        })
+        .map(AsRef::as_ref)
+        .collect();
+    let status = status::compute(
+        &name,
+        dgd.metadata.generation,
+        &components,
+        &owned,
+        dgd.status.as_ref(),
+        &[],
+        now(),
+    );
+    if status::differs(dgd.status.as_ref(), &status) {
+        write_status(&dgds, &name, &status).await?;
+        info!(ready = ?status::is_ready(&status), "status updated");
+    }
+    Ok(Action::requeue(RESYNC))
+}
+
+/// Deletes Deployments and Services this DGD owns for components it no longer has.
+async fn remove_stale(
+    dgd: &DynamoGraphDeployment,
+    ctx: &Context,
+    rendered: &render::RenderedGraph,
+) -> Result<(), Error> {
+    let namespace = dgd.namespace().unwrap_or_default();
+    let uid = dgd.uid().unwrap_or_default();
+    let selector = format!("{LABEL_GRAPH}={}", dgd.name_any());
+    let keep: Vec<String> = rendered.deployments.iter().map(ResourceExt::name_any).collect();
+    let keep_services: Vec<String> = rendered.services.iter().map(ResourceExt::name_any).collect();
+    let owned_by_us = |meta: &ObjectMeta| meta.owner_references.iter().flatten().any(|o| o.uid == uid);
+
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &namespace);
+    let list = deployments
+        .list_metadata(&ListParams::default().labels(&selector))
+        .await
+        .map_err(kube_error("list Deployments"))?;
+    for stale in list
+        .items
+        .iter()
+        .filter(|d| owned_by_us(&d.metadata) && !keep.contains(&d.name_any()))
+    {
+        let component = stale.labels().get(LABEL_COMPONENT).cloned().unwrap_or_default();
+        info!(deployment = %stale.name_any(), %component, "removing the workload of a component no longer in the spec");
+        deployments
+            .delete(&stale.name_any(), &DeleteParams::background())
+            .await
+            .map_err(kube_error(format!("delete Deployment {}", stale.name_any())))?;
+    }
+    let services: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
+    let list = services
+        .list_metadata(&ListParams::default().labels(&selector))
+        .await
+        .map_err(kube_error("list Services"))?;
+    for stale in list
+        .items
+        .iter()
+        .filter(|s| owned_by_us(&s.metadata) && !keep_services.contains(&s.name_any()))
+    {
+        services
+            .delete(&stale.name_any(), &DeleteParams::background())
+            .await
+            .map_err(kube_error(format!("delete Service {}", stale.name_any())))?;
+    }
+    Ok(())
+}
+
+async fn write_status(
+    api: &Api<DynamoGraphDeployment>,
+    name: &str,
+    status: &DynamoGraphDeploymentStatus,
+) -> Result<(), Error> {
+    let patch = serde_json::json!({
+        "apiVersion": DynamoGraphDeployment::api_version(&()),
+        "kind": DynamoGraphDeployment::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(kube_error("write DynamoGraphDeployment status"))?;
+    Ok(())
+}
+
+async fn publish(ctx: &Context, dgd: &DynamoGraphDeployment, type_: EventType, reason: &str, note: &str) {
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(error) = ctx.recorder.publish(&event, &dgd.object_ref(&())).await {
+        warn!(%error, "cannot publish event");
+    }
+}
+
+async fn publish_invalid(ctx: &Context, metadata: &ObjectMeta, error: &str) {
+    let reference = k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some(DynamoGraphDeployment::api_version(&()).into()),
+        kind: Some(DynamoGraphDeployment::kind(&()).into()),
+        name: metadata.name.clone(),
+        namespace: metadata.namespace.clone(),
+        uid: metadata.uid.clone(),
+        resource_version: metadata.resource_version.clone(),
+        ..Default::default()
+    };
+    let event = Event {
+        type_: EventType::Warning,
+        reason: "InvalidSpec".into(),
+        note: Some(
+            format!("cannot parse the object: {error}")
+                .chars()
+                .take(1000)
+                .collect(),
+        ),
+        action: "Parse".into(),
+        secondary: None,
+    };
+    if let Err(error) = ctx.recorder.publish(&event, &reference).await {
+        warn!(%error, "cannot publish event");
+    }
+}
+
+fn error_policy(
+    guard: Arc<DeserializeGuard<DynamoGraphDeployment>>,
+    error: &Error,
+    _ctx: Arc<Context>,
+) -> Action {
+    let name = guard.0.as_ref().map(ResourceExt::name_any).unwrap_or_default();
+    match error {
+        // Retrying cannot fix a spec; a spec change triggers a reconcile anyway.
+        Error::InvalidSpec(_) => Action::requeue(INVALID_RETRY),
+        Error::Kube { .. } => {
+            warn!(%name, %error, "reconcile failed; retrying");
+            Action::requeue(RETRY)
+        }
+    }
+}
+
+fn now() -> Timestamp {
+    Timestamp::now()
+}

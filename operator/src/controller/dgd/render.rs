@@ -1,0 +1,474 @@
+//! Rendering a DynamoGraphDeployment into workloads: one Deployment per component and a Service
+//! for each frontend. Pure: the reconciler applies what this returns.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::{
+    api::{
+        apps::v1::{Deployment, DeploymentSpec},
+        core::v1::{Container, ContainerPort, EnvVar, PodTemplateSpec, Service, ServicePort, ServiceSpec},
+    },
+    apimachinery::pkg::{
+        apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference},
+        util::intstr::IntOrString,
+    },
+};
+
+use crate::api::{Component, ComponentType, DynamoGraphDeployment};
+
+/// Label naming the DGD a workload or pod belongs to.
+pub const LABEL_GRAPH: &str = "nvidia.com/dynamo-graph-deployment-name";
+/// Label naming the component (as written in the DGD).
+pub const LABEL_COMPONENT: &str = "nvidia.com/dynamo-component";
+/// Label with the component's type.
+pub const LABEL_COMPONENT_TYPE: &str = "nvidia.com/dynamo-component-type";
+/// Label marking objects this operator manages.
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// Value of [`LABEL_MANAGED_BY`].
+pub const MANAGED_BY: &str = "planner-operator";
+/// Name of the container that runs a component.
+pub const MAIN_CONTAINER: &str = "main";
+/// HTTP port of Dynamo frontends.
+pub const FRONTEND_PORT: i32 = 8000;
+
+/// Why a DGD cannot be rendered. Each message names the field and what is allowed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RenderError {
+    /// The DGD has no namespace or name (never the case for objects from the API server).
+    #[error("the DynamoGraphDeployment has no {0}")]
+    MissingMetadata(&'static str),
+    /// A component has no pod template.
+    #[error(
+        "spec.components[{index}] ({name}): podTemplate is required and must contain a container named \"main\""
+    )]
+    MissingPodTemplate {
+        /// Position in `spec.components`.
+        index: usize,
+        /// Component name.
+        name: String,
+    },
+    /// A component's pod template has no `main` container.
+    #[error(
+        "spec.components[{index}] ({name}): podTemplate.spec.containers has no container named \"main\" (found: {found}); the main container runs the component"
+    )]
+    MissingMainContainer {
+        /// Position in `spec.components`.
+        index: usize,
+        /// Component name.
+        name: String,
+        /// Container names present.
+        found: String,
+    },
+    /// The main container has no image.
+    #[error("spec.components[{index}] ({name}): the \"main\" container needs an image")]
+    MissingImage {
+        /// Position in `spec.components`.
+        index: usize,
+        /// Component name.
+        name: String,
+    },
+    /// A generated object name is not a valid Kubernetes name.
+    #[error(
+        "spec.components[{index}] ({name}): the workload name {workload:?} is longer than 63 characters or not a DNS label; shorten the DynamoGraphDeployment or component name"
+    )]
+    NameTooLong {
+        /// Position in `spec.components`.
+        index: usize,
+        /// Component name.
+        name: String,
+        /// The generated name.
+        workload: String,
+    },
+}
+
+/// Everything the DGD owns, as it should be.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RenderedGraph {
+    /// One Deployment per component, in spec order.
+    pub deployments: Vec<Deployment>,
+    /// One Service per frontend component.
+    pub services: Vec<Service>,
+}
+
+/// The Dynamo namespace of a graph, as Dynamo's operator computes it: `<namespace>-<name>`
+/// with dots replaced by dashes.
+pub fn dynamo_namespace(namespace: &str, name: &str) -> String {
+    format!("{namespace}-{}", name.replace('.', "-"))
+}
+
+/// Name of a component's workload (and Service): `<dgd>-<component>`, lower-cased, dots
+/// replaced by dashes so it is also a valid Service name.
+pub fn workload_name(dgd: &str, component: &str) -> String {
+    format!("{}-{}", dgd.replace('.', "-"), component).to_lowercase()
+}
+
+fn is_dns_label(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && name.as_bytes().first().is_some_and(u8::is_ascii_alphanumeric)
+        && name.as_bytes().last().is_some_and(u8::is_ascii_alphanumeric)
+}
+
+/// Labels every object and pod of a component carries; the first two also select its pods.
+pub fn component_labels(dgd: &str, component: &Component) -> BTreeMap<String, String> {
+    let mut labels = selector_labels(dgd, &component.name);
+    if let Some(kind) = component.kind {
+        labels.insert(LABEL_COMPONENT_TYPE.into(), kind.as_str().into());
+    }
+    labels.insert(LABEL_MANAGED_BY.into(), MANAGED_BY.into());
+    labels
+}
+
+/// The labels that select a component's pods (stable for the component's lifetime).
+pub fn selector_labels(dgd: &str, component: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_GRAPH.into(), dgd.into()),
+        (LABEL_COMPONENT.into(), component.into()),
+    ])
+}
+
+/// Env every main container gets from the operator, after the graph's `spec.env` and before the
+/// container's own (which win on duplicates, being later).
+fn operator_env(dgd: &str, namespace: &str, component: &Component) -> Vec<EnvVar> {
+    let var = |name: &str, value: String| EnvVar {
+        name: name.into(),
+        value: Some(value),
+        value_from: None,
+    };
+    let mut env = vec![
+        var("DYN_PARENT_DGD_K8S_NAME", dgd.into()),
+        var("DYN_PARENT_DGD_K8S_NAMESPACE", namespace.into()),
+        var("DYN_NAMESPACE", dynamo_namespace(namespace, dgd)),
+    ];
+    if let Some(kind) = component.kind {
+        env.push(var("DYN_COMPONENT", kind.as_str().into()));
+    }
+    env
+}
+
+/// Merges env lists: a later variable with the same name replaces an earlier one in place.
+fn merge_env(layers: impl IntoIterator<Item = Vec<EnvVar>>) -> Vec<EnvVar> {
+    let mut merged: Vec<EnvVar> = Vec::new();
+    for var in layers.into_iter().flatten() {
+        match merged.iter_mut().find(|existing| existing.name == var.name) {
+            Some(existing) => *existing = var,
+            None => merged.push(var),
+        }
+    }
+    merged
+}
+
+/// The owner reference that makes the DGD own (and garbage-collect) its workloads.
+pub fn owner_reference(dgd: &DynamoGraphDeployment) -> Option<OwnerReference> {
+    use kube::Resource;
+    dgd.controller_owner_ref(&())
+}
+
+/// Renders every workload of a DGD.
+pub fn render(dgd: &DynamoGraphDeployment) -> Result<RenderedGraph, RenderError> {
+    let name = dgd
+        .metadata
+        .name
+        .as_deref()
+        .ok_or(RenderError::MissingMetadata("metadata.name"))?;
+    let namespace = dgd
+        .metadata
+        .namespace
+        .as_deref()
+        .ok_or(RenderError::MissingMetadata("metadata.namespace"))?;
+    let owner = owner_reference(dgd).ok_or(RenderError::MissingMetadata("metadata.uid"))?;
+    let graph_env = dgd.spec.env.clone().unwrap_or_default();
+    let mut rendered = RenderedGraph {
+        deployments: Vec::new(),
+        services: Vec::new(),
+    };
+    for (index, component) in dgd.spec.components.iter().enumerate() {
+        let workload = workload_name(name, &component.name);
+        if !is_dns_label(&workload) {
+            return Err(RenderError::NameTooLong {
+                index,
+                name: component.name.clone(),
+                workload,
+            });
+        }
+        let template = render_pod_template(index, name, namespace, component, &graph_env)?;
+        let labels = component_labels(name, component);
+        let metadata = ObjectMeta {
+            name: Some(workload.clone()),
+            namespace: Some(namespace.into()),
+            labels: Some(labels.clone()),
+            owner_references: Some(vec![owner.clone()]),
+            ..ObjectMeta::default()
+        };
+        rendered.deployments.push(Deployment {
+            metadata: metadata.clone(),
+            spec: Some(DeploymentSpec {
+                replicas: Some(component.replicas.unwrap_or(1)),
+                selector: LabelSelector {
+                    match_labels: Some(selector_labels(name, &component.name)),
+                    match_expressions: None,
+                },
+                template,
+                ..DeploymentSpec::default()
+            }),
+            status: None,
+        });
+        if component.kind == Some(ComponentType::Frontend) {
+            rendered.services.push(Service {
+                metadata,
+                spec: Some(ServiceSpec {
+                    selector: Some(selector_labels(name, &component.name)),
+                    ports: Some(vec![ServicePort {
+                        name: Some("http".into()),
+                        port: FRONTEND_PORT,
+                        target_port: Some(IntOrString::String("http".into())),
+                        protocol: Some("TCP".into()),
+                        ..ServicePort::default()
+                    }]),
+                    ..ServiceSpec::default()
+                }),
+                status: None,
+            });
+        }
+    }
+    Ok(rendered)
+}
+
+fn render_pod_template(
+    index: usize,
+    dgd: &str,
+    namespace: &str,
+    component: &Component,
+    graph_env: &[EnvVar],
+) -> Result<PodTemplateSpec, RenderError> {
+    let mut template = component
+        .pod_template
+        .clone()
+        .ok_or_else(|| RenderError::MissingPodTemplate {
+            index,
+            name: component.name.clone(),
+        })?;
+    let metadata = template.metadata.get_or_insert_with(ObjectMeta::default);
+    metadata
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .extend(component_labels(dgd, component));
+    let spec = template
+        .spec
+        .as_mut()
+        .ok_or_else(|| RenderError::MissingPodTemplate {
+            index,
+            name: component.name.clone(),
+        })?;
+    let found = spec
+        .containers
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let main: &mut Container = spec
+        .containers
+        .iter_mut()
+        .find(|c| c.name == MAIN_CONTAINER)
+        .ok_or_else(|| RenderError::MissingMainContainer {
+            index,
+            name: component.name.clone(),
+            found: found.clone(),
+        })?;
+    if main.image.as_deref().is_none_or(str::is_empty) {
+        return Err(RenderError::MissingImage {
+            index,
+            name: component.name.clone(),
+        });
+    }
+    main.env = Some(merge_env([
+        graph_env.to_vec(),
+        operator_env(dgd, namespace, component),
+        main.env.take().unwrap_or_default(),
+    ]));
+    if component.kind == Some(ComponentType::Frontend) {
+        let ports = main.ports.get_or_insert_with(Vec::new);
+        if !ports
+            .iter()
+            .any(|p| p.container_port == FRONTEND_PORT || p.name.as_deref() == Some("http"))
+        {
+            ports.push(ContainerPort {
+                name: Some("http".into()),
+                container_port: FRONTEND_PORT,
+                protocol: Some("TCP".into()),
+                ..ContainerPort::default()
+            });
+        }
+    }
+    Ok(template)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> DynamoGraphDeployment {
+        let text = include_str!("../../../../config/samples/dgd-disagg.yaml");
+        let mut dgd: DynamoGraphDeployment = serde_yaml::from_str(text).unwrap();
+        dgd.metadata.namespace = Some("llm".into());
+        dgd.metadata.uid = Some("0f3c2a".into());
+        dgd
+    }
+
+    fn env_of(deployment: &Deployment) -> Vec<(String, String)> {
+        let spec = deployment.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+        let main = spec.containers.iter().find(|c| c.name == MAIN_CONTAINER).unwrap();
+        main.env
+            .iter()
+            .flatten()
+            .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+            .collect()
+    }
+
+    #[test]
+    fn renders_one_deployment_per_component_and_a_service_for_the_frontend() {
+        let rendered = render(&sample()).unwrap();
+        let names: Vec<_> = rendered
+            .deployments
+            .iter()
+            .map(|d| d.metadata.name.clone().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "llama-disagg-frontend",
+                "llama-disagg-prefill",
+                "llama-disagg-decode"
+            ]
+        );
+        assert_eq!(rendered.services.len(), 1);
+        let service = &rendered.services[0];
+        assert_eq!(service.metadata.name.as_deref(), Some("llama-disagg-frontend"));
+        assert_eq!(
+            service.spec.as_ref().unwrap().ports.as_ref().unwrap()[0].port,
+            FRONTEND_PORT
+        );
+    }
+
+    #[test]
+    fn labels_selectors_replicas_and_owner() {
+        let rendered = render(&sample()).unwrap();
+        let decode = &rendered.deployments[2];
+        let labels = decode.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels[LABEL_GRAPH], "llama-disagg");
+        assert_eq!(labels[LABEL_COMPONENT], "decode");
+        assert_eq!(labels[LABEL_COMPONENT_TYPE], "decode");
+        let spec = decode.spec.as_ref().unwrap();
+        assert_eq!(spec.replicas, Some(1));
+        let pod_labels = spec.template.metadata.as_ref().unwrap().labels.as_ref().unwrap();
+        for (key, value) in spec.selector.match_labels.as_ref().unwrap() {
+            assert_eq!(
+                pod_labels.get(key),
+                Some(value),
+                "selector label {key} missing on pods"
+            );
+        }
+        let owner = &decode.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str(), owner.controller),
+            ("DynamoGraphDeployment", "llama-disagg", Some(true))
+        );
+    }
+
+    #[test]
+    fn env_layers_graph_then_operator_then_container() {
+        let mut dgd = sample();
+        let spec = dgd.spec.components[1]
+            .pod_template
+            .as_mut()
+            .unwrap()
+            .spec
+            .as_mut()
+            .unwrap();
+        spec.containers[0].env = Some(vec![EnvVar {
+            name: "DYN_LOG".into(),
+            value: Some("debug".into()),
+            value_from: None,
+        }]);
+        let rendered = render(&dgd).unwrap();
+        let env = env_of(&rendered.deployments[1]);
+        let get = |name: &str| env.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+        assert_eq!(get("DYN_PARENT_DGD_K8S_NAME"), Some("llama-disagg"));
+        assert_eq!(get("DYN_PARENT_DGD_K8S_NAMESPACE"), Some("llm"));
+        assert_eq!(get("DYN_NAMESPACE"), Some("llm-llama-disagg"));
+        assert_eq!(get("DYN_COMPONENT"), Some("prefill"));
+        // The container's own value wins over the graph-wide one, and appears once.
+        assert_eq!(get("DYN_LOG"), Some("debug"));
+        assert_eq!(env.iter().filter(|(n, _)| n == "DYN_LOG").count(), 1);
+        // The frontend exposes its HTTP port.
+        let frontend = rendered.deployments[0]
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap();
+        assert_eq!(
+            frontend.containers[0].ports.as_ref().unwrap()[0].container_port,
+            FRONTEND_PORT
+        );
+    }
+
+    #[test]
+    fn missing_main_container_is_named() {
+        let mut dgd = sample();
+        dgd.spec.components[2]
+            .pod_template
+            .as_mut()
+            .unwrap()
+            .spec
+            .as_mut()
+            .unwrap()
+            .containers[0]
+            .name = "vllm".into();
+        let error = render(&dgd).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "spec.components[2] (decode): podTemplate.spec.containers has no container named \"main\" (found: vllm); the main container runs the component"
+        );
+        dgd.spec.components[2].pod_template = None;
+        assert!(matches!(
+            render(&dgd),
+            Err(RenderError::MissingPodTemplate { index: 2, .. })
+        ));
+    }
+
+    #[test]
+    fn missing_image_and_long_names_are_errors() {
+        let mut dgd = sample();
+        dgd.spec.components[0]
+            .pod_template
+            .as_mut()
+            .unwrap()
+            .spec
+            .as_mut()
+            .unwrap()
+            .containers[0]
+            .image = None;
+        assert!(matches!(
+            render(&dgd),
+            Err(RenderError::MissingImage { index: 0, .. })
+        ));
+        let mut dgd = sample();
+        dgd.metadata.name = Some("a".repeat(60));
+        assert!(matches!(render(&dgd), Err(RenderError::NameTooLong { .. })));
+    }
+
+    #[test]
+    fn names_are_lowercase_dns_labels() {
+        assert_eq!(workload_name("my.graph", "Decode"), "my-graph-decode");
+        assert_eq!(dynamo_namespace("ns", "my.graph"), "ns-my-graph");
+        assert!(is_dns_label("a-b1"));
+        assert!(!is_dns_label("-a"));
+        assert!(!is_dns_label("A"));
+    }
+}

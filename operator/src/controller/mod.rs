@@ -1,0 +1,31 @@
+//! Reconcilers. Each reconcile runs in the same order: fetch what it needs, validate, build the
+//! desired objects (pure), apply them with server-side apply, write status when it changed.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::{
+    Client,
+    runtime::{events::Recorder, reflector::Store},
+};
+
+use crate::metrics::operator::OperatorMetrics;
+
+pub mod conditions;
+pub mod dgd;
+
+/// Field manager of every object and status this operator writes.
+pub const FIELD_MANAGER: &str = "planner-operator";
+
+/// What every reconcile needs.
+#[derive(Clone)]
+pub struct Context {
+    /// API client.
+    pub client: Client,
+    /// Event publisher.
+    pub recorder: Recorder,
+    /// Operator metrics.
+    pub metrics: Arc<OperatorMetrics>,
+    /// Cache of the Deployments this operator renders (trimmed to metadata and status).
+    pub deployments: Store<Deployment>,
+}

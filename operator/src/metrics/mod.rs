@@ -1,0 +1,3 @@
+//! Metrics: the operator's own `/metrics` (Prometheus exposition via prometheus-client).
+
+pub mod operator;

@@ -1,0 +1,191 @@
+//! The operator's own metrics, prefix `planner_operator_` (DESIGN 8). Labels are bounded: the
+//! controller name, a result, an error kind; never an object's name on a counter that grows.
+
+use std::{sync::Arc, time::Instant};
+
+use prometheus_client::{
+    encoding::{EncodeLabelSet, text::encode},
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    registry::{Registry, Unit},
+};
+
+/// Labels of `reconcile_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReconcileLabels {
+    /// `dgd` or `plannerpolicy`.
+    pub controller: &'static str,
+    /// `success` or `error`.
+    pub result: &'static str,
+}
+
+/// Labels of `reconcile_errors_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    /// The controller.
+    pub controller: &'static str,
+    /// A bounded error category (see the controllers' `Error::kind`).
+    pub kind: &'static str,
+}
+
+/// Labels naming only the controller.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabels {
+    /// The controller.
+    pub controller: &'static str,
+}
+
+/// Reconcile counters and timings, plus leadership.
+#[derive(Debug)]
+pub struct OperatorMetrics {
+    registry: Registry,
+    reconciles: Family<ReconcileLabels, Counter>,
+    errors: Family<ErrorLabels, Counter>,
+    durations: Family<ControllerLabels, Histogram>,
+    invalid_objects: Family<ControllerLabels, Counter>,
+    leader: Gauge,
+}
+
+impl Default for OperatorMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl OperatorMetrics {
+    /// Registers every metric under the `planner_operator` prefix.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("planner_operator");
+        let reconciles = Family::<ReconcileLabels, Counter>::default();
+        registry.register(
+            "reconcile",
+            "Reconciles by controller and result",
+            reconciles.clone(),
+        );
+        let errors = Family::<ErrorLabels, Counter>::default();
+        registry.register(
+            "reconcile_errors",
+            "Reconcile errors by controller and kind",
+            errors.clone(),
+        );
+        let durations = Family::<ControllerLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new([0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0])
+        });
+        registry.register_with_unit(
+            "reconcile_duration",
+            "Reconcile duration",
+            Unit::Seconds,
+            durations.clone(),
+        );
+        let invalid_objects = Family::<ControllerLabels, Counter>::default();
+        registry.register(
+            "invalid_objects",
+            "Watched objects that could not be parsed and were skipped",
+            invalid_objects.clone(),
+        );
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this process holds the leader lease",
+            leader.clone(),
+        );
+        Self {
+            registry,
+            reconciles,
+            errors,
+            durations,
+            invalid_objects,
+            leader,
+        }
+    }
+
+    /// Registry for other components' metrics (e.g. per-policy planner metrics).
+    pub fn registry_mut(&mut self) -> &mut Registry {
+        &mut self.registry
+    }
+
+    /// Starts timing a reconcile; the guard records the duration when dropped.
+    pub fn reconcile_started(self: &Arc<Self>, controller: &'static str) -> ReconcileTimer {
+        ReconcileTimer {
+            metrics: Arc::clone(self),
+            controller,
+            started: Instant::now(),
+        }
+    }
+
+    /// Counts a finished reconcile; `error` is its bounded kind when it failed.
+    pub fn reconcile_finished(&self, controller: &'static str, error: Option<&'static str>) {
+        let result = if error.is_some() { "error" } else { "success" };
+        self.reconciles
+            .get_or_create(&ReconcileLabels { controller, result })
+            .inc();
+        if let Some(kind) = error {
+            self.errors.get_or_create(&ErrorLabels { controller, kind }).inc();
+        }
+    }
+
+    /// Counts an object that failed to deserialize.
+    pub fn invalid_object(&self, controller: &'static str) {
+        self.invalid_objects
+            .get_or_create(&ControllerLabels { controller })
+            .inc();
+    }
+
+    /// Records whether this process leads.
+    pub fn set_leader(&self, leader: bool) {
+        self.leader.set(i64::from(leader));
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut text = String::new();
+        encode(&mut text, &self.registry)?;
+        Ok(text)
+    }
+}
+
+/// Records a reconcile's duration when dropped.
+#[derive(Debug)]
+pub struct ReconcileTimer {
+    metrics: Arc<OperatorMetrics>,
+    controller: &'static str,
+    started: Instant,
+}
+
+impl Drop for ReconcileTimer {
+    fn drop(&mut self) {
+        self.metrics
+            .durations
+            .get_or_create(&ControllerLabels {
+                controller: self.controller,
+            })
+            .observe(self.started.elapsed().as_secs_f64());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition_has_the_design_names_and_bounded_labels() {
+        let metrics = Arc::new(OperatorMetrics::new());
+        {
+            let _timer = metrics.reconcile_started("dgd");
+            metrics.reconcile_finished("dgd", None);
+        }
+        metrics.reconcile_finished("dgd", Some("kube_api"));
+        metrics.invalid_object("dgd");
+        metrics.set_leader(true);
+        let text = metrics.encode().unwrap();
+        for expected in [
+            "planner_operator_reconcile_total{controller=\"dgd\",result=\"success\"} 1",
+            "planner_operator_reconcile_total{controller=\"dgd\",result=\"error\"} 1",
+            "planner_operator_reconcile_errors_total{controller=\"dgd\",kind=\"kube_api\"} 1",
+            "planner_operator_reconcile_duration_seconds_count{controller=\"dgd\"} 1",
+            "planner_operator_invalid_objects_total{controller=\"dgd\"} 1",
+            "planner_operator_leader 1",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in\n{text}");
+        }
+    }
+}
