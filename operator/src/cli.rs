@@ -68,6 +68,8 @@ pub fn main() -> ExitCode {
 }
 
 fn run(args: crate::runtime::RunArgs) -> ExitCode {
+    // One TLS provider for every client and server in the process (kube, reqwest, webhook).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {

@@ -1,3 +1,4 @@
 //! Metrics: the operator's own `/metrics` (Prometheus exposition via prometheus-client).
 
 pub mod operator;
+pub mod prometheus;
