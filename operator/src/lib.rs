@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod cli;
+pub mod connector;
 pub mod controller;
 pub mod metrics;
 pub mod planner;

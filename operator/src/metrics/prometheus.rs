@@ -111,6 +111,101 @@ struct ResponseData {
 }
 
 #[derive(Deserialize)]
+struct RangeResponse {
+    status: String,
+    #[serde(default)]
+    data: Option<RangeData>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RangeData {
+    #[serde(rename = "resultType")]
+    result_type: String,
+    result: Vec<MatrixSeries>,
+}
+
+#[derive(Deserialize)]
+struct MatrixSeries {
+    #[serde(default)]
+    metric: std::collections::BTreeMap<String, String>,
+    values: Vec<(f64, String)>,
+}
+
+/// One series of a range query.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Series {
+    /// `model` label, if any.
+    pub model: Option<String>,
+    /// `(unix seconds, value)` pairs, oldest first.
+    pub points: Vec<(f64, f64)>,
+}
+
+/// Parses a range-query response body.
+pub fn parse_matrix(query: &str, body: &str) -> Result<Vec<Series>, MetricsError> {
+    let response: RangeResponse = serde_json::from_str(body).map_err(|e| MetricsError::Query {
+        query: query.into(),
+        reason: format!("unreadable response: {e}"),
+    })?;
+    if response.status != "success" {
+        return Err(MetricsError::Query {
+            query: query.into(),
+            reason: response
+                .error
+                .unwrap_or_else(|| format!("status {}", response.status)),
+        });
+    }
+    let data = response.data.ok_or_else(|| MetricsError::Query {
+        query: query.into(),
+        reason: "no data in the response".into(),
+    })?;
+    if data.result_type != "matrix" {
+        return Err(MetricsError::Query {
+            query: query.into(),
+            reason: format!("expected a matrix result, got {}", data.result_type),
+        });
+    }
+    Ok(data
+        .result
+        .into_iter()
+        .map(|series| Series {
+            model: series.metric.get("model").cloned(),
+            points: series
+                .values
+                .into_iter()
+                .filter_map(|(t, v)| match v.as_str() {
+                    "NaN" => Some((t, f64::NAN)),
+                    other => other.parse::<f64>().ok().map(|v| (t, v)),
+                })
+                .collect(),
+        })
+        .collect())
+}
+
+/// Combines series point by point: `(timestamp, values of the series that have that timestamp)`,
+/// for the series whose model matches (`None` matches every series).
+fn by_timestamp(series: &[Series], model: Option<&str>) -> Vec<(f64, Vec<f64>)> {
+    let model = model.map(str::to_lowercase);
+    let mut points: std::collections::BTreeMap<i64, (f64, Vec<f64>)> = std::collections::BTreeMap::new();
+    for s in series {
+        if let Some(model) = &model
+            && s.model.as_deref().map(str::to_lowercase).as_ref() != Some(model)
+        {
+            continue;
+        }
+        for &(t, v) in &s.points {
+            points
+                .entry((t * 1000.0).round() as i64)
+                .or_insert_with(|| (t, Vec::new()))
+                .1
+                .push(v);
+        }
+    }
+    points.into_values().collect()
+}
+
+#[derive(Deserialize)]
 struct VectorSample {
     #[serde(default)]
     metric: std::collections::BTreeMap<String, String>,
@@ -235,6 +330,130 @@ impl PrometheusClient {
         parse_vector(query, &body)
     }
 
+    /// Runs a range query from `end - window` to `end` (unix seconds) at `step` seconds.
+    pub async fn query_range(
+        &self,
+        query: &str,
+        end: f64,
+        window_s: f64,
+        step_s: f64,
+    ) -> Result<Vec<Series>, MetricsError> {
+        let url = format!("{}/api/v1/query_range", self.base_url);
+        let (start, end, step) = ((end - window_s).to_string(), end.to_string(), step_s.to_string());
+        let response = self
+            .http
+            .get(&url)
+            .query(&[
+                ("query", query),
+                ("start", start.as_str()),
+                ("end", end.as_str()),
+                ("step", step.as_str()),
+            ])
+            .send()
+            .await
+            .map_err(|e| MetricsError::Http {
+                url: self.base_url.clone(),
+                reason: e.to_string(),
+            })?;
+        let status = response.status();
+        let body = response.text().await.map_err(|e| MetricsError::Http {
+            url: self.base_url.clone(),
+            reason: e.to_string(),
+        })?;
+        if !status.is_success() && !body.contains("\"status\"") {
+            return Err(MetricsError::Http {
+                url: self.base_url.clone(),
+                reason: format!("HTTP {status}"),
+            });
+        }
+        parse_matrix(query, &body)
+    }
+
+    /// Past intervals' observations (oldest first), to restore the predictors after a restart:
+    /// one point per interval over the last `intervals` intervals, ending at `end`.
+    pub async fn history(
+        &self,
+        filter: &SeriesFilter,
+        window_s: u64,
+        intervals: usize,
+        end: f64,
+    ) -> Result<Vec<Observation>, MetricsError> {
+        let span = window_s as f64 * intervals.saturating_sub(1) as f64;
+        let step = window_s as f64;
+        let requests = self
+            .query_range(&requests_query(filter, window_s), end, span, step)
+            .await?;
+        let totals: Vec<(f64, f64)> = by_timestamp(&requests, Some(&filter.model))
+            .into_iter()
+            .map(|(t, values)| (t, values.iter().sum()))
+            .collect();
+        let mut means: Vec<std::collections::BTreeMap<i64, f64>> = Vec::new();
+        for (_, histogram, scale) in MEANS {
+            let series = self
+                .query_range(&mean_query(histogram, filter, window_s), end, span, step)
+                .await?;
+            means.push(
+                by_timestamp(&series, Some(&filter.model))
+                    .into_iter()
+                    .map(|(t, values)| {
+                        (
+                            (t * 1000.0).round() as i64,
+                            values.iter().sum::<f64>() / values.len() as f64 * scale,
+                        )
+                    })
+                    .collect(),
+            );
+        }
+        Ok(totals
+            .into_iter()
+            .map(|(t, num_req)| {
+                let at = |i: usize| {
+                    means[i]
+                        .get(&((t * 1000.0).round() as i64))
+                        .copied()
+                        .unwrap_or(f64::NAN)
+                };
+                Observation {
+                    num_req,
+                    ttft_ms: at(0),
+                    itl_ms: at(1),
+                    request_duration_s: at(2),
+                    isl: at(3),
+                    osl: at(4),
+                }
+            })
+            .collect())
+    }
+
+    /// Samples of the load-based planner's metrics over the last `window_s` seconds, one every
+    /// `step_s`: queued prefill requests (summed over frontends) and decode KV-cache usage
+    /// (active decode blocks per worker over the KV blocks of one engine).
+    pub async fn load_samples(
+        &self,
+        dynamo_namespace: &str,
+        window_s: f64,
+        step_s: f64,
+        end: f64,
+    ) -> Result<crate::planner::load::LoadSamples, MetricsError> {
+        let ns = quote(dynamo_namespace);
+        let queue = format!(
+            "sum({FRONTEND_PREFIX}_router_queue_pending_requests{{dynamo_namespace={ns},worker_type=\"prefill\"}})"
+        );
+        let kv = format!(
+            "avg({FRONTEND_PREFIX}_worker_active_decode_blocks{{dynamo_namespace={ns},worker_type=\"decode\"}}) / max({FRONTEND_PREFIX}_model_total_kv_blocks{{dynamo_namespace={ns}}})"
+        );
+        let flatten = |series: Vec<Series>| -> Vec<f64> {
+            by_timestamp(&series, None)
+                .into_iter()
+                .map(|(_, values)| values.iter().sum())
+                .collect()
+        };
+        Ok(crate::planner::load::LoadSamples {
+            prefill_queue: flatten(self.query_range(&queue, end, window_s, step_s).await?),
+            decode_kv_usage: flatten(self.query_range(&kv, end, window_s, step_s).await?),
+        })
+    }
+
     /// The interval's observation. Missing series are an error (never read as zero load);
     /// means of an interval without completed requests are `NaN`.
     pub async fn observe(&self, filter: &SeriesFilter, window_s: u64) -> Result<Observation, MetricsError> {
@@ -338,6 +557,22 @@ mod tests {
             },
         ];
         assert!(mean_of(&with_nan, "m").unwrap().is_nan());
+    }
+
+    #[test]
+    fn matrix_points_are_grouped_by_time_across_series() {
+        let body = r#"{"status":"success","data":{"resultType":"matrix","result":[
+            {"metric":{"model":"m"},"values":[[100,"1"],[160,"2"]]},
+            {"metric":{"model":"M"},"values":[[160,"3"],[220,"NaN"]]},
+            {"metric":{"model":"x"},"values":[[100,"50"]]}
+        ]}}"#;
+        let series = parse_matrix("q", body).unwrap();
+        assert_eq!(series.len(), 3);
+        let grouped = by_timestamp(&series, Some("m"));
+        assert_eq!(grouped.len(), 3);
+        assert_eq!(grouped[1], (160.0, vec![2.0, 3.0]));
+        assert!(grouped[2].1[0].is_nan());
+        assert_eq!(by_timestamp(&series, None)[0].1, vec![1.0, 50.0]);
     }
 
     #[test]
