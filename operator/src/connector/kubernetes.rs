@@ -53,7 +53,7 @@ pub fn replicas_patch(
         operations
             .push(json!({"op": op, "path": format!("/spec/components/{index}/replicas"), "value": replicas}));
     }
-    Ok((!operations.is_empty()).then(|| Value::Array(operations)))
+    Ok((!operations.is_empty()).then_some(Value::Array(operations)))
 }
 
 /// Applies the patch for `targets`; returns whether anything changed.
