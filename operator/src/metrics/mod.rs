@@ -1,4 +1,5 @@
 //! Metrics: the operator's own `/metrics` (Prometheus exposition via prometheus-client).
 
 pub mod operator;
+pub mod policy;
 pub mod prometheus;

@@ -43,6 +43,8 @@ pub struct OperatorMetrics {
     durations: Family<ControllerLabels, Histogram>,
     invalid_objects: Family<ControllerLabels, Counter>,
     leader: Gauge,
+    /// Per-PlannerPolicy metrics.
+    pub policies: super::policy::PolicyMetrics,
 }
 
 impl Default for OperatorMetrics {
@@ -88,6 +90,7 @@ impl OperatorMetrics {
             "1 while this process holds the leader lease",
             leader.clone(),
         );
+        let policies = super::policy::PolicyMetrics::register(&mut registry);
         Self {
             registry,
             reconciles,
@@ -95,6 +98,7 @@ impl OperatorMetrics {
             durations,
             invalid_objects,
             leader,
+            policies,
         }
     }
 
