@@ -1,0 +1,229 @@
+//! The `virtual` connector: Dynamo's etcd decision protocol (seed 003, reference 4.2), for
+//! deployments that an external orchestrator scales.
+//!
+//! Keys live under `v1/<dynamo namespace>/planner/`, values are decimal strings. The planner
+//! writes `num_prefill_workers`, `num_decode_workers` and then `decision_id` (0 first, then +1);
+//! the orchestrator writes `scaled_decision_id` once it has carried a decision out. A new
+//! decision waits for the previous one to be acknowledged, for at most `decisionTimeout`
+//! (upstream's 1800 s), after which it is published anyway.
+
+use std::time::{Duration, Instant};
+
+use etcd_client::{Client, ConnectOptions, GetOptions};
+
+use crate::{api::PlannerPolicySpec, controller::planner_policy::resolve};
+
+/// Key names under the prefix.
+pub const NUM_PREFILL: &str = "num_prefill_workers";
+/// Decode workers key.
+pub const NUM_DECODE: &str = "num_decode_workers";
+/// Decision id key (planner).
+pub const DECISION_ID: &str = "decision_id";
+/// Acknowledged decision id key (orchestrator).
+pub const SCALED_DECISION_ID: &str = "scaled_decision_id";
+
+/// Why the connector failed.
+#[derive(Debug, thiserror::Error)]
+pub enum VirtualError {
+    /// The spec has no etcd endpoints (the schema requires them; kept for direct callers).
+    #[error("spec.connector.etcd.endpoints is required when spec.connector.type is virtual")]
+    NoEndpoints,
+    /// A duration field does not parse.
+    #[error(transparent)]
+    Spec(#[from] resolve::ResolveError),
+    /// etcd refused or was unreachable.
+    #[error("etcd at {endpoints}: {source}")]
+    Etcd {
+        /// The endpoints.
+        endpoints: String,
+        /// The client error.
+        source: etcd_client::Error,
+    },
+    /// A key holds something that is not a number.
+    #[error("etcd key {key} holds {value:?}, not a number")]
+    BadValue {
+        /// The key.
+        key: String,
+        /// The value.
+        value: String,
+    },
+}
+
+/// The protocol's state as the planner tracks it (unset values are -1, as upstream reads them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecisionState {
+    /// Prefill workers of the last published decision.
+    pub prefill: i64,
+    /// Decode workers of the last published decision.
+    pub decode: i64,
+    /// Id of the last published decision.
+    pub decision_id: i64,
+}
+
+/// What a publish attempt should do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Nothing changed since the last decision.
+    Unchanged,
+    /// The last decision is not acknowledged yet; wait.
+    Wait,
+    /// Publish a new decision with this id.
+    Publish(i64),
+}
+
+/// The protocol's decision rule (pure): unchanged counts publish nothing; an unacknowledged
+/// previous decision holds new ones back until `timeout` has passed since the first hold.
+pub fn next_step(
+    state: &DecisionState,
+    prefill: u32,
+    decode: u32,
+    scaled_decision_id: i64,
+    first_hold: Option<Instant>,
+    timeout: Duration,
+    now: Instant,
+) -> Step {
+    if state.prefill == i64::from(prefill) && state.decode == i64::from(decode) {
+        return Step::Unchanged;
+    }
+    let acknowledged = state.decision_id < 0 || scaled_decision_id >= state.decision_id;
+    let waited_long_enough = first_hold.is_some_and(|since| now.duration_since(since) >= timeout);
+    if !acknowledged && !waited_long_enough {
+        return Step::Wait;
+    }
+    Step::Publish(if state.decision_id < 0 { 0 } else { state.decision_id + 1 })
+}
+
+/// The outcome of a publish.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Published {
+    /// A decision was written with this id.
+    Decision(i64),
+    /// The previous decision is not acknowledged yet.
+    Waiting {
+        /// The unacknowledged decision.
+        decision_id: i64,
+    },
+    /// Nothing to publish.
+    Unchanged,
+}
+
+/// A connection to etcd and the protocol state of one policy.
+pub struct VirtualConnector {
+    client: Client,
+    endpoints: String,
+    prefix: String,
+    timeout: Duration,
+    state: DecisionState,
+    first_hold: Option<Instant>,
+}
+
+impl VirtualConnector {
+    /// Connects and loads the protocol state from etcd.
+    pub async fn connect(spec: &PlannerPolicySpec, metrics_namespace: &str) -> Result<Self, VirtualError> {
+        let endpoints: Vec<String> =
+            spec.connector.etcd.as_ref().map(|e| e.endpoints.clone()).unwrap_or_default();
+        if endpoints.is_empty() {
+            return Err(VirtualError::NoEndpoints);
+        }
+        let namespace = spec.connector.dynamo_namespace.clone().unwrap_or_else(|| metrics_namespace.to_string());
+        let timeout = resolve::parse_duration("spec.connector.decisionTimeout", &spec.connector.decision_timeout)?;
+        let joined = endpoints.join(",");
+        let options = ConnectOptions::new().with_connect_timeout(Duration::from_secs(5)).with_timeout(Duration::from_secs(10));
+        let client = Client::connect(&endpoints, Some(options))
+            .await
+            .map_err(|source| VirtualError::Etcd { endpoints: joined.clone(), source })?;
+        let mut connector = Self {
+            client,
+            endpoints: joined,
+            prefix: format!("v1/{namespace}/planner/"),
+            timeout,
+            state: DecisionState { prefill: -1, decode: -1, decision_id: -1 },
+            first_hold: None,
+        };
+        connector.state = DecisionState {
+            prefill: connector.read(NUM_PREFILL).await?,
+            decode: connector.read(NUM_DECODE).await?,
+            decision_id: connector.read(DECISION_ID).await?,
+        };
+        Ok(connector)
+    }
+
+    /// The key prefix (`v1/<namespace>/planner/`).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    async fn read(&mut self, key: &str) -> Result<i64, VirtualError> {
+        let full = format!("{}{key}", self.prefix);
+        let response = self
+            .client
+            .get(full.as_str(), Some(GetOptions::new()))
+            .await
+            .map_err(|source| VirtualError::Etcd { endpoints: self.endpoints.clone(), source })?;
+        match response.kvs().first() {
+            None => Ok(-1),
+            Some(kv) => {
+                let value = String::from_utf8_lossy(kv.value()).trim().to_string();
+                value.parse().map_err(|_| VirtualError::BadValue { key: full, value })
+            }
+        }
+    }
+
+    async fn write(&mut self, key: &str, value: i64) -> Result<(), VirtualError> {
+        self.client
+            .put(format!("{}{key}", self.prefix), value.to_string(), None)
+            .await
+            .map_err(|source| VirtualError::Etcd { endpoints: self.endpoints.clone(), source })?;
+        Ok(())
+    }
+
+    /// Publishes a decision if the protocol allows it now.
+    pub async fn publish(&mut self, prefill: u32, decode: u32) -> Result<Published, VirtualError> {
+        let scaled = self.read(SCALED_DECISION_ID).await?;
+        let now = Instant::now();
+        match next_step(&self.state, prefill, decode, scaled, self.first_hold, self.timeout, now) {
+            Step::Unchanged => Ok(Published::Unchanged),
+            Step::Wait => {
+                self.first_hold.get_or_insert(now);
+                Ok(Published::Waiting { decision_id: self.state.decision_id })
+            }
+            Step::Publish(id) => {
+                self.write(NUM_PREFILL, i64::from(prefill)).await?;
+                self.write(NUM_DECODE, i64::from(decode)).await?;
+                self.write(DECISION_ID, id).await?;
+                self.state = DecisionState { prefill: i64::from(prefill), decode: i64::from(decode), decision_id: id };
+                self.first_hold = None;
+                Ok(Published::Decision(id))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TIMEOUT: Duration = Duration::from_secs(1800);
+
+    #[test]
+    fn first_decision_gets_id_zero_then_increments_after_acknowledgement() {
+        let now = Instant::now();
+        let fresh = DecisionState { prefill: -1, decode: -1, decision_id: -1 };
+        assert_eq!(next_step(&fresh, 1, 1, -1, None, TIMEOUT, now), Step::Publish(0));
+        let published = DecisionState { prefill: 1, decode: 1, decision_id: 0 };
+        assert_eq!(next_step(&published, 1, 1, -1, None, TIMEOUT, now), Step::Unchanged);
+        assert_eq!(next_step(&published, 2, 1, -1, None, TIMEOUT, now), Step::Wait);
+        assert_eq!(next_step(&published, 2, 1, 0, None, TIMEOUT, now), Step::Publish(1));
+    }
+
+    #[test]
+    fn an_unacknowledged_decision_is_superseded_after_the_timeout() {
+        let start = Instant::now();
+        let state = DecisionState { prefill: 1, decode: 1, decision_id: 4 };
+        assert_eq!(next_step(&state, 3, 2, 3, Some(start), TIMEOUT, start + Duration::from_secs(60)), Step::Wait);
+        assert_eq!(next_step(&state, 3, 2, 3, Some(start), TIMEOUT, start + TIMEOUT), Step::Publish(5));
+        // Scaling to zero is a decision like any other.
+        let acknowledged = DecisionState { prefill: 1, decode: 1, decision_id: 5 };
+        assert_eq!(next_step(&acknowledged, 0, 0, 5, None, TIMEOUT, start), Step::Publish(6));
+    }
+}

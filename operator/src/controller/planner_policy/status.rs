@@ -1,0 +1,186 @@
+//! PlannerPolicy status, conditions and events from one interval's outcome (pure).
+
+use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+
+use crate::{
+    api::{CorrectionFactors, ObservedLoad, PlannerPolicyStatus, PoolReplicas, PredictedLoad},
+    controller::conditions::{self, DesiredCondition},
+    planner::sla::Limit,
+};
+
+/// Condition types of a PlannerPolicy.
+pub const READY: &str = "Ready";
+/// The target DGD and its pools resolve.
+pub const TARGET_RESOLVED: &str = "TargetResolved";
+/// The profile loaded.
+pub const PROFILE_LOADED: &str = "ProfileLoaded";
+/// The last interval's metrics were read.
+pub const METRICS_AVAILABLE: &str = "MetricsAvailable";
+/// A bound or the budget limited the last decision.
+pub const SCALING_LIMITED: &str = "ScalingLimited";
+
+/// How the last interval went, as the status shows it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Outcome {
+    /// Condition updates.
+    pub conditions: Vec<DesiredCondition>,
+    /// Observed metrics.
+    pub observed: Option<ObservedLoad>,
+    /// Predicted load.
+    pub predicted: Option<PredictedLoad>,
+    /// Correction factors.
+    pub correction: Option<CorrectionFactors>,
+    /// Desired replicas.
+    pub desired: Option<PoolReplicas>,
+    /// Current replicas.
+    pub current: Option<PoolReplicas>,
+    /// The last decision's id, when one was published.
+    pub decision_id: Option<i64>,
+    /// Whether replicas were changed this interval.
+    pub scaled: bool,
+    /// Whether an interval ran (sets `lastTickTime`).
+    pub ticked: bool,
+    /// One line on why.
+    pub message: String,
+}
+
+/// The `ScalingLimited` condition for a decision's limits (minimums are not limitations).
+pub fn scaling_limited(limits: &[Limit]) -> DesiredCondition {
+    let limiting: Vec<String> =
+        limits.iter().filter(|l| !matches!(l, Limit::MinReplicas { .. })).map(ToString::to_string).collect();
+    if limiting.is_empty() {
+        DesiredCondition::unmet(SCALING_LIMITED, "WithinBounds", "the last decision was within bounds and budget")
+    } else {
+        let reason = if limits.iter().any(|l| matches!(l, Limit::GpuBudget { .. } | Limit::BudgetBelowMinimum { .. })) {
+            "GpuBudget"
+        } else {
+            "MaxReplicas"
+        };
+        DesiredCondition::met(SCALING_LIMITED, reason, limiting.join("; "))
+    }
+}
+
+/// The status after an interval: previous fields kept unless the outcome replaces them.
+pub fn next(
+    previous: Option<&PlannerPolicyStatus>,
+    generation: Option<i64>,
+    outcome: &Outcome,
+    now: Timestamp,
+) -> PlannerPolicyStatus {
+    let mut status = previous.cloned().unwrap_or_default();
+    status.observed_generation = generation;
+    // Ready follows the other conditions: the planner works when the target resolves, the
+    // profile loads and metrics arrive.
+    let mut wanted = outcome.conditions.clone();
+    let failing: Vec<&DesiredCondition> = wanted
+        .iter()
+        .filter(|c| [TARGET_RESOLVED, PROFILE_LOADED, METRICS_AVAILABLE].contains(&c.type_) && c.status != "True")
+        .collect();
+    let ready = match failing.first() {
+        Some(first) => DesiredCondition::unmet(READY, first.reason.clone(), first.message.clone()),
+        None => DesiredCondition::met(READY, "Planning", outcome.message.clone()),
+    };
+    wanted.push(ready);
+    status.conditions = conditions::merge(&status.conditions, &wanted, generation, now);
+    if outcome.ticked {
+        status.last_tick_time = Some(Time(now));
+    }
+    if outcome.observed.is_some() {
+        status.observed = outcome.observed.clone();
+    }
+    if outcome.predicted.is_some() {
+        status.predicted = outcome.predicted.clone();
+    }
+    if outcome.correction.is_some() {
+        status.correction = outcome.correction.clone();
+    }
+    if outcome.desired.is_some() {
+        status.desired = outcome.desired;
+    }
+    if outcome.current.is_some() {
+        status.current = outcome.current;
+    }
+    if outcome.decision_id.is_some() {
+        status.decision_id = outcome.decision_id;
+    }
+    if outcome.scaled {
+        status.last_scale_time = Some(Time(now));
+    }
+    status.message = Some(outcome.message.clone());
+    status
+}
+
+/// Whether writing `new` changes what `old` says (condition transition times aside).
+pub fn differs(old: Option<&PlannerPolicyStatus>, new: &PlannerPolicyStatus) -> bool {
+    match old {
+        None => true,
+        Some(old) => {
+            let strip = |s: &PlannerPolicyStatus| PlannerPolicyStatus { conditions: Vec::new(), ..s.clone() };
+            strip(old) != strip(new) || !conditions::same(&old.conditions, &new.conditions)
+        }
+    }
+}
+
+/// Finite values only: status fields are JSON numbers and must not be NaN.
+pub fn finite(value: f64) -> Option<f64> {
+    value.is_finite().then_some(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::planner::sla::Pool;
+
+    fn now() -> Timestamp {
+        Timestamp::from_second(1_800_000_000).unwrap()
+    }
+
+    #[test]
+    fn ready_reflects_the_first_failing_condition() {
+        let outcome = Outcome {
+            conditions: vec![
+                DesiredCondition::met(TARGET_RESOLVED, "Resolved", "ok"),
+                DesiredCondition::unmet(METRICS_AVAILABLE, "PrometheusUnreachable", "cannot reach Prometheus"),
+            ],
+            message: "keeping replicas".into(),
+            ..Outcome::default()
+        };
+        let status = next(None, Some(2), &outcome, now());
+        let ready = conditions::find(&status.conditions, READY).unwrap();
+        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "PrometheusUnreachable"));
+        assert_eq!(status.observed_generation, Some(2));
+        assert_eq!(status.last_tick_time, None);
+    }
+
+    #[test]
+    fn a_tick_records_its_numbers_and_keeps_the_last_ones_otherwise() {
+        let tick = Outcome {
+            conditions: vec![DesiredCondition::met(METRICS_AVAILABLE, "Observed", "ok")],
+            desired: Some(PoolReplicas { prefill: 2, decode: 3 }),
+            current: Some(PoolReplicas { prefill: 1, decode: 3 }),
+            scaled: true,
+            ticked: true,
+            message: "prefill 1 -> 2".into(),
+            ..Outcome::default()
+        };
+        let first = next(None, Some(1), &tick, now());
+        assert_eq!(first.desired, Some(PoolReplicas { prefill: 2, decode: 3 }));
+        assert!(first.last_scale_time.is_some() && first.last_tick_time.is_some());
+        let quiet = Outcome { message: "waiting".into(), ..Outcome::default() };
+        let second = next(Some(&first), Some(1), &quiet, now());
+        assert_eq!(second.desired, first.desired);
+        assert!(differs(Some(&first), &second));
+        assert!(!differs(Some(&second), &next(Some(&second), Some(1), &quiet, now())));
+    }
+
+    #[test]
+    fn scaling_limited_names_the_limit() {
+        let none = scaling_limited(&[Limit::MinReplicas { pool: Pool::Decode, needed: 0, min: 1 }]);
+        assert_eq!(none.status, "False");
+        let budget = scaling_limited(&[Limit::GpuBudget { needed_gpus: 12, budget: 8 }]);
+        assert_eq!((budget.status, budget.reason.as_str()), ("True", "GpuBudget"));
+        assert!(budget.message.contains("12 GPUs"));
+        let max = scaling_limited(&[Limit::MaxReplicas { pool: Pool::Prefill, needed: 9, max: 4 }]);
+        assert_eq!(max.reason, "MaxReplicas");
+    }
+}
