@@ -264,7 +264,14 @@ async fn run_controllers(
         deployments: store,
     });
     let stop = stop.shared();
-    controller::dgd::run(ctx, deployments, args.namespace.clone(), stop).await;
+    let planner_ctx = Arc::new(controller::planner_policy::PlannerContext::new(
+        Arc::clone(&ctx),
+        args.prometheus_url.clone(),
+    ));
+    tokio::join!(
+        controller::dgd::run(ctx, deployments, args.namespace.clone(), stop.clone()),
+        controller::planner_policy::run(planner_ctx, args.namespace.clone(), stop),
+    );
 }
 
 /// Fails early, with a hint, when the CRDs this operator needs are missing.

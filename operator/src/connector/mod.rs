@@ -2,3 +2,4 @@
 //! publishes the decision in etcd for an external actor.
 
 pub mod kubernetes;
+pub mod virtual_etcd;

@@ -90,7 +90,11 @@ pub fn next_step(
     if !acknowledged && !waited_long_enough {
         return Step::Wait;
     }
-    Step::Publish(if state.decision_id < 0 { 0 } else { state.decision_id + 1 })
+    Step::Publish(if state.decision_id < 0 {
+        0
+    } else {
+        state.decision_id + 1
+    })
 }
 
 /// The outcome of a publish.
@@ -120,24 +124,42 @@ pub struct VirtualConnector {
 impl VirtualConnector {
     /// Connects and loads the protocol state from etcd.
     pub async fn connect(spec: &PlannerPolicySpec, metrics_namespace: &str) -> Result<Self, VirtualError> {
-        let endpoints: Vec<String> =
-            spec.connector.etcd.as_ref().map(|e| e.endpoints.clone()).unwrap_or_default();
+        let endpoints: Vec<String> = spec
+            .connector
+            .etcd
+            .as_ref()
+            .map(|e| e.endpoints.clone())
+            .unwrap_or_default();
         if endpoints.is_empty() {
             return Err(VirtualError::NoEndpoints);
         }
-        let namespace = spec.connector.dynamo_namespace.clone().unwrap_or_else(|| metrics_namespace.to_string());
-        let timeout = resolve::parse_duration("spec.connector.decisionTimeout", &spec.connector.decision_timeout)?;
+        let namespace = spec
+            .connector
+            .dynamo_namespace
+            .clone()
+            .unwrap_or_else(|| metrics_namespace.to_string());
+        let timeout =
+            resolve::parse_duration("spec.connector.decisionTimeout", &spec.connector.decision_timeout)?;
         let joined = endpoints.join(",");
-        let options = ConnectOptions::new().with_connect_timeout(Duration::from_secs(5)).with_timeout(Duration::from_secs(10));
+        let options = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(5))
+            .with_timeout(Duration::from_secs(10));
         let client = Client::connect(&endpoints, Some(options))
             .await
-            .map_err(|source| VirtualError::Etcd { endpoints: joined.clone(), source })?;
+            .map_err(|source| VirtualError::Etcd {
+                endpoints: joined.clone(),
+                source,
+            })?;
         let mut connector = Self {
             client,
             endpoints: joined,
             prefix: format!("v1/{namespace}/planner/"),
             timeout,
-            state: DecisionState { prefill: -1, decode: -1, decision_id: -1 },
+            state: DecisionState {
+                prefill: -1,
+                decode: -1,
+                decision_id: -1,
+            },
             first_hold: None,
         };
         connector.state = DecisionState {
@@ -159,12 +181,17 @@ impl VirtualConnector {
             .client
             .get(full.as_str(), Some(GetOptions::new()))
             .await
-            .map_err(|source| VirtualError::Etcd { endpoints: self.endpoints.clone(), source })?;
+            .map_err(|source| VirtualError::Etcd {
+                endpoints: self.endpoints.clone(),
+                source,
+            })?;
         match response.kvs().first() {
             None => Ok(-1),
             Some(kv) => {
                 let value = String::from_utf8_lossy(kv.value()).trim().to_string();
-                value.parse().map_err(|_| VirtualError::BadValue { key: full, value })
+                value
+                    .parse()
+                    .map_err(|_| VirtualError::BadValue { key: full, value })
             }
         }
     }
@@ -173,7 +200,10 @@ impl VirtualConnector {
         self.client
             .put(format!("{}{key}", self.prefix), value.to_string(), None)
             .await
-            .map_err(|source| VirtualError::Etcd { endpoints: self.endpoints.clone(), source })?;
+            .map_err(|source| VirtualError::Etcd {
+                endpoints: self.endpoints.clone(),
+                source,
+            })?;
         Ok(())
     }
 
@@ -181,17 +211,31 @@ impl VirtualConnector {
     pub async fn publish(&mut self, prefill: u32, decode: u32) -> Result<Published, VirtualError> {
         let scaled = self.read(SCALED_DECISION_ID).await?;
         let now = Instant::now();
-        match next_step(&self.state, prefill, decode, scaled, self.first_hold, self.timeout, now) {
+        match next_step(
+            &self.state,
+            prefill,
+            decode,
+            scaled,
+            self.first_hold,
+            self.timeout,
+            now,
+        ) {
             Step::Unchanged => Ok(Published::Unchanged),
             Step::Wait => {
                 self.first_hold.get_or_insert(now);
-                Ok(Published::Waiting { decision_id: self.state.decision_id })
+                Ok(Published::Waiting {
+                    decision_id: self.state.decision_id,
+                })
             }
             Step::Publish(id) => {
                 self.write(NUM_PREFILL, i64::from(prefill)).await?;
                 self.write(NUM_DECODE, i64::from(decode)).await?;
                 self.write(DECISION_ID, id).await?;
-                self.state = DecisionState { prefill: i64::from(prefill), decode: i64::from(decode), decision_id: id };
+                self.state = DecisionState {
+                    prefill: i64::from(prefill),
+                    decode: i64::from(decode),
+                    decision_id: id,
+                };
                 self.first_hold = None;
                 Ok(Published::Decision(id))
             }
@@ -208,22 +252,61 @@ mod tests {
     #[test]
     fn first_decision_gets_id_zero_then_increments_after_acknowledgement() {
         let now = Instant::now();
-        let fresh = DecisionState { prefill: -1, decode: -1, decision_id: -1 };
+        let fresh = DecisionState {
+            prefill: -1,
+            decode: -1,
+            decision_id: -1,
+        };
         assert_eq!(next_step(&fresh, 1, 1, -1, None, TIMEOUT, now), Step::Publish(0));
-        let published = DecisionState { prefill: 1, decode: 1, decision_id: 0 };
-        assert_eq!(next_step(&published, 1, 1, -1, None, TIMEOUT, now), Step::Unchanged);
+        let published = DecisionState {
+            prefill: 1,
+            decode: 1,
+            decision_id: 0,
+        };
+        assert_eq!(
+            next_step(&published, 1, 1, -1, None, TIMEOUT, now),
+            Step::Unchanged
+        );
         assert_eq!(next_step(&published, 2, 1, -1, None, TIMEOUT, now), Step::Wait);
-        assert_eq!(next_step(&published, 2, 1, 0, None, TIMEOUT, now), Step::Publish(1));
+        assert_eq!(
+            next_step(&published, 2, 1, 0, None, TIMEOUT, now),
+            Step::Publish(1)
+        );
     }
 
     #[test]
     fn an_unacknowledged_decision_is_superseded_after_the_timeout() {
         let start = Instant::now();
-        let state = DecisionState { prefill: 1, decode: 1, decision_id: 4 };
-        assert_eq!(next_step(&state, 3, 2, 3, Some(start), TIMEOUT, start + Duration::from_secs(60)), Step::Wait);
-        assert_eq!(next_step(&state, 3, 2, 3, Some(start), TIMEOUT, start + TIMEOUT), Step::Publish(5));
+        let state = DecisionState {
+            prefill: 1,
+            decode: 1,
+            decision_id: 4,
+        };
+        assert_eq!(
+            next_step(
+                &state,
+                3,
+                2,
+                3,
+                Some(start),
+                TIMEOUT,
+                start + Duration::from_secs(60)
+            ),
+            Step::Wait
+        );
+        assert_eq!(
+            next_step(&state, 3, 2, 3, Some(start), TIMEOUT, start + TIMEOUT),
+            Step::Publish(5)
+        );
         // Scaling to zero is a decision like any other.
-        let acknowledged = DecisionState { prefill: 1, decode: 1, decision_id: 5 };
-        assert_eq!(next_step(&acknowledged, 0, 0, 5, None, TIMEOUT, start), Step::Publish(6));
+        let acknowledged = DecisionState {
+            prefill: 1,
+            decode: 1,
+            decision_id: 5,
+        };
+        assert_eq!(
+            next_step(&acknowledged, 0, 0, 5, None, TIMEOUT, start),
+            Step::Publish(6)
+        );
     }
 }

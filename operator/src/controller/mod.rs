@@ -13,6 +13,7 @@ use crate::metrics::operator::OperatorMetrics;
 
 pub mod conditions;
 pub mod dgd;
+pub mod planner_policy;
 
 /// Field manager of every object and status this operator writes.
 pub const FIELD_MANAGER: &str = "planner-operator";

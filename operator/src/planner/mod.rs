@@ -6,5 +6,8 @@ pub mod case;
 pub mod clough_tocher;
 pub mod interpolation;
 pub mod load;
+pub mod predictor;
 pub mod profile;
 pub mod sla;
+pub mod state;
+pub mod trace;

@@ -94,13 +94,17 @@ struct PolicyRuntime {
     virtual_connector: Option<virtual_etcd::VirtualConnector>,
 }
 
+/// Planner state of each policy, keyed by namespace and name; each behind its own lock so
+/// policies plan concurrently.
+type Runtimes = HashMap<(String, String), Arc<tokio::sync::Mutex<PolicyRuntime>>>;
+
 /// State shared by every PlannerPolicy reconcile.
 pub struct PlannerContext {
     /// Client, recorder and metrics.
     pub base: Arc<Context>,
     /// Prometheus used when a policy names none.
     pub default_prometheus_url: String,
-    runtimes: Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<PolicyRuntime>>>>,
+    runtimes: Mutex<Runtimes>,
     models: Mutex<HashMap<String, Arc<PerformanceModel>>>,
     prometheus: Mutex<HashMap<String, PrometheusClient>>,
 }
@@ -118,7 +122,10 @@ impl PlannerContext {
     }
 
     fn prometheus(&self, url: &str) -> Result<PrometheusClient, String> {
-        let mut clients = self.prometheus.lock().map_err(|_| "internal lock poisoned".to_string())?;
+        let mut clients = self
+            .prometheus
+            .lock()
+            .map_err(|_| "internal lock poisoned".to_string())?;
         if let Some(client) = clients.get(url) {
             return Ok(client.clone());
         }
@@ -161,8 +168,11 @@ pub async fn run(
                     .iter()
                     .map(|p| (p.namespace().unwrap_or_default(), p.name_any()))
                     .collect();
-                let known: Vec<(String, String)> =
-                    ctx.runtimes.lock().map(|r| r.keys().cloned().collect()).unwrap_or_default();
+                let known: Vec<(String, String)> = ctx
+                    .runtimes
+                    .lock()
+                    .map(|r| r.keys().cloned().collect())
+                    .unwrap_or_default();
                 for (namespace, name) in known.into_iter().filter(|k| !live.contains(k)) {
                     info!(%namespace, %name, "PlannerPolicy deleted; dropping its state and metrics");
                     ctx.forget(&namespace, &name);
@@ -184,7 +194,10 @@ pub async fn run(
     }
 }
 
-async fn reconcile(guard: Arc<DeserializeGuard<PlannerPolicy>>, ctx: Arc<PlannerContext>) -> Result<Action, Error> {
+async fn reconcile(
+    guard: Arc<DeserializeGuard<PlannerPolicy>>,
+    ctx: Arc<PlannerContext>,
+) -> Result<Action, Error> {
     let (namespace, name) = match &guard.0 {
         Ok(p) => (p.namespace().unwrap_or_default(), p.name_any()),
         Err(invalid) => (
@@ -204,14 +217,20 @@ async fn reconcile(guard: Arc<DeserializeGuard<PlannerPolicy>>, ctx: Arc<Planner
             }
         };
         let result = reconcile_policy(policy, &ctx).await;
-        ctx.base.metrics.reconcile_finished(CONTROLLER, result.as_ref().err().map(Error::kind));
+        ctx.base
+            .metrics
+            .reconcile_finished(CONTROLLER, result.as_ref().err().map(Error::kind));
         result
     }
     .instrument(span)
     .await
 }
 
-fn error_policy(guard: Arc<DeserializeGuard<PlannerPolicy>>, error: &Error, _ctx: Arc<PlannerContext>) -> Action {
+fn error_policy(
+    guard: Arc<DeserializeGuard<PlannerPolicy>>,
+    error: &Error,
+    _ctx: Arc<PlannerContext>,
+) -> Action {
     let name = guard.0.as_ref().map(ResourceExt::name_any).unwrap_or_default();
     warn!(%name, %error, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(15))
@@ -238,13 +257,25 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
                 "spec.targetRef.name: DynamoGraphDeployment {:?} does not exist in namespace {namespace}",
                 spec.target_ref.name
             );
-            let blocked = Blocked { condition: DesiredCondition::unmet(TARGET_RESOLVED, "TargetNotFound", &message), event: None };
+            let blocked = Blocked {
+                condition: DesiredCondition::unmet(TARGET_RESOLVED, "TargetNotFound", &message),
+                event: None,
+            };
             return report_blocked(policy, ctx, blocked).await;
         }
-        Err(source) => return Err(Error::Kube { action: "get the target DynamoGraphDeployment".into(), source }),
+        Err(source) => {
+            return Err(Error::Kube {
+                action: "get the target DynamoGraphDeployment".into(),
+                source,
+            });
+        }
     };
     let resolved = resolve::pools(spec, &dgd).and_then(|pools| {
-        let model = if spec.mode == PlannerMode::Load { String::new() } else { resolve::model_name(spec, &dgd, &pools)? };
+        let model = if spec.mode == PlannerMode::Load {
+            String::new()
+        } else {
+            resolve::model_name(spec, &dgd, &pools)?
+        };
         Ok((pools, model))
     });
     let (pools, model_name) = match resolved {
@@ -262,7 +293,10 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
     outcome.conditions.push(DesiredCondition::met(
         TARGET_RESOLVED,
         "Resolved",
-        format!("prefill component {:?}, decode component {:?}", pools.prefill, pools.decode),
+        format!(
+            "prefill component {:?}, decode component {:?}",
+            pools.prefill, pools.decode
+        ),
     ));
 
     // The profile (not needed by the load-based planner).
@@ -271,7 +305,11 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
     } else {
         match load_model(policy, ctx).await {
             Ok((model, source)) => {
-                outcome.conditions.push(DesiredCondition::met(PROFILE_LOADED, "Loaded", format!("profile {source}")));
+                outcome.conditions.push(DesiredCondition::met(
+                    PROFILE_LOADED,
+                    "Loaded",
+                    format!("profile {source}"),
+                ));
                 Some(model)
             }
             Err(message) => {
@@ -315,31 +353,54 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
 
     let current = current_replicas(&dgd, &pools);
     outcome.ticked = true;
-    outcome.current = Some(PoolReplicas { prefill: to_i32(current.0), decode: to_i32(current.1) });
-    let metrics_url = spec.metrics.prometheus.url.clone().unwrap_or_else(|| ctx.default_prometheus_url.clone());
+    outcome.current = Some(PoolReplicas {
+        prefill: to_i32(current.0),
+        decode: to_i32(current.1),
+    });
+    let metrics_url = spec
+        .metrics
+        .prometheus
+        .url
+        .clone()
+        .unwrap_or_else(|| ctx.default_prometheus_url.clone());
     let dynamo_namespace = resolve::metrics_namespace(policy, &dgd.name_any());
     let prometheus = ctx.prometheus(&metrics_url);
     let window_s = interval.as_secs().max(1);
 
     let target = match &mut runtime.planner {
         PlannerState::Sla(planner) => {
-            let Ok(config) = resolve::sla_config(spec, &pools) else { return Ok(Action::requeue(RETRY)) };
+            let Ok(config) = resolve::sla_config(spec, &pools) else {
+                return Ok(Action::requeue(RETRY));
+            };
             let metrics = match &prometheus {
                 Ok(client) => {
-                    let filter = SeriesFilter { dynamo_namespace: dynamo_namespace.clone(), model: model_name.clone() };
+                    let filter = SeriesFilter {
+                        dynamo_namespace: dynamo_namespace.clone(),
+                        model: model_name.clone(),
+                    };
                     match client.observe(&filter, window_s).await {
                         Ok(observation) => IntervalMetrics::Observed(observation),
-                        Err(error) => IntervalMetrics::Unavailable { reason: error.to_string() },
+                        Err(error) => IntervalMetrics::Unavailable {
+                            reason: error.to_string(),
+                        },
                     }
                 }
-                Err(error) => IntervalMetrics::Unavailable { reason: error.clone() },
+                Err(error) => IntervalMetrics::Unavailable {
+                    reason: error.clone(),
+                },
             };
-            let Some(model) = &model else { return Ok(Action::requeue(RETRY)) };
+            let Some(model) = &model else {
+                return Ok(Action::requeue(RETRY));
+            };
             let decision = planner.tick(&config, model.as_ref(), metrics, current);
             if let Some(hold) = &decision.hold {
                 match hold {
                     crate::planner::state::Hold::MetricsUnavailable { reason } => {
-                        outcome.conditions.push(DesiredCondition::unmet(METRICS_AVAILABLE, "MetricsUnavailable", reason));
+                        outcome.conditions.push(DesiredCondition::unmet(
+                            METRICS_AVAILABLE,
+                            "MetricsUnavailable",
+                            reason,
+                        ));
                     }
                     crate::planner::state::Hold::NoTraffic => {
                         outcome.conditions.push(DesiredCondition::met(
@@ -366,25 +427,40 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
                 });
             }
             if let Some(load) = &decision.predicted {
-                outcome.predicted =
-                    Some(PredictedLoad { requests: finite(load.num_req), isl: finite(load.isl), osl: finite(load.osl) });
+                outcome.predicted = Some(PredictedLoad {
+                    requests: finite(load.num_req),
+                    isl: finite(load.isl),
+                    osl: finite(load.osl),
+                });
             }
             let corrections = decision.corrections;
-            outcome.correction =
-                Some(CorrectionFactors { prefill: finite(corrections.prefill), decode: finite(corrections.decode) });
+            outcome.correction = Some(CorrectionFactors {
+                prefill: finite(corrections.prefill),
+                decode: finite(corrections.decode),
+            });
             if decision.plan.is_some() {
-                outcome.conditions.push(status::scaling_limited(decision.limits()));
+                outcome
+                    .conditions
+                    .push(status::scaling_limited(decision.limits()));
             }
             outcome.message = decision.explanation();
             decision.target()
         }
         PlannerState::Load(planner) => {
             let config = resolve::load_config(spec, &pools);
-            let pulling = resolve::parse_duration("spec.load.metricPullingInterval", &spec.load.metric_pulling_interval)
-                .unwrap_or(Duration::from_secs(1));
+            let pulling = resolve::parse_duration(
+                "spec.load.metricPullingInterval",
+                &spec.load.metric_pulling_interval,
+            )
+            .unwrap_or(Duration::from_secs(1));
             let samples = match &prometheus {
                 Ok(client) => client
-                    .load_samples(&dynamo_namespace, window_s as f64, pulling.as_secs_f64().max(1.0), unix_now())
+                    .load_samples(
+                        &dynamo_namespace,
+                        window_s as f64,
+                        pulling.as_secs_f64().max(1.0),
+                        unix_now(),
+                    )
                     .await
                     .map_err(|e| e.to_string()),
                 Err(error) => Err(error.clone()),
@@ -396,22 +472,39 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
                         outcome.conditions.push(DesiredCondition::unmet(
                             METRICS_AVAILABLE,
                             "NoSamples",
-                            format!("no queue or KV-cache samples for {dynamo_namespace} in the last interval"),
+                            format!(
+                                "no queue or KV-cache samples for {dynamo_namespace} in the last interval"
+                            ),
                         ));
                     } else {
-                        outcome.conditions.push(DesiredCondition::met(METRICS_AVAILABLE, "Observed", "load metrics sampled"));
+                        outcome.conditions.push(DesiredCondition::met(
+                            METRICS_AVAILABLE,
+                            "Observed",
+                            "load metrics sampled",
+                        ));
                     }
                     outcome.message = format!(
                         "load mode: prefill {:?}, decode {:?}{}",
                         decision.prefill_reason,
                         decision.decode_reason,
-                        decision.skipped.as_ref().map(|s| format!(" (skipped: {s:?})")).unwrap_or_default()
+                        decision
+                            .skipped
+                            .as_ref()
+                            .map(|s| format!(" (skipped: {s:?})"))
+                            .unwrap_or_default()
                     );
-                    decision.skipped.is_none().then_some((decision.prefill, decision.decode))
+                    decision
+                        .skipped
+                        .is_none()
+                        .then_some((decision.prefill, decision.decode))
                 }
                 Err(reason) => {
                     outcome.message = format!("keeping replicas: metrics unavailable ({reason})");
-                    outcome.conditions.push(DesiredCondition::unmet(METRICS_AVAILABLE, "MetricsUnavailable", reason));
+                    outcome.conditions.push(DesiredCondition::unmet(
+                        METRICS_AVAILABLE,
+                        "MetricsUnavailable",
+                        reason,
+                    ));
                     None
                 }
             }
@@ -420,7 +513,10 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
 
     // Carry the decision out.
     if let Some((prefill, decode)) = target {
-        outcome.desired = Some(PoolReplicas { prefill: to_i32(prefill), decode: to_i32(decode) });
+        outcome.desired = Some(PoolReplicas {
+            prefill: to_i32(prefill),
+            decode: to_i32(decode),
+        });
         let spec_replicas = (pools.prefill_replicas, pools.decode_replicas);
         if spec.mode == PlannerMode::Observe {
             outcome.message.push_str(" (observe mode: not applied)");
@@ -490,18 +586,40 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
             }
         }
     }
-    if let Some(limited) = outcome.conditions.iter().find(|c| c.type_ == status::SCALING_LIMITED && c.status == "True") {
+    if let Some(limited) = outcome
+        .conditions
+        .iter()
+        .find(|c| c.type_ == status::SCALING_LIMITED && c.status == "True")
+    {
         let was = policy
             .status
             .as_ref()
             .and_then(|s| crate::controller::conditions::find(&s.conditions, status::SCALING_LIMITED))
             .is_some_and(|c| c.status == "True" && c.message == limited.message);
         if !was {
-            publish(ctx, policy, EventType::Warning, "ScalingLimited", &limited.message).await;
+            publish(
+                ctx,
+                policy,
+                EventType::Warning,
+                "ScalingLimited",
+                &limited.message,
+            )
+            .await;
         }
     }
-    if let Some(unavailable) = outcome.conditions.iter().find(|c| c.type_ == METRICS_AVAILABLE && c.status == "False") {
-        publish(ctx, policy, EventType::Warning, "MetricsUnavailable", &unavailable.message).await;
+    if let Some(unavailable) = outcome
+        .conditions
+        .iter()
+        .find(|c| c.type_ == METRICS_AVAILABLE && c.status == "False")
+    {
+        publish(
+            ctx,
+            policy,
+            EventType::Warning,
+            "MetricsUnavailable",
+            &unavailable.message,
+        )
+        .await;
     }
 
     ctx.base.metrics.policies.record(
@@ -519,10 +637,13 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
                     o.itl_ms.unwrap_or(0.0) / 1000.0,
                 ]
             }),
-            predicted: outcome
-                .predicted
-                .as_ref()
-                .map(|p| [p.requests.unwrap_or(0.0), p.isl.unwrap_or(0.0), p.osl.unwrap_or(0.0)]),
+            predicted: outcome.predicted.as_ref().map(|p| {
+                [
+                    p.requests.unwrap_or(0.0),
+                    p.isl.unwrap_or(0.0),
+                    p.osl.unwrap_or(0.0),
+                ]
+            }),
             correction: outcome
                 .correction
                 .as_ref()
@@ -530,7 +651,9 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
         },
     );
     write_status(policy, ctx, &outcome).await?;
-    let wait = runtime.next_tick.map_or(interval, |next| next.saturating_duration_since(Instant::now()));
+    let wait = runtime
+        .next_tick
+        .map_or(interval, |next| next.saturating_duration_since(Instant::now()));
     Ok(Action::requeue(wait.max(Duration::from_millis(100))))
 }
 
@@ -586,7 +709,10 @@ async fn runtime_for(
 fn default_sla_config(interval: Duration) -> crate::planner::state::SlaPlannerConfig {
     crate::planner::state::SlaPlannerConfig {
         interval_s: interval.as_secs_f64(),
-        sla: crate::planner::sla::SlaTargets { ttft_ms: 500.0, itl_ms: 50.0 },
+        sla: crate::planner::sla::SlaTargets {
+            ttft_ms: 500.0,
+            itl_ms: 50.0,
+        },
         limits: crate::planner::sla::Limits {
             min_replicas: 1,
             max_replicas: None,
@@ -601,7 +727,9 @@ fn default_sla_config(interval: Duration) -> crate::planner::state::SlaPlannerCo
 
 /// Feeds the policy's warm-up trace, if any, to a new planner.
 async fn warm_up(policy: &PlannerPolicy, ctx: &PlannerContext, planner: &mut SlaPlanner, interval: Duration) {
-    let Some(warmup) = &policy.spec.predictor.warmup_trace else { return };
+    let Some(warmup) = &policy.spec.predictor.warmup_trace else {
+        return;
+    };
     let namespace = policy.namespace().unwrap_or_default();
     let config_maps: Api<ConfigMap> = Api::namespaced(ctx.base.client.clone(), &namespace);
     let reference = &warmup.config_map_ref;
@@ -620,7 +748,10 @@ async fn warm_up(policy: &PlannerPolicy, ctx: &PlannerContext, planner: &mut Sla
     match trace::parse_mooncake_jsonl(&text) {
         Ok(records) => {
             let buckets = trace::bucketize(&records, interval.as_secs_f64());
-            info!(intervals = buckets.len(), "warmed the predictors up from the trace");
+            info!(
+                intervals = buckets.len(),
+                "warmed the predictors up from the trace"
+            );
             planner.warm_up(&buckets);
         }
         Err(error) => warn!(%error, "the warm-up trace cannot be read; starting cold"),
@@ -628,9 +759,20 @@ async fn warm_up(policy: &PlannerPolicy, ctx: &PlannerContext, planner: &mut Sla
 }
 
 /// Replays recent intervals from Prometheus so a restart does not start the predictors cold.
-async fn restore(policy: &PlannerPolicy, ctx: &PlannerContext, planner: &mut SlaPlanner, model: &str, interval: Duration) {
+async fn restore(
+    policy: &PlannerPolicy,
+    ctx: &PlannerContext,
+    planner: &mut SlaPlanner,
+    model: &str,
+    interval: Duration,
+) {
     let spec = &policy.spec;
-    let url = spec.metrics.prometheus.url.clone().unwrap_or_else(|| ctx.default_prometheus_url.clone());
+    let url = spec
+        .metrics
+        .prometheus
+        .url
+        .clone()
+        .unwrap_or_else(|| ctx.default_prometheus_url.clone());
     let Ok(client) = ctx.prometheus(&url) else { return };
     let filter = SeriesFilter {
         dynamo_namespace: resolve::metrics_namespace(policy, &spec.target_ref.name),
@@ -638,9 +780,15 @@ async fn restore(policy: &PlannerPolicy, ctx: &PlannerContext, planner: &mut Sla
     };
     // End one interval ago: the current interval is observed by the first tick.
     let end = unix_now() - interval.as_secs_f64();
-    match client.history(&filter, interval.as_secs().max(1), HISTORY_INTERVALS, end).await {
+    match client
+        .history(&filter, interval.as_secs().max(1), HISTORY_INTERVALS, end)
+        .await
+    {
         Ok(history) => {
-            info!(intervals = history.len(), "restored predictor history from Prometheus");
+            info!(
+                intervals = history.len(),
+                "restored predictor history from Prometheus"
+            );
             planner.replay(&history);
         }
         Err(error) => info!(%error, "no Prometheus history to restore; starting cold"),
@@ -648,14 +796,19 @@ async fn restore(policy: &PlannerPolicy, ctx: &PlannerContext, planner: &mut Sla
 }
 
 /// Loads (or reuses) the performance model of the policy's profile; the error is a message.
-async fn load_model(policy: &PlannerPolicy, ctx: &PlannerContext) -> Result<(Arc<PerformanceModel>, String), String> {
+async fn load_model(
+    policy: &PlannerPolicy,
+    ctx: &PlannerContext,
+) -> Result<(Arc<PerformanceModel>, String), String> {
     let Some(profile) = &policy.spec.profile else {
         return Err("spec.profile is required in sla and observe modes".into());
     };
     if let Some(builtin) = profile.builtin {
         let key = format!("builtin:{}", builtin.name());
-        return cached_model(ctx, &key, || Profile::builtin(builtin.name()).map_err(|e| e.to_string()))
-            .map(|m| (m, format!("builtin {}", builtin.name())));
+        return cached_model(ctx, &key, || {
+            Profile::builtin(builtin.name()).map_err(|e| e.to_string())
+        })
+        .map(|m| (m, format!("builtin {}", builtin.name())));
     }
     let Some(reference) = &profile.config_map_ref else {
         return Err("spec.profile must set builtin or configMapRef".into());
@@ -666,15 +819,28 @@ async fn load_model(policy: &PlannerPolicy, ctx: &PlannerContext) -> Result<(Arc
         .get_opt(&reference.name)
         .await
         .map_err(|e| format!("cannot read ConfigMap {}: {e}", reference.name))?
-        .ok_or_else(|| format!("spec.profile.configMapRef: ConfigMap {:?} does not exist", reference.name))?;
+        .ok_or_else(|| {
+            format!(
+                "spec.profile.configMapRef: ConfigMap {:?} does not exist",
+                reference.name
+            )
+        })?;
     // Cached until the ConfigMap changes.
-    let key = format!("configmap:{namespace}/{}@{}", reference.name, cm.resource_version().unwrap_or_default());
+    let key = format!(
+        "configmap:{namespace}/{}@{}",
+        reference.name,
+        cm.resource_version().unwrap_or_default()
+    );
     let source = format!("ConfigMap {}", reference.name);
     cached_model(ctx, &key, || {
         Profile::from_config_map_entries(
             &format!("ConfigMap {}", reference.name),
             |k| cm.data.as_ref().and_then(|d| d.get(k).cloned()),
-            |k| cm.binary_data.as_ref().and_then(|d| d.get(k).map(|b| b.0.clone())),
+            |k| {
+                cm.binary_data
+                    .as_ref()
+                    .and_then(|d| d.get(k).map(|b| b.0.clone()))
+            },
         )
         .map_err(|e| e.to_string())
     })
@@ -708,10 +874,19 @@ fn current_replicas(dgd: &DynamoGraphDeployment, pools: &resolve::Pools) -> (u32
         dgd.status
             .as_ref()
             .and_then(|s| s.components.get(component))
-            .map(|c| if c.available_replicas > 0 { c.available_replicas } else { c.ready_replicas })
+            .map(|c| {
+                if c.available_replicas > 0 {
+                    c.available_replicas
+                } else {
+                    c.ready_replicas
+                }
+            })
             .map_or(spec, |n| u32::try_from(n).unwrap_or(0))
     };
-    (of(&pools.prefill, pools.prefill_replicas), of(&pools.decode, pools.decode_replicas))
+    (
+        of(&pools.prefill, pools.prefill_replicas),
+        of(&pools.decode, pools.decode_replicas),
+    )
 }
 
 fn is_ready(dgd: &DynamoGraphDeployment) -> bool {
@@ -729,9 +904,17 @@ fn unix_now() -> f64 {
     Timestamp::now().as_millisecond() as f64 / 1000.0
 }
 
-async fn report_blocked(policy: &PlannerPolicy, ctx: &PlannerContext, blocked: Blocked) -> Result<Action, Error> {
+async fn report_blocked(
+    policy: &PlannerPolicy,
+    ctx: &PlannerContext,
+    blocked: Blocked,
+) -> Result<Action, Error> {
     let message = blocked.condition.message.clone();
-    let outcome = Outcome { conditions: vec![blocked.condition], message, ..Outcome::default() };
+    let outcome = Outcome {
+        conditions: vec![blocked.condition],
+        message,
+        ..Outcome::default()
+    };
     let changed = write_status(policy, ctx, &outcome).await?;
     if changed && let Some((reason, note)) = blocked.event {
         publish(ctx, policy, EventType::Warning, reason, &note).await;
@@ -740,20 +923,37 @@ async fn report_blocked(policy: &PlannerPolicy, ctx: &PlannerContext, blocked: B
 }
 
 /// Writes status when it changed; returns whether it did.
-async fn write_status(policy: &PlannerPolicy, ctx: &PlannerContext, outcome: &Outcome) -> Result<bool, Error> {
-    let next = status::next(policy.status.as_ref(), policy.metadata.generation, outcome, Timestamp::now());
+async fn write_status(
+    policy: &PlannerPolicy,
+    ctx: &PlannerContext,
+    outcome: &Outcome,
+) -> Result<bool, Error> {
+    let next = status::next(
+        policy.status.as_ref(),
+        policy.metadata.generation,
+        outcome,
+        Timestamp::now(),
+    );
     if !status::differs(policy.status.as_ref(), &next) {
         return Ok(false);
     }
-    let api: Api<PlannerPolicy> = Api::namespaced(ctx.base.client.clone(), &policy.namespace().unwrap_or_default());
+    let api: Api<PlannerPolicy> =
+        Api::namespaced(ctx.base.client.clone(), &policy.namespace().unwrap_or_default());
     let patch = serde_json::json!({
         "apiVersion": PlannerPolicy::api_version(&()),
         "kind": PlannerPolicy::kind(&()),
         "status": PlannerPolicyStatus { ..next },
     });
-    api.patch_status(&policy.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
-        .await
-        .map_err(|source| Error::Kube { action: "write PlannerPolicy status".into(), source })?;
+    api.patch_status(
+        &policy.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(|source| Error::Kube {
+        action: "write PlannerPolicy status".into(),
+        source,
+    })?;
     Ok(true)
 }
 

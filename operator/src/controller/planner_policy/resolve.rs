@@ -24,7 +24,9 @@ pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ResolveError {
     /// The DGD has no component with that name.
-    #[error("spec.components.{pool}: the DynamoGraphDeployment {dgd} has no component named {name:?} (components: {known})")]
+    #[error(
+        "spec.components.{pool}: the DynamoGraphDeployment {dgd} has no component named {name:?} (components: {known})"
+    )]
     NoSuchComponent {
         /// `prefill` or `decode`.
         pool: &'static str,
@@ -98,24 +100,51 @@ fn find_component<'a>(
 ) -> Result<&'a Component, ResolveError> {
     let dgd_name = dgd.metadata.name.clone().unwrap_or_default();
     match name {
-        Some(name) => dgd.spec.components.iter().find(|c| c.name == name).ok_or_else(|| ResolveError::NoSuchComponent {
-            pool,
-            dgd: dgd_name,
-            name: name.to_string(),
-            known: dgd.spec.components.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", "),
-        }),
+        Some(name) => dgd
+            .spec
+            .components
+            .iter()
+            .find(|c| c.name == name)
+            .ok_or_else(|| ResolveError::NoSuchComponent {
+                pool,
+                dgd: dgd_name,
+                name: name.to_string(),
+                known: dgd
+                    .spec
+                    .components
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            }),
         None => {
-            let matches: Vec<&Component> = dgd.spec.components.iter().filter(|c| c.kind == Some(kind)).collect();
+            let matches: Vec<&Component> = dgd
+                .spec
+                .components
+                .iter()
+                .filter(|c| c.kind == Some(kind))
+                .collect();
             match matches.as_slice() {
                 [one] => Ok(one),
-                _ => Err(ResolveError::AmbiguousType { pool, dgd: dgd_name, count: matches.len() }),
+                _ => Err(ResolveError::AmbiguousType {
+                    pool,
+                    dgd: dgd_name,
+                    count: matches.len(),
+                }),
             }
         }
     }
 }
 
 fn main_container(component: &Component) -> Option<&k8s_openapi::api::core::v1::Container> {
-    component.pod_template.as_ref()?.spec.as_ref()?.containers.iter().find(|c| c.name == MAIN_CONTAINER)
+    component
+        .pod_template
+        .as_ref()?
+        .spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == MAIN_CONTAINER)
 }
 
 /// GPUs of one replica: the main container's `nvidia.com/gpu` limit, then request, else 1.
@@ -131,7 +160,10 @@ pub fn gpus_per_engine(component: &Component) -> Result<u32, ResolveError> {
             .parse::<u32>()
             .ok()
             .filter(|&gpus| gpus > 0)
-            .ok_or_else(|| ResolveError::BadGpuCount { component: component.name.clone(), value: value.clone() }),
+            .ok_or_else(|| ResolveError::BadGpuCount {
+                component: component.name.clone(),
+                value: value.clone(),
+            }),
     }
 }
 
@@ -157,29 +189,45 @@ fn flag_value(args: &[String], flag: &str) -> Option<String> {
     let words: Vec<&str> = args.iter().flat_map(|a| a.split_whitespace()).collect();
     words.iter().enumerate().find_map(|(i, word)| {
         if *word == flag {
-            words.get(i + 1).map(|v| v.trim_matches(|c| c == '"' || c == '\'').to_string())
+            words
+                .get(i + 1)
+                .map(|v| v.trim_matches(|c| c == '"' || c == '\'').to_string())
         } else {
-            word.strip_prefix(&format!("{flag}=")).map(|v| v.trim_matches(|c| c == '"' || c == '\'').to_string())
+            word.strip_prefix(&format!("{flag}="))
+                .map(|v| v.trim_matches(|c| c == '"' || c == '\'').to_string())
         }
     })
 }
 
 /// The model name in the frontend metrics: the policy's, else the worker's
 /// `--served-model-name`, else `--model`, lower-cased as the frontend reports it.
-pub fn model_name(spec: &PlannerPolicySpec, dgd: &DynamoGraphDeployment, pools: &Pools) -> Result<String, ResolveError> {
+pub fn model_name(
+    spec: &PlannerPolicySpec,
+    dgd: &DynamoGraphDeployment,
+    pools: &Pools,
+) -> Result<String, ResolveError> {
     if let Some(name) = &spec.metrics.model_name {
         return Ok(name.to_lowercase());
     }
     let component = dgd.spec.components.iter().find(|c| c.name == pools.decode);
     let args: Vec<String> = component
         .and_then(main_container)
-        .map(|c| c.command.iter().flatten().chain(c.args.iter().flatten()).cloned().collect())
+        .map(|c| {
+            c.command
+                .iter()
+                .flatten()
+                .chain(c.args.iter().flatten())
+                .cloned()
+                .collect()
+        })
         .unwrap_or_default();
     ["--served-model-name", "--model-name", "--model"]
         .iter()
         .find_map(|flag| flag_value(&args, flag))
         .map(|name| name.to_lowercase())
-        .ok_or_else(|| ResolveError::NoModelName { component: pools.decode.clone() })
+        .ok_or_else(|| ResolveError::NoModelName {
+            component: pools.decode.clone(),
+        })
 }
 
 /// The Dynamo namespace the metrics carry: the policy's, else `<namespace>-<dgd>`.
@@ -191,7 +239,10 @@ pub fn metrics_namespace(policy: &PlannerPolicy, dgd_name: &str) -> String {
 
 /// Parses a Go-style duration (`180s`, `3m`, `1h30m`, `1.5s`).
 pub fn parse_duration(field: &'static str, value: &str) -> Result<Duration, ResolveError> {
-    let bad = || ResolveError::BadDuration { field, value: value.to_string() };
+    let bad = || ResolveError::BadDuration {
+        field,
+        value: value.to_string(),
+    };
     let parsed: kube::core::Duration = value.parse().map_err(|_| bad())?;
     if parsed.is_negative() {
         return Err(bad());
@@ -205,7 +256,10 @@ pub fn sla_config(spec: &PlannerPolicySpec, pools: &Pools) -> Result<SlaPlannerC
     let predictor = &spec.predictor;
     Ok(SlaPlannerConfig {
         interval_s: interval.as_secs_f64(),
-        sla: SlaTargets { ttft_ms: spec.sla.ttft_ms, itl_ms: spec.sla.itl_ms },
+        sla: SlaTargets {
+            ttft_ms: spec.sla.ttft_ms,
+            itl_ms: spec.sla.itl_ms,
+        },
         limits: limits(spec, pools),
         correction: spec.correction.enabled,
         predictor: PredictorConfig {
@@ -282,7 +336,10 @@ mod tests {
     fn pools_by_type_and_by_name() {
         let dgd = dgd();
         let by_type = pools(&policy("sla").spec, &dgd).unwrap();
-        assert_eq!((by_type.prefill.as_str(), by_type.decode.as_str()), ("prefill", "decode"));
+        assert_eq!(
+            (by_type.prefill.as_str(), by_type.decode.as_str()),
+            ("prefill", "decode")
+        );
         assert_eq!((by_type.prefill_gpus, by_type.decode_gpus), (1, 1));
         let by_name = pools(&policy("load").spec, &dgd).unwrap();
         assert_eq!(by_name, by_type);
@@ -292,9 +349,15 @@ mod tests {
     fn unresolvable_pools_say_why() {
         let mut dgd = dgd();
         let mut spec = policy("sla").spec;
-        spec.components = Some(crate::api::PoolComponents { prefill: Some("workers".into()), decode: None });
+        spec.components = Some(crate::api::PoolComponents {
+            prefill: Some("workers".into()),
+            decode: None,
+        });
         let error = pools(&spec, &dgd).unwrap_err().to_string();
-        assert!(error.contains("no component named \"workers\" (components: frontend, prefill, decode)"), "{error}");
+        assert!(
+            error.contains("no component named \"workers\" (components: frontend, prefill, decode)"),
+            "{error}"
+        );
         dgd.spec.components[2].kind = Some(ComponentType::Prefill);
         let error = pools(&policy("sla").spec, &dgd).unwrap_err().to_string();
         assert!(error.contains("has 2 components with type: prefill"), "{error}");
@@ -303,13 +366,26 @@ mod tests {
     #[test]
     fn gpus_from_limits_then_requests() {
         let mut dgd = dgd();
-        let main = &mut dgd.spec.components[2].pod_template.as_mut().unwrap().spec.as_mut().unwrap().containers[0];
-        let resources = main.resources.as_mut().unwrap();
-        resources.limits = None;
-        resources.requests = Some([(GPU_RESOURCE.to_string(), Quantity("4".into()))].into());
+        let set_requests = |dgd: &mut DynamoGraphDeployment, value: &str| {
+            let main = &mut dgd.spec.components[2]
+                .pod_template
+                .as_mut()
+                .unwrap()
+                .spec
+                .as_mut()
+                .unwrap()
+                .containers[0];
+            let resources = main.resources.as_mut().unwrap();
+            resources.limits = None;
+            resources.requests = Some([(GPU_RESOURCE.to_string(), Quantity(value.into()))].into());
+        };
+        set_requests(&mut dgd, "4");
         assert_eq!(gpus_per_engine(&dgd.spec.components[2]).unwrap(), 4);
-        resources.requests = Some([(GPU_RESOURCE.to_string(), Quantity("half".into()))].into());
-        assert!(matches!(gpus_per_engine(&dgd.spec.components[2]), Err(ResolveError::BadGpuCount { .. })));
+        set_requests(&mut dgd, "half");
+        assert!(matches!(
+            gpus_per_engine(&dgd.spec.components[2]),
+            Err(ResolveError::BadGpuCount { .. })
+        ));
         assert_eq!(gpus_per_engine(&dgd.spec.components[0]).unwrap(), 1);
     }
 
@@ -321,8 +397,14 @@ mod tests {
         assert_eq!(model_name(&spec, &dgd, &pools).unwrap(), "llama-3.1-8b");
         spec.metrics.model_name = Some("Custom".into());
         assert_eq!(model_name(&spec, &dgd, &pools).unwrap(), "custom");
-        assert_eq!(flag_value(&["--model=meta/Llama".into()], "--model").as_deref(), Some("meta/Llama"));
-        assert_eq!(flag_value(&["python3 -m dynamo.vllm --model m1".into()], "--model").as_deref(), Some("m1"));
+        assert_eq!(
+            flag_value(&["--model=meta/Llama".into()], "--model").as_deref(),
+            Some("meta/Llama")
+        );
+        assert_eq!(
+            flag_value(&["python3 -m dynamo.vllm --model m1".into()], "--model").as_deref(),
+            Some("m1")
+        );
     }
 
     #[test]
@@ -337,7 +419,10 @@ mod tests {
         assert_eq!(config.predictor.kind, predictor::PredictorKind::Arima);
         let load = load_config(&policy("load").spec, &pools);
         assert_eq!((load.kv_scale_up, load.queue_scale_down), (0.9, 0.2));
-        assert_eq!(metrics_namespace(&policy("sla"), "llama-disagg"), "llm-llama-disagg");
+        assert_eq!(
+            metrics_namespace(&policy("sla"), "llama-disagg"),
+            "llm-llama-disagg"
+        );
         assert_eq!(parse_duration("f", "1m30s").unwrap(), Duration::from_secs(90));
         assert!(parse_duration("f", "soon").is_err());
     }

@@ -46,12 +46,22 @@ pub struct Outcome {
 
 /// The `ScalingLimited` condition for a decision's limits (minimums are not limitations).
 pub fn scaling_limited(limits: &[Limit]) -> DesiredCondition {
-    let limiting: Vec<String> =
-        limits.iter().filter(|l| !matches!(l, Limit::MinReplicas { .. })).map(ToString::to_string).collect();
+    let limiting: Vec<String> = limits
+        .iter()
+        .filter(|l| !matches!(l, Limit::MinReplicas { .. }))
+        .map(ToString::to_string)
+        .collect();
     if limiting.is_empty() {
-        DesiredCondition::unmet(SCALING_LIMITED, "WithinBounds", "the last decision was within bounds and budget")
+        DesiredCondition::unmet(
+            SCALING_LIMITED,
+            "WithinBounds",
+            "the last decision was within bounds and budget",
+        )
     } else {
-        let reason = if limits.iter().any(|l| matches!(l, Limit::GpuBudget { .. } | Limit::BudgetBelowMinimum { .. })) {
+        let reason = if limits
+            .iter()
+            .any(|l| matches!(l, Limit::GpuBudget { .. } | Limit::BudgetBelowMinimum { .. }))
+        {
             "GpuBudget"
         } else {
             "MaxReplicas"
@@ -74,7 +84,9 @@ pub fn next(
     let mut wanted = outcome.conditions.clone();
     let failing: Vec<&DesiredCondition> = wanted
         .iter()
-        .filter(|c| [TARGET_RESOLVED, PROFILE_LOADED, METRICS_AVAILABLE].contains(&c.type_) && c.status != "True")
+        .filter(|c| {
+            [TARGET_RESOLVED, PROFILE_LOADED, METRICS_AVAILABLE].contains(&c.type_) && c.status != "True"
+        })
         .collect();
     let ready = match failing.first() {
         Some(first) => DesiredCondition::unmet(READY, first.reason.clone(), first.message.clone()),
@@ -115,7 +127,10 @@ pub fn differs(old: Option<&PlannerPolicyStatus>, new: &PlannerPolicyStatus) -> 
     match old {
         None => true,
         Some(old) => {
-            let strip = |s: &PlannerPolicyStatus| PlannerPolicyStatus { conditions: Vec::new(), ..s.clone() };
+            let strip = |s: &PlannerPolicyStatus| PlannerPolicyStatus {
+                conditions: Vec::new(),
+                ..s.clone()
+            };
             strip(old) != strip(new) || !conditions::same(&old.conditions, &new.conditions)
         }
     }
@@ -140,14 +155,21 @@ mod tests {
         let outcome = Outcome {
             conditions: vec![
                 DesiredCondition::met(TARGET_RESOLVED, "Resolved", "ok"),
-                DesiredCondition::unmet(METRICS_AVAILABLE, "PrometheusUnreachable", "cannot reach Prometheus"),
+                DesiredCondition::unmet(
+                    METRICS_AVAILABLE,
+                    "PrometheusUnreachable",
+                    "cannot reach Prometheus",
+                ),
             ],
             message: "keeping replicas".into(),
             ..Outcome::default()
         };
         let status = next(None, Some(2), &outcome, now());
         let ready = conditions::find(&status.conditions, READY).unwrap();
-        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "PrometheusUnreachable"));
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "PrometheusUnreachable")
+        );
         assert_eq!(status.observed_generation, Some(2));
         assert_eq!(status.last_tick_time, None);
     }
@@ -156,31 +178,60 @@ mod tests {
     fn a_tick_records_its_numbers_and_keeps_the_last_ones_otherwise() {
         let tick = Outcome {
             conditions: vec![DesiredCondition::met(METRICS_AVAILABLE, "Observed", "ok")],
-            desired: Some(PoolReplicas { prefill: 2, decode: 3 }),
-            current: Some(PoolReplicas { prefill: 1, decode: 3 }),
+            desired: Some(PoolReplicas {
+                prefill: 2,
+                decode: 3,
+            }),
+            current: Some(PoolReplicas {
+                prefill: 1,
+                decode: 3,
+            }),
             scaled: true,
             ticked: true,
             message: "prefill 1 -> 2".into(),
             ..Outcome::default()
         };
         let first = next(None, Some(1), &tick, now());
-        assert_eq!(first.desired, Some(PoolReplicas { prefill: 2, decode: 3 }));
+        assert_eq!(
+            first.desired,
+            Some(PoolReplicas {
+                prefill: 2,
+                decode: 3
+            })
+        );
         assert!(first.last_scale_time.is_some() && first.last_tick_time.is_some());
-        let quiet = Outcome { message: "waiting".into(), ..Outcome::default() };
+        let quiet = Outcome {
+            message: "waiting".into(),
+            ..Outcome::default()
+        };
         let second = next(Some(&first), Some(1), &quiet, now());
         assert_eq!(second.desired, first.desired);
         assert!(differs(Some(&first), &second));
-        assert!(!differs(Some(&second), &next(Some(&second), Some(1), &quiet, now())));
+        assert!(!differs(
+            Some(&second),
+            &next(Some(&second), Some(1), &quiet, now())
+        ));
     }
 
     #[test]
     fn scaling_limited_names_the_limit() {
-        let none = scaling_limited(&[Limit::MinReplicas { pool: Pool::Decode, needed: 0, min: 1 }]);
+        let none = scaling_limited(&[Limit::MinReplicas {
+            pool: Pool::Decode,
+            needed: 0,
+            min: 1,
+        }]);
         assert_eq!(none.status, "False");
-        let budget = scaling_limited(&[Limit::GpuBudget { needed_gpus: 12, budget: 8 }]);
+        let budget = scaling_limited(&[Limit::GpuBudget {
+            needed_gpus: 12,
+            budget: 8,
+        }]);
         assert_eq!((budget.status, budget.reason.as_str()), ("True", "GpuBudget"));
         assert!(budget.message.contains("12 GPUs"));
-        let max = scaling_limited(&[Limit::MaxReplicas { pool: Pool::Prefill, needed: 9, max: 4 }]);
+        let max = scaling_limited(&[Limit::MaxReplicas {
+            pool: Pool::Prefill,
+            needed: 9,
+            max: 4,
+        }]);
         assert_eq!(max.reason, "MaxReplicas");
     }
 }
