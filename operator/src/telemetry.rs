@@ -1,5 +1,7 @@
 //! Logging: structured `tracing` output, human-readable or JSON, filtered by `RUST_LOG`.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
 /// Log output format.
@@ -19,7 +21,13 @@ pub fn init(format: LogFormat) {
     let registry = tracing_subscriber::registry().with(filter);
     // A second init (e.g. in tests) keeps the first subscriber.
     let _ = match format {
-        LogFormat::Text => registry.with(fmt::layer().with_target(false)).try_init(),
+        LogFormat::Text => registry
+            .with(
+                fmt::layer()
+                    .with_target(false)
+                    .with_ansi(std::io::stdout().is_terminal()),
+            )
+            .try_init(),
         LogFormat::Json => registry
             .with(fmt::layer().json().flatten_event(true).with_current_span(true))
             .try_init(),

@@ -275,6 +275,18 @@ pub fn sum_of(samples: &[Sample], model: &str) -> Option<f64> {
     (!values.is_empty()).then(|| values.iter().sum())
 }
 
+/// An HTTP error with its causes (DNS, connection refused, timeout), without the query URL.
+fn describe(error: reqwest::Error) -> String {
+    let error = error.without_url();
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(&error);
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    text
+}
+
 /// Reads the frontend metrics of one interval.
 #[derive(Clone, Debug)]
 pub struct PrometheusClient {
@@ -314,12 +326,12 @@ impl PrometheusClient {
             .await
             .map_err(|e| MetricsError::Http {
                 url: self.base_url.clone(),
-                reason: e.to_string(),
+                reason: describe(e),
             })?;
         let status = response.status();
         let body = response.text().await.map_err(|e| MetricsError::Http {
             url: self.base_url.clone(),
-            reason: e.to_string(),
+            reason: describe(e),
         })?;
         if !status.is_success() && !body.contains("\"status\"") {
             return Err(MetricsError::Http {
@@ -353,12 +365,12 @@ impl PrometheusClient {
             .await
             .map_err(|e| MetricsError::Http {
                 url: self.base_url.clone(),
-                reason: e.to_string(),
+                reason: describe(e),
             })?;
         let status = response.status();
         let body = response.text().await.map_err(|e| MetricsError::Http {
             url: self.base_url.clone(),
-            reason: e.to_string(),
+            reason: describe(e),
         })?;
         if !status.is_success() && !body.contains("\"status\"") {
             return Err(MetricsError::Http {

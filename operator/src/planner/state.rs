@@ -99,17 +99,10 @@ impl SlaDecision {
         let (Some(plan), Some(load)) = (&self.plan, &self.predicted) else {
             return "no decision".to_string();
         };
-        let (prefill, decode) = self.current;
         let mut line = format!(
-            "predicted {:.0} requests (ISL {:.0}, OSL {:.0}) need {} prefill and {} decode replicas",
-            load.num_req, load.isl, load.osl, plan.prefill_unbudgeted, plan.decode_unbudgeted
+            "predicted {:.0} requests (ISL {:.0}, OSL {:.0}): {} prefill and {} decode replicas",
+            load.num_req, load.isl, load.osl, plan.prefill, plan.decode
         );
-        if (plan.prefill, plan.decode) != (prefill, decode) {
-            line.push_str(&format!(
-                ": prefill {prefill} -> {}, decode {decode} -> {}",
-                plan.prefill, plan.decode
-            ));
-        }
         for limit in plan
             .limits
             .iter()
@@ -117,7 +110,12 @@ impl SlaDecision {
         {
             line.push_str(&format!("; {limit}"));
         }
-        for (series, fallback) in &self.fallbacks {
+        // A constant series is the model's own answer, not a fallback worth reporting.
+        for (series, fallback) in self
+            .fallbacks
+            .iter()
+            .filter(|(_, f)| !matches!(f, Fallback::ConstantSeries))
+        {
             line.push_str(&format!("; {series} forecast: {fallback}"));
         }
         line
@@ -345,7 +343,7 @@ mod tests {
         assert!(prefill > 1 || decode > 1);
         let line = high.explanation();
         assert!(
-            line.contains("predicted 30000 requests") && line.contains("->"),
+            line.contains("predicted 30000 requests") && line.contains("decode replicas"),
             "{line}"
         );
         assert_eq!(planner.intervals(), 2);
