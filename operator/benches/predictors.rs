@@ -4,6 +4,8 @@
 //!
 //! The series is the Azure LLM inference trace 2023 (conversation), requests per 7 s, read from
 //! `shared/data/traces/` beside the repository; a synthetic series stands in when it is absent.
+//! ARIMA's cost depends on the order it selects, so it is also measured on the ServeGen m-large
+//! 10-minute request counts in log1p mode, where it selects a larger model.
 //! Targets (issue 3): constant and Kalman under 50 us, ARIMA under 20 ms.
 //!
 //! Run: `cargo bench -p planner-operator --bench predictors`.
@@ -48,6 +50,21 @@ fn azure_requests_per_bucket() -> Option<Vec<f64>> {
     Some(counts)
 }
 
+fn servegen_requests() -> Option<Vec<f64>> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/data/traces/servegen_aggregate_10min.csv"
+    );
+    let text = std::fs::read_to_string(path).ok()?;
+    let counts: Vec<f64> = text
+        .lines()
+        .filter(|l| l.starts_with("m-large,"))
+        .filter_map(|l| l.split(',').nth(3)?.parse().ok())
+        .take(HISTORY + 1)
+        .collect();
+    (counts.len() == HISTORY + 1).then_some(counts)
+}
+
 fn synthetic() -> Vec<f64> {
     (0..=HISTORY)
         .map(|i| {
@@ -62,19 +79,23 @@ fn bench_predictors(c: &mut Criterion) {
         eprintln!("shared/data/traces/azure2023_conv.csv not found: using a synthetic series");
         synthetic()
     });
-    let (history, newest) = series.split_at(HISTORY);
-    let newest = newest[0];
+    let servegen = servegen_requests().unwrap_or_else(|| series.clone());
     warm_up_prophet();
 
+    let cases = [
+        ("constant", PredictorKind::Constant, false, &series),
+        ("kalman", PredictorKind::Kalman, false, &series),
+        ("arima", PredictorKind::Arima, false, &series),
+        ("arima_log1p_servegen", PredictorKind::Arima, true, &servegen),
+        ("prophet", PredictorKind::Prophet, false, &series),
+    ];
     let mut group = c.benchmark_group("interval_480_points");
-    for kind in [
-        PredictorKind::Constant,
-        PredictorKind::Kalman,
-        PredictorKind::Arima,
-        PredictorKind::Prophet,
-    ] {
+    for (name, kind, log1p, values) in cases {
+        let (history, newest) = values.split_at(HISTORY);
+        let newest = newest[0];
         let mut warmed = LoadPredictor::new(PredictorConfig {
             kind,
+            log1p,
             ..PredictorConfig::default()
         });
         for v in history {
@@ -83,13 +104,13 @@ fn bench_predictors(c: &mut Criterion) {
         // The first forecast selects and fits the ARIMA model; the interval measured is a later one.
         let first = warmed.predict_next();
         eprintln!(
-            "{kind:?}: first forecast {first:?}, ARIMA order {:?}",
+            "{name}: first forecast {first:?}, ARIMA order {:?}",
             warmed.arima_order()
         );
-        if kind == PredictorKind::Prophet || kind == PredictorKind::Arima {
+        if matches!(kind, PredictorKind::Prophet | PredictorKind::Arima) {
             group.sample_size(20);
         }
-        group.bench_function(format!("{kind:?}").to_lowercase(), |b| {
+        group.bench_function(name, |b| {
             b.iter_batched(
                 || warmed.clone(),
                 |mut predictor| {
@@ -104,19 +125,27 @@ fn bench_predictors(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("arima_first_fit");
     group.sample_size(10);
-    group.bench_function("auto_arima_480_points", |b| {
-        b.iter_batched(
-            || {
-                let mut p = LoadPredictor::new(PredictorConfig::default());
-                for v in history {
-                    p.add_data_point(*v);
-                }
-                p
-            },
-            |mut predictor| black_box(predictor.predict_next()),
-            BatchSize::SmallInput,
-        )
-    });
+    for (name, log1p, values) in [
+        ("auto_arima_480_points", false, &series),
+        ("auto_arima_480_points_log1p_servegen", true, &servegen),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter_batched(
+                || {
+                    let mut p = LoadPredictor::new(PredictorConfig {
+                        log1p,
+                        ..PredictorConfig::default()
+                    });
+                    for v in &values[..HISTORY] {
+                        p.add_data_point(*v);
+                    }
+                    p
+                },
+                |mut predictor| black_box(predictor.predict_next()),
+                BatchSize::SmallInput,
+            )
+        });
+    }
     group.finish();
 }
 

@@ -149,6 +149,23 @@ fn arima_follows_a_linear_trend() {
 }
 
 #[test]
+fn arima_extrapolates_a_perfect_line_as_upstream() {
+    // pmdarima picks (0,1,0) with drift on the raw line, so upstream refits on log1p, where it
+    // picks (3,2,0) and forecasts 100.0004 for 10 + 3t at t = 30.
+    let y: Vec<f64> = (0..30).map(|i| 10.0 + 3.0 * f64::from(i)).collect();
+    let mut p = LoadPredictor::new(config(PredictorKind::Arima));
+    feed(&mut p, &y);
+    let f = p.predict_next();
+    assert!((f.value - 100.0).abs() < 0.05, "{f:?}");
+    assert_eq!(
+        f.fallback,
+        Some(Fallback::Log1pSwitch {
+            raw_order: ArimaOrder { p: 0, d: 1, q: 0 }
+        })
+    );
+}
+
+#[test]
 fn arima_tracks_a_noisy_seasonal_series() {
     let y = seasonal(120);
     let mut p = LoadPredictor::new(config(PredictorKind::Arima));
@@ -261,6 +278,23 @@ fn prophet_follows_a_noisy_trend() {
     assert!(f.fallback.is_none(), "{f:?}");
     let expected = 100.0 + 5.0 * 40.0;
     assert!((f.value - expected).abs() < 10.0, "{f:?} vs {expected}");
+}
+
+#[test]
+fn prophet_optimizer_failure_falls_back_to_the_last_value() {
+    // A perfectly smooth sine is known to make Stan's line search fail; whatever the optimizer
+    // does, the forecast is usable and a failure is reported as such.
+    let y: Vec<f64> = (0..50)
+        .map(|i| 100.0 + 20.0 * (f64::from(i) / 5.0).sin())
+        .collect();
+    let mut p = LoadPredictor::new(config(PredictorKind::Prophet));
+    feed(&mut p, &y);
+    let f = p.predict_next();
+    assert!(f.value.is_finite() && f.value >= 0.0, "{f:?}");
+    if let Some(fallback) = &f.fallback {
+        assert!(matches!(fallback, Fallback::ModelFailed { .. }), "{fallback:?}");
+        assert_eq!(f.value, y[49]);
+    }
 }
 
 #[test]

@@ -456,13 +456,12 @@ fn css_estimates(w: &[f64], p: usize, q: usize, k_trend: usize) -> Option<(Vec<f
             .map(|(row, t)| t - row.iter().zip(&coef).map(|(a, b)| a * b).sum::<f64>())
             .collect();
     }
-    if p >= w.len().max(1) || (q > 0 && q >= residuals.len()) {
+    // statsmodels' `lagmat` raises (its "too few observations" branch) when a lag reaches the
+    // series length; a merely empty regression (r >= len) is not an error there.
+    if (p > 0 && p >= w.len()) || (q > 0 && q >= residuals.len()) {
         return None;
     }
-    if r > w.len() {
-        return None;
-    }
-    let targets = &w[r..];
+    let targets = &w[r.min(w.len())..];
     let ar_lags = lag_columns(w, p, r);
     let ma_lags = if q > 0 {
         lag_columns(&residuals, q, r - k)
