@@ -8,3 +8,6 @@ pub mod metrics;
 pub mod planner;
 pub mod runtime;
 pub mod telemetry;
+pub mod topology;
+pub mod validation;
+pub mod webhook;

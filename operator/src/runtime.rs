@@ -11,8 +11,11 @@ use std::{
 };
 
 use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
-use futures::FutureExt;
-use k8s_openapi::api::apps::v1::Deployment;
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    core::v1::{Pod, PodSpec},
+};
 use kube::{
     Api, Client, ResourceExt,
     api::ListParams,
@@ -27,7 +30,7 @@ use tracing::{error, info, warn};
 
 use crate::{
     api::{DynamoGraphDeployment, PlannerPolicy},
-    controller::{self, Context, dgd::render::LABEL_GRAPH},
+    controller::{self, Context, dgd::render::LABEL_GRAPH, lookup::ClusterTopologyApi},
     metrics::operator::OperatorMetrics,
     telemetry::{self, LogFormat},
 };
@@ -66,6 +69,13 @@ pub struct RunArgs {
         default_value = "http://prometheus-operated.monitoring.svc:9090"
     )]
     pub prometheus_url: String,
+    /// Group and version Grove serves ClusterTopologies under.
+    #[arg(
+        long,
+        env = "CLUSTER_TOPOLOGY_API_VERSION",
+        default_value = "grove.io/v1alpha1"
+    )]
+    pub cluster_topology_api_version: ClusterTopologyApi,
 }
 
 /// Why the operator could not start or stopped.
@@ -250,6 +260,29 @@ async fn run_controllers(
     })
     .reflect(writer)
     .touched_objects();
+    // One pod watch for the topology label controller and the DGD reconciler's counts, trimmed
+    // to what they read.
+    let pods_api: Api<Pod> = match &args.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let (pod_store, pod_writer) = reflector::store_shared(1024);
+    let (Some(label_pods), Some(count_pods)) = (pod_writer.subscribe(), pod_writer.subscribe()) else {
+        error!("cannot subscribe to the shared pod cache; controllers not started");
+        return;
+    };
+    let pod_watch = watcher(
+        pods_api,
+        watcher::Config::default().labels(LABEL_GRAPH).any_semantic(),
+    )
+    .default_backoff()
+    .modify(trim_pod)
+    .reflect_shared(pod_writer)
+    .for_each(|event| async move {
+        if let Err(error) = event {
+            warn!(%error, "pod watch failed; retrying");
+        }
+    });
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
@@ -262,9 +295,37 @@ async fn run_controllers(
         recorder,
         metrics,
         deployments: store,
+        pods: pod_store.clone(),
+        cluster_topology_api: args.cluster_topology_api_version.clone(),
     });
     let stop = stop.shared();
-    controller::dgd::run(ctx, deployments, args.namespace.clone(), stop).await;
+    let controllers = futures::future::join(
+        controller::dgd::run(
+            Arc::clone(&ctx),
+            deployments,
+            controller::topology_labels::label_changes(count_pods),
+            args.namespace.clone(),
+            stop.clone(),
+        ),
+        controller::topology_labels::run(ctx, label_pods, pod_store, stop),
+    );
+    tokio::select! {
+        _ = controllers => {},
+        () = pod_watch => warn!("pod watch ended"),
+    }
+}
+
+/// Keeps only what the topology label controller and the DGD status read of a pod.
+fn trim_pod(pod: &mut Pod) {
+    pod.managed_fields_mut().clear();
+    pod.annotations_mut()
+        .retain(|key, _| key == crate::topology::LABELS_ANNOTATION);
+    let node_name = pod.spec.as_mut().and_then(|s| s.node_name.take());
+    pod.spec = Some(PodSpec {
+        node_name,
+        ..PodSpec::default()
+    });
+    pod.status = None;
 }
 
 /// Fails early, with a hint, when the CRDs this operator needs are missing.
