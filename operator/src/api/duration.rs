@@ -66,11 +66,17 @@ pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
     Ok(Duration::from_nanos(total_nanos.round() as u64))
 }
 
-/// Formats a duration the short way users write it (`90s`, `1.5s`, `250ms`), for messages.
+/// Formats a duration the short way users write it (`24h`, `5m`, `90s`, `1.5s`, `250ms`), for
+/// messages.
 pub fn format_duration(duration: Duration) -> String {
     let nanos = duration.as_nanos();
+    let secs = duration.as_secs();
     if nanos == 0 {
         "0s".into()
+    } else if nanos.is_multiple_of(3_600_000_000_000) {
+        format!("{}h", secs / 3600)
+    } else if nanos.is_multiple_of(60_000_000_000) {
+        format!("{}m", secs / 60)
     } else if nanos.is_multiple_of(1_000_000_000) {
         format!("{}s", nanos / 1_000_000_000)
     } else if nanos >= 1_000_000_000 {
@@ -126,6 +132,8 @@ mod tests {
     #[test]
     fn formats_for_messages() {
         assert_eq!(format_duration(Duration::from_secs(90)), "90s");
+        assert_eq!(format_duration(Duration::from_secs(86_400)), "24h");
+        assert_eq!(format_duration(Duration::from_secs(300)), "5m");
         assert_eq!(format_duration(Duration::from_millis(1500)), "1.5s");
         assert_eq!(format_duration(Duration::from_millis(250)), "250ms");
         assert_eq!(format_duration(Duration::ZERO), "0s");

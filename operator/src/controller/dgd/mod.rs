@@ -34,6 +34,7 @@ use super::{
 use crate::{
     api::{ComponentType, DynamoGraphDeployment, DynamoGraphDeploymentStatus},
     topology::{self, ResolvedTopology, TopologyError, WorkerPod},
+    validation,
 };
 
 pub mod render;
@@ -259,7 +260,8 @@ async fn resolve_topology(
     dgd: &DynamoGraphDeployment,
     ctx: &Context,
 ) -> Result<Option<ResolvedTopology>, Error> {
-    let Some(request) = topology::configured(&dgd.spec)? else {
+    // The same checks as the admission webhook's (crate::validation).
+    let Some(request) = validation::dgd::precheck(&dgd.spec)? else {
         return Ok(None);
     };
     let lookup = match &request.cluster_topology {
