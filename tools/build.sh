@@ -69,7 +69,10 @@ build kube kube -ldflags "$kube_ldflags" -o "$stage/bin/" \
 # -o names the binary: by default it would be named after the module path (v3).
 build etcd etcd -ldflags "-s -w" -o "$stage/bin/etcd" go.etcd.io/etcd/server/v3
 build kwok kwok -ldflags "-s -w" -o "$stage/bin/kwok" sigs.k8s.io/kwok/cmd/kwok
-build helm helm -ldflags "-s -w" -o "$stage/bin/helm" helm.sh/helm/v4/cmd/helm
+# Without it `helm version` says v4.3 (helm's Makefile sets the same).
+helm_version="$(cd helm && go list -m -f '{{.Version}}' helm.sh/helm/v4)"
+build helm helm -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$helm_version" \
+  -o "$stage/bin/helm" helm.sh/helm/v4/cmd/helm
 
 # kwok needs Stage definitions (how fake nodes and pods change state). Take upstream's from the
 # module source in the module cache; they live in the cache entry, not in the repo.
@@ -88,4 +91,7 @@ touch "$stage/.complete"
 rm -rf "$TOOLS_DIR"
 mv "$stage" "$TOOLS_DIR"
 trap - EXIT
+# Each entry is about 500 MB: keep this one and the one used before it (another branch).
+find "$TOOLS_CACHE" -mindepth 1 -maxdepth 1 -type d -regextype posix-extended -regex '.*/[0-9a-f]{16}' \
+  -printf '%T@ %p\n' | sort -rn | tail -n +3 | cut -d' ' -f2- | xargs -r rm -rf
 log "tools built in $((SECONDS - total))s: $TOOLS_BIN"

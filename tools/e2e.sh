@@ -15,4 +15,4 @@ if [[ -z "${KUBECONFIG:-}" ]]; then
 fi
 log "e2e tests against KUBECONFIG=$KUBECONFIG"
 cd "$TOOLS_SRC/.."
-exec "${CARGO:-cargo}" test -p e2e --features e2e --locked -- "$@"
+exec "${CARGO:-cargo}" test -p e2e --features e2e --locked --test e2e -- "$@"

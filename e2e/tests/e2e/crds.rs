@@ -4,6 +4,10 @@
 
 use std::time::Duration;
 
+// The offline validator of the schema tests, to compare its messages with the server's.
+#[path = "../../../operator/tests/support/mod.rs"]
+mod offline;
+
 use e2e::{
     Result, client, describe, expectation, in_namespace, install_crds, load_yaml, repo_root, yaml_files,
 };
@@ -137,6 +141,46 @@ async fn every_bad_fixture_is_rejected_with_its_message() -> Result<()> {
             fixtures.len(),
             failures.join("\n")
         );
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn offline_schema_emulation_phrases_errors_as_the_api_server() -> Result<()> {
+    // operator/tests/crd_schema.rs checks the bad fixtures without a cluster, through an
+    // emulation that claims to phrase errors as the API server does; hold it to that.
+    in_namespace("emulation", |ns| async move {
+        install_crds(&ns.client).await?;
+        let mut failures = Vec::new();
+        for path in yaml_files(&repo_root().join("operator/tests/fixtures/invalid"))? {
+            let file = path.file_name().unwrap_or_default().to_string_lossy().to_string();
+            let [object] = load_yaml(&path)?.try_into().expect("one object per fixture");
+            let [offline] = offline::validate(&object)
+                .try_into()
+                .expect("one offline error per fixture");
+            let status = ns.rejects(&object, "").await?;
+            let causes: Vec<_> = status
+                .details
+                .map(|d| d.causes)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|c| !c.message.contains("some validation rules were not checked"))
+                .collect();
+            let agrees = match causes.as_slice() {
+                [cause] => cause.field == offline.field && cause.message == offline.message,
+                // A strict-decoding error (unknown field) fails the whole request, without causes.
+                [] => status.message.contains(&offline.message),
+                _ => false,
+            };
+            if !agrees {
+                failures.push(format!(
+                    "{file}:\n  offline: {offline}\n  server:  {}",
+                    status.message
+                ));
+            }
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
         Ok(())
     })
     .await
