@@ -380,12 +380,27 @@ async fn run_controllers(
         pods: pod_store.clone(),
         cluster_topology_api: args.cluster_topology_api_version.clone(),
     });
+    // Watch ClusterTopologies only where they are served; without Grove the periodic resync
+    // re-checks DGDs that name one.
+    let topology_api = &args.cluster_topology_api_version;
+    let cluster_topologies = match controller::lookup::cluster_topologies_served(client, topology_api).await {
+        Ok(true) => Some(topology_api.resource()),
+        Ok(false) => {
+            info!(api = %topology_api, "ClusterTopologies are not served (Grove not installed); not watching them");
+            None
+        }
+        Err(error) => {
+            warn!(%error, "cannot tell whether ClusterTopologies are served; not watching them");
+            None
+        }
+    };
     let stop = stop.shared();
     let controllers = futures::future::join(
         controller::dgd::run(
             Arc::clone(&ctx),
             deployments,
             controller::topology_labels::label_changes(count_pods),
+            cluster_topologies,
             args.namespace.clone(),
             stop.clone(),
         ),

@@ -5,3 +5,6 @@
 
 mod cluster;
 mod crds;
+mod operator;
+mod topology;
+mod webhook;

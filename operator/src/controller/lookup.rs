@@ -57,7 +57,8 @@ impl std::str::FromStr for ClusterTopologyApi {
 }
 
 impl ClusterTopologyApi {
-    fn resource(&self) -> ApiResource {
+    /// The API resource of ClusterTopologies.
+    pub fn resource(&self) -> ApiResource {
         ApiResource {
             group: self.group.clone(),
             version: self.version.clone(),
@@ -91,11 +92,15 @@ pub async fn cluster_topology(
     let resource = api.resource();
     let topologies: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
     let kube_error = |action: String| move |source| LookupError::Kube { action, source };
-    match topologies
-        .get_opt(name)
-        .await
-        .map_err(kube_error(format!("get ClusterTopology {name}")))?
-    {
+    // Not `get_opt`: for a group/version nobody serves (Grove not installed) the API server
+    // answers 404 with a plain-text body, which kube reports with reason "Failed to parse error
+    // data", and `Status::is_not_found` only looks at the reason.
+    let found = match topologies.get(name).await {
+        Ok(object) => Some(object),
+        Err(kube::Error::Api(status)) if status.code == 404 => None,
+        Err(source) => return Err(kube_error(format!("get ClusterTopology {name}"))(source)),
+    };
+    match found {
         Some(object) => {
             let spec = object.data.get("spec").cloned().unwrap_or_default();
             Ok(match serde_json::from_value::<ClusterTopologySpec>(spec) {
@@ -103,19 +108,26 @@ pub async fn cluster_topology(
                 Err(error) => ClusterTopologyLookup::Unreadable(error.to_string()),
             })
         }
-        None => match client.list_api_group_resources(&api.to_string()).await {
-            Ok(list) if list.resources.iter().any(|r| r.name == resource.plural) => {
-                Ok(ClusterTopologyLookup::NotFound)
-            }
-            Ok(_) => Ok(ClusterTopologyLookup::GroveNotInstalled),
-            Err(kube::Error::Api(status)) if status.is_not_found() => {
-                Ok(ClusterTopologyLookup::GroveNotInstalled)
-            }
-            Err(source) => Err(LookupError::Kube {
-                action: format!("discover {api}"),
-                source,
-            }),
-        },
+        None => Ok(if cluster_topologies_served(client, api).await? {
+            ClusterTopologyLookup::NotFound
+        } else {
+            ClusterTopologyLookup::GroveNotInstalled
+        }),
+    }
+}
+
+/// Whether the API server serves ClusterTopologies (Grove, or the copy of its CRD, installed).
+pub async fn cluster_topologies_served(
+    client: &Client,
+    api: &ClusterTopologyApi,
+) -> Result<bool, LookupError> {
+    match client.list_api_group_resources(&api.to_string()).await {
+        Ok(list) => Ok(list.resources.iter().any(|r| r.name == api.resource().plural)),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
+        Err(source) => Err(LookupError::Kube {
+            action: format!("discover {api}"),
+            source,
+        }),
     }
 }
 
@@ -126,10 +138,14 @@ pub async fn dynamo_graph_deployment(
     name: &str,
 ) -> Result<Option<DynamoGraphDeployment>, LookupError> {
     let api: Api<DynamoGraphDeployment> = Api::namespaced(client.clone(), namespace);
-    api.get_opt(name).await.map_err(|source| LookupError::Kube {
-        action: format!("get DynamoGraphDeployment {namespace}/{name}"),
-        source,
-    })
+    match api.get(name).await {
+        Ok(dgd) => Ok(Some(dgd)),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+        Err(source) => Err(LookupError::Kube {
+            action: format!("get DynamoGraphDeployment {namespace}/{name}"),
+            source,
+        }),
+    }
 }
 
 #[cfg(test)]

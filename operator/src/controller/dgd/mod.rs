@@ -15,7 +15,7 @@ use k8s_openapi::{
 use kube::{
     Api, Resource, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams},
-    core::DeserializeGuard,
+    core::{ApiResource, DeserializeGuard, DynamicObject},
     runtime::{
         Controller,
         controller::Action,
@@ -96,11 +96,14 @@ fn kube_error(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
 
 /// Runs the controller until `shutdown` resolves. `pod_changes` are worker pods whose
 /// scheduling or topology labels changed (see [`super::topology_labels::label_changes`]); each
-/// re-reconciles its DGD so that `TopologyResolved` counts stay current.
+/// re-reconciles its DGD so that `TopologyResolved` counts stay current. `cluster_topologies`,
+/// when Grove's CRD is installed, is watched so that a DGD is re-checked as soon as the
+/// ClusterTopology it names changes or is deleted.
 pub async fn run(
     ctx: Arc<Context>,
     deployments: impl futures::Stream<Item = Result<Deployment, watcher::Error>> + Send + 'static,
     pod_changes: impl futures::Stream<Item = Arc<Pod>> + Send + 'static,
+    cluster_topologies: Option<ApiResource>,
     namespace: Option<String>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
@@ -113,7 +116,7 @@ pub async fn run(
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    Controller::new(dgds, watcher::Config::default().any_semantic())
+    let mut controller = Controller::new(dgds, watcher::Config::default().any_semantic())
         .owns_stream(deployments)
         .owns(services, watcher::Config::default().labels(LABEL_GRAPH))
         .watches_shared_stream(pod_changes, |pod: Arc<Pod>| {
@@ -122,7 +125,34 @@ pub async fn run(
             graph.zip(namespace).map(|(graph, namespace)| {
                 ObjectRef::<DeserializeGuard<DynamoGraphDeployment>>::new(&graph).within(&namespace)
             })
-        })
+        });
+    if let Some(resource) = cluster_topologies {
+        let store = controller.store();
+        let topologies: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        controller = controller.watches_with(
+            topologies,
+            resource,
+            watcher::Config::default(),
+            move |topology: DynamicObject| {
+                let name = topology.name_any();
+                store
+                    .state()
+                    .iter()
+                    .filter(|guard| {
+                        guard.0.as_ref().is_ok_and(|dgd| {
+                            dgd.spec
+                                .topology_constraint
+                                .as_ref()
+                                .and_then(|t| t.cluster_topology_name.as_deref())
+                                == Some(name.as_str())
+                        })
+                    })
+                    .map(|guard| ObjectRef::from_obj(guard.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        );
+    }
+    controller
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
