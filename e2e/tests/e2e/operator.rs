@@ -48,6 +48,19 @@ fn free_port() -> u16 {
         .expect("a free loopback port")
 }
 
+/// Set to a kubeconfig (e.g. the operator service account's) to run the in-process operator
+/// with it instead of the tests' admin credentials: checks that its RBAC is enough.
+pub const OPERATOR_KUBECONFIG_ENV: &str = "E2E_OPERATOR_RBAC_KUBECONFIG";
+
+async fn operator_client(ns: &TestNamespace) -> Result<Client> {
+    let Some(path) = std::env::var_os(OPERATOR_KUBECONFIG_ENV) else {
+        return Ok(ns.client.clone());
+    };
+    let kubeconfig = kube::config::Kubeconfig::read_from(&path)?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+    Ok(Client::try_from(config)?)
+}
+
 /// Starts the operator for `ns`; `extra` flags are appended (e.g. `--webhook-disabled`).
 pub async fn start(ns: &TestNamespace, extra: &[&str]) -> Result<Operator> {
     static LOGS: Once = Once::new();
@@ -78,8 +91,7 @@ pub async fn start(ns: &TestNamespace, extra: &[&str]) -> Result<Operator> {
     argv.extend_from_slice(extra);
     let args = Cli::try_parse_from(argv)?.run;
     let (stop, stopped) = oneshot::channel();
-    let client = ns.client.clone();
-    let task = tokio::spawn(run_until(args, client.clone(), async move {
+    let task = tokio::spawn(run_until(args, operator_client(ns).await?, async move {
         let _ = stopped.await;
     }));
     Ok(Operator {
@@ -87,7 +99,7 @@ pub async fn start(ns: &TestNamespace, extra: &[&str]) -> Result<Operator> {
         task,
         webhook_addr,
         webhook_config,
-        client,
+        client: ns.client.clone(),
     })
 }
 
