@@ -222,17 +222,26 @@ async fn label_pod(
     }
     let keys: Vec<&str> = absent.iter().map(|(_, node_label)| node_label.as_str()).collect();
     let pod_keys: Vec<&str> = absent.iter().map(|(pod_label, _)| pod_label.as_str()).collect();
-    let note = format!(
-        "node {node_name} has no label {}, so pod {name} gets no {} and its worker cannot read that topology level; label the node (kubectl label node {node_name} {}=<value>) or remove the level from the ClusterTopology",
-        keys.join(", "),
-        pod_keys.join(", "),
-        keys.first().copied().unwrap_or_default(),
+    let fix = format!(
+        "label the node (kubectl label node {node_name} {}=<value>) or remove the level from the ClusterTopology",
+        keys.first().copied().unwrap_or_default()
     );
     warn!(missing = ?keys, "the node lacks topology labels");
-    publish(ctx, &pod.object_ref(&()), &note).await;
+    let pod_note = format!(
+        "node {node_name} has no label {}, so this pod gets no {} and its worker cannot read that topology level; {fix}",
+        keys.join(", "),
+        pod_keys.join(", "),
+    );
+    publish(ctx, &pod.object_ref(&()), &pod_note).await;
     if let Some(graph) = pod.labels().get(LABEL_GRAPH) {
+        // Without the pod's name, so that the events of pods on the same node aggregate.
+        let dgd_note = format!(
+            "node {node_name} has no label {}, so worker pods scheduled there get no {}; {fix}",
+            keys.join(", "),
+            pod_keys.join(", "),
+        );
         let reference = dgd_reference(ctx, &namespace, graph).await;
-        publish(ctx, &reference, &note).await;
+        publish(ctx, &reference, &dgd_note).await;
     }
     Ok(Action::requeue(LABEL_MISSING_RETRY))
 }

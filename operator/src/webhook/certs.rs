@@ -99,6 +99,11 @@ pub enum CertError {
     /// A validity bound is not a representable time.
     #[error("{0} is not a representable certificate time")]
     Time(i64),
+    /// The Secret exists but was not made by this operator; it is never overwritten.
+    #[error(
+        "Secret {0} exists but is not labelled app.kubernetes.io/managed-by=planner-operator, so the operator does not overwrite it; to serve its certificate mount it and set --webhook-cert-dir, or name another --webhook-secret"
+    )]
+    NotOurs(String),
     /// Other replicas kept changing the Secret.
     #[error("Secret {0} kept changing while this replica tried to update it; retrying")]
     Contended(String),
@@ -349,6 +354,19 @@ pub fn issue(
     })
 }
 
+const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+const MANAGED_BY: &str = "planner-operator";
+
+/// Whether this operator made the Secret (and may replace its contents).
+fn is_ours(secret: &Secret) -> bool {
+    secret
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(MANAGED_BY_LABEL))
+        .is_some_and(|v| v == MANAGED_BY)
+}
+
 /// The bundle stored in a Secret, if it has every key.
 pub fn bundle_from_secret(secret: &Secret) -> Option<CertBundle> {
     let data = secret.data.as_ref()?;
@@ -400,6 +418,11 @@ impl SecretCerts {
                 .get_opt(&self.name)
                 .await
                 .map_err(kube(format!("read Secret {}", self.name)))?;
+            if let Some(secret) = &existing
+                && !is_ours(secret)
+            {
+                return Err(CertError::NotOurs(self.name.clone()));
+            }
             let stored = existing.as_ref().and_then(bundle_from_secret);
             let now = unix_now();
             let plan = plan(stored.as_ref(), &self.settings, now);
@@ -415,13 +438,7 @@ impl SecretCerts {
                         metadata: ObjectMeta {
                             name: Some(self.name.clone()),
                             namespace: Some(self.settings.namespace.clone()),
-                            labels: Some(
-                                [(
-                                    "app.kubernetes.io/managed-by".to_string(),
-                                    "planner-operator".to_string(),
-                                )]
-                                .into(),
-                            ),
+                            labels: Some([(MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string())].into()),
                             ..ObjectMeta::default()
                         },
                         data: Some(secret_data(&bundle)),
@@ -760,5 +777,6 @@ mod tests {
         };
         assert_eq!(bundle_from_secret(&secret), Some(bundle));
         assert_eq!(bundle_from_secret(&Secret::default()), None);
+        assert!(!is_ours(&secret), "a Secret without the label is someone else's");
     }
 }
