@@ -37,7 +37,7 @@ check-manifests:
 tools:
 	@bash tools/build.sh
 
-## cluster-up: start the local control plane with fake GPU nodes; eval "$$(make -s cluster-up)"
+## cluster-up: start the local control plane with fake GPU nodes; eval "$(make -s cluster-up)"
 cluster-up: tools
 	@bash tools/cluster-up.sh
 
