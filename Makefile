@@ -5,7 +5,7 @@ CARGO ?= cargo
 # Two cores on our machines: one job per core, no incremental cache in CI.
 export CARGO_BUILD_JOBS ?= 2
 
-.PHONY: build test lint fmt manifests check-manifests help
+.PHONY: build test lint fmt manifests check-manifests tools cluster-up cluster-down e2e e2e-kind help
 
 ## build: compile the operator and crd-gen (debug)
 build:
@@ -18,7 +18,7 @@ test:
 ## lint: formatting check and clippy with warnings denied
 lint:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --all-features --locked -- -D warnings
 
 ## fmt: format the code
 fmt:
@@ -31,6 +31,27 @@ manifests:
 ## check-manifests: fail when the committed CRDs differ from the Rust types
 check-manifests:
 	$(CARGO) run --quiet --locked -p crd-gen -- --check
+
+## tools: build etcd, kube-apiserver, -controller-manager, -scheduler, kubectl, kwok and helm from
+##        tools/ into a cache outside the repo (a no-op when cached; needs Go >= 1.26)
+tools:
+	@bash tools/build.sh
+
+## cluster-up: start the local control plane with fake GPU nodes; eval "$(make -s cluster-up)"
+cluster-up: tools
+	@bash tools/cluster-up.sh
+
+## cluster-down: stop the local control plane and remove its state
+cluster-down:
+	@bash tools/cluster-down.sh
+
+## e2e: end-to-end tests against KUBECONFIG (default: the cluster of cluster-up)
+e2e:
+	@CARGO="$(CARGO)" bash tools/e2e.sh
+
+## e2e-kind: the same tests on a kind cluster (needs Docker and kind; see e2e/kind/)
+e2e-kind: tools
+	@CARGO="$(CARGO)" bash e2e/kind/run.sh
 
 ## help: list the targets
 help:

@@ -9,3 +9,6 @@ pub mod metrics;
 pub mod planner;
 pub mod runtime;
 pub mod telemetry;
+pub mod topology;
+pub mod validation;
+pub mod webhook;

@@ -3,6 +3,7 @@
 
 use std::{
     net::SocketAddr,
+    path::PathBuf,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -11,8 +12,11 @@ use std::{
 };
 
 use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
-use futures::FutureExt;
-use k8s_openapi::api::apps::v1::Deployment;
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    core::v1::{Pod, PodSpec},
+};
 use kube::{
     Api, Client, ResourceExt,
     api::ListParams,
@@ -27,9 +31,10 @@ use tracing::{error, info, warn};
 
 use crate::{
     api::{DynamoGraphDeployment, PlannerPolicy},
-    controller::{self, Context, dgd::render::LABEL_GRAPH},
+    controller::{self, Context, dgd::render::LABEL_GRAPH, lookup::ClusterTopologyApi},
     metrics::operator::OperatorMetrics,
     telemetry::{self, LogFormat},
+    webhook::{self, WebhookSettings, certs::CertSettings, tls::CertResolver},
 };
 
 /// Configuration of `planner-operator run`, from flags or the environment.
@@ -66,6 +71,43 @@ pub struct RunArgs {
         default_value = "http://prometheus-operated.monitoring.svc:9090"
     )]
     pub prometheus_url: String,
+    /// Group and version Grove serves ClusterTopologies under.
+    #[arg(
+        long,
+        env = "CLUSTER_TOPOLOGY_API_VERSION",
+        default_value = "grove.io/v1alpha1"
+    )]
+    pub cluster_topology_api_version: ClusterTopologyApi,
+    /// Do not serve the admission webhook (e.g. when another replica set serves it).
+    #[arg(long, env = "WEBHOOK_DISABLED")]
+    pub webhook_disabled: bool,
+    /// Address of the admission webhook's HTTPS server (served on every replica).
+    #[arg(long, env = "WEBHOOK_ADDR", default_value = "0.0.0.0:9443")]
+    pub webhook_addr: SocketAddr,
+    /// Serve `tls.crt` and `tls.key` from this directory (a mounted Secret, e.g. from
+    /// cert-manager), reloaded when they change; its `ca.crt`, if any, is patched into the
+    /// caBundle. Without it, the operator generates a CA and serving certificate and keeps them
+    /// in the Secret `--webhook-secret`.
+    #[arg(long, env = "WEBHOOK_CERT_DIR")]
+    pub webhook_cert_dir: Option<PathBuf>,
+    /// ValidatingWebhookConfiguration whose caBundle the operator keeps current; empty: leave
+    /// the caBundle alone (cert-manager's CA injector, or a caBundle set at install).
+    #[arg(long, env = "WEBHOOK_CONFIG_NAME", default_value = "planner-operator")]
+    pub webhook_config_name: String,
+    /// Service in front of the webhook; generated certificates are valid for
+    /// `<service>.<namespace>.svc` and its other in-cluster names.
+    #[arg(long, env = "WEBHOOK_SERVICE", default_value = "planner-operator-webhook")]
+    pub webhook_service: String,
+    /// Namespace of that Service and of the certificate Secret (default: the Lease namespace).
+    #[arg(long, env = "WEBHOOK_NAMESPACE")]
+    pub webhook_namespace: Option<String>,
+    /// Secret that holds generated certificates, shared by every replica.
+    #[arg(long, env = "WEBHOOK_SECRET", default_value = "planner-operator-webhook-cert")]
+    pub webhook_secret: String,
+    /// More DNS names or IP addresses for generated certificates (comma-separated or repeated),
+    /// e.g. 127.0.0.1 when the API server calls the webhook by URL.
+    #[arg(long = "webhook-host", env = "WEBHOOK_HOSTS", value_delimiter = ',')]
+    pub webhook_hosts: Vec<String>,
 }
 
 /// Why the operator could not start or stopped.
@@ -92,6 +134,9 @@ pub enum RunError {
         /// The socket error.
         source: std::io::Error,
     },
+    /// The admission webhook could not start.
+    #[error("cannot start the admission webhook: {0}")]
+    Webhook(#[from] webhook::WebhookError),
     /// Leader election could not start.
     #[error("cannot start leader election on Lease {namespace}/{name}: {source}")]
     LeaderElection {
@@ -108,22 +153,69 @@ pub enum RunError {
 struct ServerState {
     metrics: Arc<OperatorMetrics>,
     ready: Arc<AtomicBool>,
+    /// The webhook's certificate, when it serves: not ready until one is loaded.
+    webhook: Option<Arc<CertResolver>>,
 }
 
 /// Runs the operator until SIGTERM or Ctrl-C.
 pub async fn run(args: RunArgs) -> Result<(), RunError> {
     telemetry::init(args.log_format);
     let client = Client::try_default().await.map_err(RunError::Client)?;
+    run_until(args, client, wait_for_signal()).await
+}
+
+/// Runs the operator with `client` until `stop` resolves (a signal in production; tests run the
+/// operator in process and stop it themselves).
+pub async fn run_until(
+    args: RunArgs,
+    client: Client,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), RunError> {
     preflight(&client, args.namespace.as_deref()).await?;
 
     let metrics = Arc::new(OperatorMetrics::new());
     let ready = Arc::new(AtomicBool::new(false));
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     tokio::spawn(async move {
-        wait_for_signal().await;
+        stop.await;
         info!("shutdown requested");
         let _ = shutdown_tx.send(true);
     });
+
+    let lease_namespace = args
+        .lease_namespace
+        .clone()
+        .unwrap_or_else(|| client.default_namespace().to_string());
+    // Every replica serves the webhook; only the leader reconciles.
+    let webhook = if args.webhook_disabled {
+        info!("admission webhook disabled");
+        None
+    } else {
+        let settings = WebhookSettings {
+            addr: args.webhook_addr,
+            cert_dir: args.webhook_cert_dir.clone(),
+            config_name: Some(args.webhook_config_name.clone()).filter(|n| !n.is_empty()),
+            secret_name: args.webhook_secret.clone(),
+            cert: CertSettings {
+                service: args.webhook_service.clone(),
+                namespace: args
+                    .webhook_namespace
+                    .clone()
+                    .unwrap_or_else(|| lease_namespace.clone()),
+                extra_hosts: args.webhook_hosts.clone(),
+            },
+        };
+        Some(
+            webhook::start(
+                settings,
+                client.clone(),
+                args.cluster_topology_api_version.clone(),
+                Arc::clone(&metrics),
+                shutdown_signal(shutdown_rx.clone()),
+            )
+            .await?,
+        )
+    };
 
     let listener = tokio::net::TcpListener::bind(args.metrics_addr)
         .await
@@ -134,6 +226,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let server_state = ServerState {
         metrics: Arc::clone(&metrics),
         ready: Arc::clone(&ready),
+        webhook: webhook.as_ref().map(|w| Arc::clone(&w.resolver)),
     };
     let server_shutdown = shutdown_signal(shutdown_rx.clone());
     let server = tokio::spawn(async move {
@@ -154,10 +247,6 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
 
     let identity = args.identity.clone().unwrap_or_else(default_identity);
     if args.leader_election {
-        let lease_namespace = args
-            .lease_namespace
-            .clone()
-            .unwrap_or_else(|| client.default_namespace().to_string());
         let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &args.lease_name)
             .with_namespace(&lease_namespace)
             .with_identity(&identity)
@@ -219,6 +308,9 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         .await;
     }
     ready.store(false, Ordering::Relaxed);
+    if let Some(webhook) = webhook {
+        webhook.stopped().await;
+    }
     let _ = server.await;
     info!("stopped");
     Ok(())
@@ -250,6 +342,29 @@ async fn run_controllers(
     })
     .reflect(writer)
     .touched_objects();
+    // One pod watch for the topology label controller and the DGD reconciler's counts, trimmed
+    // to what they read.
+    let pods_api: Api<Pod> = match &args.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let (pod_store, pod_writer) = reflector::store_shared(1024);
+    let (Some(label_pods), Some(count_pods)) = (pod_writer.subscribe(), pod_writer.subscribe()) else {
+        error!("cannot subscribe to the shared pod cache; controllers not started");
+        return;
+    };
+    let pod_watch = watcher(
+        pods_api,
+        watcher::Config::default().labels(LABEL_GRAPH).any_semantic(),
+    )
+    .default_backoff()
+    .modify(trim_pod)
+    .reflect_shared(pod_writer)
+    .for_each(|event| async move {
+        if let Err(error) = event {
+            warn!(%error, "pod watch failed; retrying");
+        }
+    });
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
@@ -262,16 +377,57 @@ async fn run_controllers(
         recorder,
         metrics,
         deployments: store,
+        pods: pod_store.clone(),
+        cluster_topology_api: args.cluster_topology_api_version.clone(),
     });
+    // Watch ClusterTopologies only where they are served; without Grove the periodic resync
+    // re-checks DGDs that name one.
+    let topology_api = &args.cluster_topology_api_version;
+    let cluster_topologies = match controller::lookup::cluster_topologies_served(client, topology_api).await {
+        Ok(true) => Some(topology_api.resource()),
+        Ok(false) => {
+            info!(api = %topology_api, "ClusterTopologies are not served (Grove not installed); not watching them");
+            None
+        }
+        Err(error) => {
+            warn!(%error, "cannot tell whether ClusterTopologies are served; not watching them");
+            None
+        }
+    };
     let stop = stop.shared();
     let planner_ctx = Arc::new(controller::planner_policy::PlannerContext::new(
         Arc::clone(&ctx),
         args.prometheus_url.clone(),
     ));
-    tokio::join!(
-        controller::dgd::run(ctx, deployments, args.namespace.clone(), stop.clone()),
+    let controllers = futures::future::join3(
+        controller::dgd::run(
+            Arc::clone(&ctx),
+            deployments,
+            controller::topology_labels::label_changes(count_pods),
+            cluster_topologies,
+            args.namespace.clone(),
+            stop.clone(),
+        ),
+        controller::topology_labels::run(ctx, label_pods, pod_store, stop.clone()),
         controller::planner_policy::run(planner_ctx, args.namespace.clone(), stop),
     );
+    tokio::select! {
+        _ = controllers => {},
+        () = pod_watch => warn!("pod watch ended"),
+    }
+}
+
+/// Keeps only what the topology label controller and the DGD status read of a pod.
+fn trim_pod(pod: &mut Pod) {
+    pod.managed_fields_mut().clear();
+    pod.annotations_mut()
+        .retain(|key, _| key == crate::topology::LABELS_ANNOTATION);
+    let node_name = pod.spec.as_mut().and_then(|s| s.node_name.take());
+    pod.spec = Some(PodSpec {
+        node_name,
+        ..PodSpec::default()
+    });
+    pod.status = None;
 }
 
 /// Fails early, with a hint, when the CRDs this operator needs are missing.
@@ -320,10 +476,15 @@ async fn serve_metrics(State(state): State<ServerState>) -> impl IntoResponse {
 }
 
 async fn serve_ready(State(state): State<ServerState>) -> impl IntoResponse {
-    if state.ready.load(Ordering::Relaxed) {
-        (StatusCode::OK, "ready")
-    } else {
+    if !state.ready.load(Ordering::Relaxed) {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+    } else if state.webhook.as_ref().is_some_and(|w| !w.is_ready()) {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: no webhook certificate yet",
+        )
+    } else {
+        (StatusCode::OK, "ready")
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod cluster_topology;
 mod dgd;
+pub mod duration;
 mod planner_policy;
 pub mod schema;
 

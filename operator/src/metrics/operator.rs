@@ -34,6 +34,22 @@ pub struct ControllerLabels {
     pub controller: &'static str,
 }
 
+/// Labels of `admission_reviews_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AdmissionLabels {
+    /// `DynamoGraphDeployment` or `PlannerPolicy`.
+    pub kind: &'static str,
+    /// `allowed`, `denied` or `invalid` (not an AdmissionReview).
+    pub result: &'static str,
+}
+
+/// Labels naming only the kind.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    /// The kind.
+    pub kind: &'static str,
+}
+
 /// Reconcile counters and timings, plus leadership.
 #[derive(Debug)]
 pub struct OperatorMetrics {
@@ -43,6 +59,9 @@ pub struct OperatorMetrics {
     durations: Family<ControllerLabels, Histogram>,
     invalid_objects: Family<ControllerLabels, Counter>,
     leader: Gauge,
+    admission_reviews: Family<AdmissionLabels, Counter>,
+    admission_durations: Family<KindLabels, Histogram>,
+    webhook_certificate_expiry: Gauge,
     /// Per-PlannerPolicy metrics.
     pub policies: super::policy::PolicyMetrics,
 }
@@ -90,6 +109,27 @@ impl OperatorMetrics {
             "1 while this process holds the leader lease",
             leader.clone(),
         );
+        let admission_reviews = Family::<AdmissionLabels, Counter>::default();
+        registry.register(
+            "admission_reviews",
+            "Admission reviews answered, by kind and result",
+            admission_reviews.clone(),
+        );
+        let admission_durations = Family::<KindLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new([0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0])
+        });
+        registry.register_with_unit(
+            "admission_duration",
+            "Time to answer an admission review, lookups included",
+            Unit::Seconds,
+            admission_durations.clone(),
+        );
+        let webhook_certificate_expiry = Gauge::default();
+        registry.register(
+            "webhook_certificate_expiry_timestamp_seconds",
+            "Unix time at which the webhook's serving certificate expires (0 before one is loaded)",
+            webhook_certificate_expiry.clone(),
+        );
         let policies = super::policy::PolicyMetrics::register(&mut registry);
         Self {
             registry,
@@ -98,6 +138,9 @@ impl OperatorMetrics {
             durations,
             invalid_objects,
             leader,
+            admission_reviews,
+            admission_durations,
+            webhook_certificate_expiry,
             policies,
         }
     }
@@ -137,6 +180,21 @@ impl OperatorMetrics {
     /// Records whether this process leads.
     pub fn set_leader(&self, leader: bool) {
         self.leader.set(i64::from(leader));
+    }
+
+    /// Counts an answered admission review and its duration.
+    pub fn admission_review(&self, kind: &'static str, result: &'static str, seconds: f64) {
+        self.admission_reviews
+            .get_or_create(&AdmissionLabels { kind, result })
+            .inc();
+        self.admission_durations
+            .get_or_create(&KindLabels { kind })
+            .observe(seconds);
+    }
+
+    /// Records when the webhook's serving certificate expires (Unix seconds).
+    pub fn set_webhook_certificate_expiry(&self, unix_seconds: i64) {
+        self.webhook_certificate_expiry.set(unix_seconds);
     }
 
     /// The Prometheus text exposition of every metric.
@@ -180,6 +238,8 @@ mod tests {
         metrics.reconcile_finished("dgd", Some("kube_api"));
         metrics.invalid_object("dgd");
         metrics.set_leader(true);
+        metrics.admission_review("PlannerPolicy", "denied", 0.002);
+        metrics.set_webhook_certificate_expiry(1_900_000_000);
         let text = metrics.encode().unwrap();
         for expected in [
             "planner_operator_reconcile_total{controller=\"dgd\",result=\"success\"} 1",
@@ -188,6 +248,9 @@ mod tests {
             "planner_operator_reconcile_duration_seconds_count{controller=\"dgd\"} 1",
             "planner_operator_invalid_objects_total{controller=\"dgd\"} 1",
             "planner_operator_leader 1",
+            "planner_operator_admission_reviews_total{kind=\"PlannerPolicy\",result=\"denied\"} 1",
+            "planner_operator_admission_duration_seconds_count{kind=\"PlannerPolicy\"} 1",
+            "planner_operator_webhook_certificate_expiry_timestamp_seconds 1900000000",
         ] {
             assert!(text.contains(expected), "missing {expected:?} in\n{text}");
         }

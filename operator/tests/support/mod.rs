@@ -88,9 +88,21 @@ pub fn validate(object: &Value) -> Vec<FieldError> {
     errors.extend(list_map_errors(&schema, object, ""));
     // The API server evaluates CEL rules on the defaulted object; kube-cel applies the defaults.
     if let Err(cel) = kube::core::cel::Validator::new().validate(&schema, object, None) {
-        errors.extend(cel.into_iter().map(|e| FieldError {
-            field: e.field_path,
-            message: e.message,
+        // The API server prefixes a rule's message with `Invalid value:` and, when the rule sits
+        // on a scalar, that value (`Invalid value: "5s": ...`); objects and lists are not
+        // printed. A rule's `fieldPath` moves the reported field, not the printed value.
+        errors.extend(cel.into_iter().map(|e| {
+            let rule_path = rule_field_path(&schema, &e.rule)
+                .and_then(|suffix| e.field_path.strip_suffix(suffix.as_str()).map(str::to_string))
+                .unwrap_or_else(|| e.field_path.clone());
+            let message = match value_at(object, &rule_path) {
+                Some(Value::Object(_) | Value::Array(_)) | None => format!("Invalid value: {}", e.message),
+                Some(value) => format!("Invalid value: {}: {}", render(value), e.message),
+            };
+            FieldError {
+                field: e.field_path,
+                message,
+            }
         }));
     }
     errors
@@ -189,6 +201,46 @@ fn field_path(object: &Value, pointer: &str) -> String {
     path
 }
 
+/// The `fieldPath` of the CEL rule with this text, if it has one.
+fn rule_field_path(schema: &Value, rule: &str) -> Option<String> {
+    let here = schema
+        .get("x-kubernetes-validations")
+        .and_then(Value::as_array)
+        .and_then(|rules| rules.iter().find(|r| r["rule"] == rule))
+        .map(|r| r["fieldPath"].as_str().map(str::to_string));
+    if let Some(field_path) = here {
+        return field_path;
+    }
+    let mut children: Vec<&Value> = Vec::new();
+    if let Some(Value::Object(properties)) = schema.get("properties") {
+        children.extend(properties.values());
+    }
+    for key in ["items", "additionalProperties"] {
+        if let Some(child @ Value::Object(_)) = schema.get(key) {
+            children.push(child);
+        }
+    }
+    children
+        .into_iter()
+        .find_map(|child| rule_field_path(child, rule))
+}
+
+/// The value at an API server field path (`spec.components[1].name`), if the object has it.
+fn value_at<'a>(object: &'a Value, path: &str) -> Option<&'a Value> {
+    let mut node = object;
+    for part in path.split('.') {
+        let mut pieces = part.split('[');
+        let name = pieces.next().unwrap_or_default();
+        if !name.is_empty() {
+            node = node.get(name)?;
+        }
+        for index in pieces {
+            node = node.get(index.trim_end_matches(']').parse::<usize>().ok()?)?;
+        }
+    }
+    Some(node)
+}
+
 fn join(path: &str, field: &str) -> String {
     if path.is_empty() {
         field.to_string()
@@ -269,9 +321,14 @@ fn k8s_error(path: &str, value: &Value, kind: &ValidationErrorKind) -> FieldErro
             field: path.to_string(),
             message: format!("Too long: may not be more than {limit} bytes"),
         },
-        ValidationErrorKind::MinItems { limit } => {
-            invalid(format!("{path} in body should have at least {limit} items"))
-        }
+        // The API server prints the list's length, not the list.
+        ValidationErrorKind::MinItems { limit } => FieldError {
+            field: path.to_string(),
+            message: format!(
+                "Invalid value: {}: {path} in body should have at least {limit} items",
+                value.as_array().map_or(0, Vec::len)
+            ),
+        },
         ValidationErrorKind::MaxItems { limit } => FieldError {
             field: path.to_string(),
             message: format!(

@@ -5,30 +5,43 @@ use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt;
 use k8s_openapi::{
-    api::{apps::v1::Deployment, core::v1::Service},
+    api::{
+        apps::v1::Deployment,
+        core::v1::{Pod, Service},
+    },
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
     jiff::Timestamp,
 };
 use kube::{
     Api, Resource, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams},
-    core::DeserializeGuard,
+    core::{ApiResource, DeserializeGuard, DynamicObject},
     runtime::{
         Controller,
         controller::Action,
         events::{Event, EventType},
+        reflector::ObjectRef,
         watcher,
     },
 };
 use tracing::{Instrument, info, info_span, warn};
 
-use super::{Context, FIELD_MANAGER};
-use crate::api::{DynamoGraphDeployment, DynamoGraphDeploymentStatus};
+use super::{
+    Context, FIELD_MANAGER,
+    conditions::DesiredCondition,
+    lookup::{self, LookupError},
+};
+use crate::{
+    api::{ComponentType, DynamoGraphDeployment, DynamoGraphDeploymentStatus},
+    topology::{self, ResolvedTopology, TopologyError, WorkerPod},
+    validation,
+};
 
 pub mod render;
 pub mod status;
 
-use render::{LABEL_COMPONENT, LABEL_GRAPH, RenderError};
+use render::{LABEL_COMPONENT, LABEL_COMPONENT_TYPE, LABEL_GRAPH, RenderError};
+use status::TOPOLOGY_RESOLVED;
 
 /// Name of this controller in metrics and logs.
 pub const CONTROLLER: &str = "dgd";
@@ -39,6 +52,9 @@ const RESYNC: Duration = Duration::from_secs(300);
 const RETRY: Duration = Duration::from_secs(15);
 /// Retry delay for a spec that cannot be rendered: it needs a user's change, not a retry.
 const INVALID_RETRY: Duration = Duration::from_secs(600);
+/// Retry delay while the topology cannot be resolved: the ClusterTopology (or Grove) may be
+/// created at any time, and nothing watches for it.
+const TOPOLOGY_RETRY: Duration = Duration::from_secs(30);
 
 /// Why a reconcile failed.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +62,12 @@ pub enum Error {
     /// The spec cannot be rendered; the user must change it.
     #[error("invalid spec: {0}")]
     InvalidSpec(#[from] RenderError),
+    /// `kvCacheTransferTopology` cannot be resolved (reported in `TopologyResolved`).
+    #[error("topology unresolved: {0}")]
+    Topology(#[from] TopologyError),
+    /// Looking up the ClusterTopology failed.
+    #[error("{0}")]
+    Lookup(#[from] LookupError),
     /// A Kubernetes API call failed.
     #[error("{action}: {source}")]
     Kube {
@@ -61,7 +83,8 @@ impl Error {
     pub fn kind(&self) -> &'static str {
         match self {
             Self::InvalidSpec(_) => "invalid_spec",
-            Self::Kube { .. } => "kube_api",
+            Self::Topology(_) => "topology_unresolved",
+            Self::Lookup(_) | Self::Kube { .. } => "kube_api",
         }
     }
 }
@@ -71,10 +94,16 @@ fn kube_error(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
     move |source| Error::Kube { action, source }
 }
 
-/// Runs the controller until `shutdown` resolves.
+/// Runs the controller until `shutdown` resolves. `pod_changes` are worker pods whose
+/// scheduling or topology labels changed (see [`super::topology_labels::label_changes`]); each
+/// re-reconciles its DGD so that `TopologyResolved` counts stay current. `cluster_topologies`,
+/// when Grove's CRD is installed, is watched so that a DGD is re-checked as soon as the
+/// ClusterTopology it names changes or is deleted.
 pub async fn run(
     ctx: Arc<Context>,
     deployments: impl futures::Stream<Item = Result<Deployment, watcher::Error>> + Send + 'static,
+    pod_changes: impl futures::Stream<Item = Arc<Pod>> + Send + 'static,
+    cluster_topologies: Option<ApiResource>,
     namespace: Option<String>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
@@ -87,9 +116,43 @@ pub async fn run(
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    Controller::new(dgds, watcher::Config::default().any_semantic())
+    let mut controller = Controller::new(dgds, watcher::Config::default().any_semantic())
         .owns_stream(deployments)
         .owns(services, watcher::Config::default().labels(LABEL_GRAPH))
+        .watches_shared_stream(pod_changes, |pod: Arc<Pod>| {
+            let graph = pod.labels().get(LABEL_GRAPH).cloned();
+            let namespace = pod.namespace();
+            graph.zip(namespace).map(|(graph, namespace)| {
+                ObjectRef::<DeserializeGuard<DynamoGraphDeployment>>::new(&graph).within(&namespace)
+            })
+        });
+    if let Some(resource) = cluster_topologies {
+        let store = controller.store();
+        let topologies: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        controller = controller.watches_with(
+            topologies,
+            resource,
+            watcher::Config::default(),
+            move |topology: DynamicObject| {
+                let name = topology.name_any();
+                store
+                    .state()
+                    .iter()
+                    .filter(|guard| {
+                        guard.0.as_ref().is_ok_and(|dgd| {
+                            dgd.spec
+                                .topology_constraint
+                                .as_ref()
+                                .and_then(|t| t.cluster_topology_name.as_deref())
+                                == Some(name.as_str())
+                        })
+                    })
+                    .map(|guard| ObjectRef::from_obj(guard.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        );
+    }
+    controller
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -137,7 +200,27 @@ async fn reconcile_dgd(dgd: &DynamoGraphDeployment, ctx: &Context) -> Result<Act
     let namespace = dgd.namespace().unwrap_or_default();
     let name = dgd.name_any();
     let dgds: Api<DynamoGraphDeployment> = Api::namespaced(ctx.client.clone(), &namespace);
-    let rendered = match render::render(dgd) {
+
+    // The ClusterTopology may have been deleted or changed since admission: check it every time,
+    // and keep the workloads as they are (never silently drop the constraint) while it is not
+    // usable.
+    let topology = match resolve_topology(dgd, ctx).await {
+        Ok(topology) => topology,
+        Err(Error::Topology(error)) => {
+            let message = error.to_string();
+            warn!(%message, "cannot resolve kvCacheTransferTopology; workloads left unchanged");
+            let unresolved = DesiredCondition::unmet(TOPOLOGY_RESOLVED, error.reason(), message.clone());
+            let status = current_status(dgd, ctx, &[unresolved]);
+            if status::differs(dgd.status.as_ref(), &status) {
+                write_status(&dgds, &name, &status).await?;
+                publish(ctx, dgd, EventType::Warning, "InvalidSpec", &message).await;
+            }
+            return Err(Error::Topology(error));
+        }
+        Err(error) => return Err(error),
+    };
+
+    let rendered = match render::render(dgd, topology.as_ref()) {
         Ok(rendered) => rendered,
         Err(error) => {
             let message = error.to_string();
@@ -176,6 +259,56 @@ async fn reconcile_dgd(dgd: &DynamoGraphDeployment, ctx: &Context) -> Result<Act
     }
     remove_stale(dgd, ctx, &rendered).await?;
 
+    let extra: Vec<DesiredCondition> = topology
+        .as_ref()
+        .map(|topology| {
+            let pods = ctx.pods.state();
+            let report = topology::report(topology, &worker_pods(&pods, &namespace, &name));
+            if report.resolved {
+                DesiredCondition::met(TOPOLOGY_RESOLVED, report.reason, report.message)
+            } else {
+                DesiredCondition::unmet(TOPOLOGY_RESOLVED, report.reason, report.message)
+            }
+        })
+        .into_iter()
+        .collect();
+    let mut status = current_status(dgd, ctx, &extra);
+    if topology.is_none() {
+        // The field was removed: so is the condition about it.
+        status.conditions.retain(|c| c.type_ != TOPOLOGY_RESOLVED);
+    }
+    if status::differs(dgd.status.as_ref(), &status) {
+        write_status(&dgds, &name, &status).await?;
+        info!(ready = ?status::is_ready(&status), "status updated");
+    }
+    Ok(Action::requeue(RESYNC))
+}
+
+/// Checks `kvCacheTransferTopology`, looking the ClusterTopology up when it needs one.
+/// `Ok(None)`: the DGD does not use the feature.
+async fn resolve_topology(
+    dgd: &DynamoGraphDeployment,
+    ctx: &Context,
+) -> Result<Option<ResolvedTopology>, Error> {
+    // The same checks as the admission webhook's (crate::validation).
+    let Some(request) = validation::dgd::precheck(&dgd.spec)? else {
+        return Ok(None);
+    };
+    let lookup = match &request.cluster_topology {
+        Some(name) => Some(lookup::cluster_topology(&ctx.client, &ctx.cluster_topology_api, name).await?),
+        None => None,
+    };
+    Ok(Some(request.resolve(lookup.as_ref())?))
+}
+
+/// The status from the cached Deployments, with `extra` conditions.
+fn current_status(
+    dgd: &DynamoGraphDeployment,
+    ctx: &Context,
+    extra: &[DesiredCondition],
+) -> DynamoGraphDeploymentStatus {
+    let namespace = dgd.namespace().unwrap_or_default();
+    let name = dgd.name_any();
     let components: Vec<(String, i32)> = dgd
         .spec
         .components
@@ -190,20 +323,49 @@ async fn reconcile_dgd(dgd: &DynamoGraphDeployment, ctx: &Context) -> Result<Act
         })
         .map(AsRef::as_ref)
         .collect();
-    let status = status::compute(
+    status::compute(
         &name,
         dgd.metadata.generation,
         &components,
         &owned,
         dgd.status.as_ref(),
-        &[],
+        extra,
         now(),
-    );
-    if status::differs(dgd.status.as_ref(), &status) {
-        write_status(&dgds, &name, &status).await?;
-        info!(ready = ?status::is_ready(&status), "status updated");
-    }
-    Ok(Action::requeue(RESYNC))
+    )
+}
+
+/// The worker-class pods of a DGD that are not terminating.
+fn worker_pods<'a>(pods: &'a [Arc<Pod>], namespace: &str, dgd: &str) -> Vec<WorkerPod<'a>> {
+    static EMPTY: std::sync::OnceLock<std::collections::BTreeMap<String, String>> =
+        std::sync::OnceLock::new();
+    pods.iter()
+        .filter(|p| {
+            p.metadata.namespace.as_deref() == Some(namespace)
+                && p.metadata.deletion_timestamp.is_none()
+                && p.labels().get(LABEL_GRAPH).map(String::as_str) == Some(dgd)
+        })
+        .filter_map(|p| {
+            let kind = match p.labels().get(LABEL_COMPONENT_TYPE).map(String::as_str) {
+                Some("prefill") => ComponentType::Prefill,
+                Some("decode") => ComponentType::Decode,
+                Some("worker") => ComponentType::Worker,
+                _ => return None,
+            };
+            Some(WorkerPod {
+                kind,
+                scheduled: p
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_deref())
+                    .is_some_and(|n| !n.is_empty()),
+                labels: p
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .unwrap_or_else(|| EMPTY.get_or_init(Default::default)),
+            })
+        })
+        .collect()
 }
 
 /// Deletes Deployments and Services this DGD owns for components it no longer has.
@@ -323,7 +485,8 @@ fn error_policy(
     match error {
         // Retrying cannot fix a spec; a spec change triggers a reconcile anyway.
         Error::InvalidSpec(_) => Action::requeue(INVALID_RETRY),
-        Error::Kube { .. } => {
+        Error::Topology(_) => Action::requeue(TOPOLOGY_RETRY),
+        Error::Lookup(_) | Error::Kube { .. } => {
             warn!(%name, %error, "reconcile failed; retrying");
             Action::requeue(RETRY)
         }

@@ -14,7 +14,10 @@ use k8s_openapi::{
     },
 };
 
-use crate::api::{Component, ComponentType, DynamoGraphDeployment};
+use crate::{
+    api::{Component, ComponentType, DynamoGraphDeployment},
+    topology::{self, ResolvedTopology},
+};
 
 /// Label naming the DGD a workload or pod belongs to.
 pub const LABEL_GRAPH: &str = "nvidia.com/dynamo-graph-deployment-name";
@@ -167,8 +170,13 @@ pub fn owner_reference(dgd: &DynamoGraphDeployment) -> Option<OwnerReference> {
     dgd.controller_owner_ref(&())
 }
 
-/// Renders every workload of a DGD.
-pub fn render(dgd: &DynamoGraphDeployment) -> Result<RenderedGraph, RenderError> {
+/// Renders every workload of a DGD. `topology` is the DGD's resolved `kvCacheTransferTopology`
+/// (see [`crate::topology`]); `None` renders the DGD without any topology injection, exactly
+/// as a DGD without the field.
+pub fn render(
+    dgd: &DynamoGraphDeployment,
+    topology: Option<&ResolvedTopology>,
+) -> Result<RenderedGraph, RenderError> {
     let name = dgd
         .metadata
         .name
@@ -194,7 +202,16 @@ pub fn render(dgd: &DynamoGraphDeployment) -> Result<RenderedGraph, RenderError>
                 workload,
             });
         }
-        let template = render_pod_template(index, name, namespace, component, &graph_env)?;
+        let mut template = render_pod_template(index, name, namespace, component, &graph_env)?;
+        if let Some(topology) = topology {
+            topology::inject(
+                component.kind,
+                &component.name,
+                &mut template,
+                MAIN_CONTAINER,
+                topology,
+            );
+        }
         let labels = component_labels(name, component);
         let metadata = ObjectMeta {
             name: Some(workload.clone()),
@@ -330,7 +347,7 @@ mod tests {
 
     #[test]
     fn renders_one_deployment_per_component_and_a_service_for_the_frontend() {
-        let rendered = render(&sample()).unwrap();
+        let rendered = render(&sample(), None).unwrap();
         let names: Vec<_> = rendered
             .deployments
             .iter()
@@ -355,7 +372,7 @@ mod tests {
 
     #[test]
     fn labels_selectors_replicas_and_owner() {
-        let rendered = render(&sample()).unwrap();
+        let rendered = render(&sample(), None).unwrap();
         let decode = &rendered.deployments[2];
         let labels = decode.metadata.labels.as_ref().unwrap();
         assert_eq!(labels[LABEL_GRAPH], "llama-disagg");
@@ -393,7 +410,7 @@ mod tests {
             value: Some("debug".into()),
             value_from: None,
         }]);
-        let rendered = render(&dgd).unwrap();
+        let rendered = render(&dgd, None).unwrap();
         let env = env_of(&rendered.deployments[1]);
         let get = |name: &str| env.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
         assert_eq!(get("DYN_PARENT_DGD_K8S_NAME"), Some("llama-disagg"));
@@ -430,14 +447,14 @@ mod tests {
             .unwrap()
             .containers[0]
             .name = "vllm".into();
-        let error = render(&dgd).unwrap_err();
+        let error = render(&dgd, None).unwrap_err();
         assert_eq!(
             error.to_string(),
             "spec.components[2] (decode): podTemplate.spec.containers has no container named \"main\" (found: vllm); the main container runs the component"
         );
         dgd.spec.components[2].pod_template = None;
         assert!(matches!(
-            render(&dgd),
+            render(&dgd, None),
             Err(RenderError::MissingPodTemplate { index: 2, .. })
         ));
     }
@@ -455,12 +472,89 @@ mod tests {
             .containers[0]
             .image = None;
         assert!(matches!(
-            render(&dgd),
+            render(&dgd, None),
             Err(RenderError::MissingImage { index: 0, .. })
         ));
         let mut dgd = sample();
         dgd.metadata.name = Some("a".repeat(60));
-        assert!(matches!(render(&dgd), Err(RenderError::NameTooLong { .. })));
+        assert!(matches!(render(&dgd, None), Err(RenderError::NameTooLong { .. })));
+    }
+
+    #[test]
+    fn without_topology_renders_exactly_as_before() {
+        // Rendered by the code before topology support (commit 650665c) from the same input.
+        let input = include_str!("../../../tests/fixtures/render/dgd-without-topology.yaml");
+        let golden = include_str!("../../../tests/fixtures/render/dgd-without-topology.rendered.json");
+        let dgd: DynamoGraphDeployment = serde_yaml::from_str(input).unwrap();
+        let topology = topology::resolve(&dgd.spec, |_| unreachable!("no lookup without the field")).unwrap();
+        assert!(topology.is_none());
+        let rendered = render(&dgd, topology.as_ref()).unwrap();
+        let actual = serde_json::json!({"deployments": rendered.deployments, "services": rendered.services});
+        let expected: serde_json::Value = serde_json::from_str(golden).unwrap();
+        assert_eq!(actual, expected);
+    }
+
+    #[test]
+    fn topology_goes_to_workers_and_the_frontend_only() {
+        use crate::{
+            api::{ClusterTopologySpec, TopologyLevel},
+            topology::{ClusterTopologyLookup, ENV_LEVEL, ENV_MISMATCH_POLICY, ENV_TOPOLOGY_ENABLED},
+        };
+        let mut dgd = sample();
+        // A planner component, which gets nothing.
+        let mut planner = dgd.spec.components[2].clone();
+        planner.name = "planner".into();
+        planner.kind = Some(ComponentType::Planner);
+        dgd.spec.components.push(planner);
+        let lookup = ClusterTopologyLookup::Found(ClusterTopologySpec {
+            levels: vec![
+                TopologyLevel {
+                    domain: "zone".into(),
+                    label_key: "topology.kubernetes.io/zone".into(),
+                },
+                TopologyLevel {
+                    domain: "rack".into(),
+                    label_key: "nvidia.com/rack".into(),
+                },
+            ],
+        });
+        let resolved = topology::resolve(&dgd.spec, |_| lookup).unwrap().unwrap();
+        let with = render(&dgd, Some(&resolved)).unwrap();
+        let without = render(&dgd, None).unwrap();
+        assert_eq!(with.services, without.services);
+        let names = |d: &Deployment| -> Vec<String> { env_of(d).into_iter().map(|(n, _)| n).collect() };
+        let frontend = env_of(&with.deployments[0]);
+        assert!(frontend.contains(&(ENV_LEVEL.into(), "zone".into())));
+        assert!(frontend.contains(&(ENV_MISMATCH_POLICY.into(), "fail".into())));
+        assert!(!names(&with.deployments[0]).contains(&ENV_TOPOLOGY_ENABLED.to_string()));
+        for worker in &with.deployments[1..3] {
+            let env = env_of(worker);
+            assert!(env.contains(&(ENV_TOPOLOGY_ENABLED.into(), "true".into())));
+            assert!(env.contains(&(ENV_LEVEL.into(), "zone".into())));
+            let pod = worker.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+            let volume = pod.volumes.as_ref().unwrap().last().unwrap();
+            assert_eq!(volume.name, topology::VOLUME_NAME);
+            assert_eq!(
+                volume
+                    .downward_api
+                    .as_ref()
+                    .unwrap()
+                    .items
+                    .as_ref()
+                    .unwrap()
+                    .len(),
+                2
+            );
+            let mount = pod.containers[0].volume_mounts.as_ref().unwrap().last().unwrap();
+            assert_eq!(
+                (mount.mount_path.as_str(), mount.read_only),
+                (topology::MOUNT_PATH, Some(true))
+            );
+        }
+        assert_eq!(
+            with.deployments[3], without.deployments[3],
+            "the planner is untouched"
+        );
     }
 
     #[test]

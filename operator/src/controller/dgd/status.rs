@@ -12,6 +12,9 @@ use crate::{
 
 /// The `Ready` condition type.
 pub const READY: &str = "Ready";
+/// The `TopologyResolved` condition type: whether `kvCacheTransferTopology` is usable, and where
+/// the worker pods are. Absent on DGDs without the field.
+pub const TOPOLOGY_RESOLVED: &str = "TopologyResolved";
 
 /// Computes the status a DGD should have, from the Deployments it owns.
 ///

@@ -1,0 +1,10 @@
+//! End-to-end tests against the cluster `KUBECONFIG` names: `make cluster-up && make e2e`, or
+//! `make e2e-kind`. Each test gets its own namespace (see `e2e::in_namespace`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+mod cluster;
+mod crds;
+mod operator;
+mod topology;
+mod webhook;

@@ -1,0 +1,339 @@
+//! What a resolved topology adds to pod templates: router env on the frontend; topology env, a
+//! Downward API volume and the label-copy annotation on workers.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::{
+    api::core::v1::{
+        Container, DownwardAPIVolumeFile, DownwardAPIVolumeSource, EnvVar, ObjectFieldSelector,
+        PodTemplateSpec, Volume, VolumeMount,
+    },
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
+
+use super::{
+    ENV_LEVEL, ENV_MISMATCH_POLICY, ENV_TOPOLOGY_ENABLED, ENV_WEIGHT, LABELS_ANNOTATION, MOUNT_PATH,
+    OWNED_ENV, ResolvedTopology, VOLUME_NAME,
+};
+use crate::api::ComponentType;
+
+fn var(name: &str, value: String) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value),
+        value_from: None,
+    }
+}
+
+/// Env of worker-class main containers: topology on, and the level.
+pub fn worker_env(topology: &ResolvedTopology) -> Vec<EnvVar> {
+    vec![
+        var(ENV_TOPOLOGY_ENABLED, "true".into()),
+        var(ENV_LEVEL, topology.level.clone()),
+    ]
+}
+
+/// Env of the frontend's main container: the level, the mismatch policy and, when set, the
+/// transfer weight.
+pub fn frontend_env(topology: &ResolvedTopology) -> Vec<EnvVar> {
+    let mut env = vec![
+        var(ENV_LEVEL, topology.level.clone()),
+        var(ENV_MISMATCH_POLICY, topology.mismatch_policy.as_str().into()),
+    ];
+    if let Some(weight) = topology.kv_transfer_weight {
+        env.push(var(ENV_WEIGHT, weight.to_string()));
+    }
+    env
+}
+
+/// The Downward API volume of worker pods: one file per level, named by the domain, holding the
+/// pod's value of the level's label (empty until the label is set).
+pub fn volume(topology: &ResolvedTopology) -> Volume {
+    Volume {
+        name: VOLUME_NAME.into(),
+        downward_api: Some(DownwardAPIVolumeSource {
+            default_mode: None,
+            items: Some(
+                topology
+                    .labels
+                    .iter()
+                    .map(|label| DownwardAPIVolumeFile {
+                        path: label.domain.clone(),
+                        field_ref: Some(ObjectFieldSelector {
+                            api_version: Some("v1".into()),
+                            field_path: format!("metadata.labels['{}']", label.pod_label),
+                        }),
+                        mode: None,
+                        resource_field_ref: None,
+                    })
+                    .collect(),
+            ),
+        }),
+        ..Volume::default()
+    }
+}
+
+/// The read-only mount of [`volume`] in the worker's main container.
+pub fn volume_mount() -> VolumeMount {
+    VolumeMount {
+        name: VOLUME_NAME.into(),
+        mount_path: MOUNT_PATH.into(),
+        read_only: Some(true),
+        ..VolumeMount::default()
+    }
+}
+
+/// Value of [`LABELS_ANNOTATION`]: `<pod label>=<node label>` pairs, comma-separated.
+pub fn labels_annotation(topology: &ResolvedTopology) -> String {
+    topology
+        .labels
+        .iter()
+        .map(|l| format!("{}={}", l.pod_label, l.node_label))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Parses [`LABELS_ANNOTATION`] into `(pod label, node label)` pairs; malformed entries are
+/// skipped (label keys contain neither `=` nor `,`).
+pub fn parse_labels_annotation(value: &str) -> Vec<(String, String)> {
+    value
+        .split(',')
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(pod, node)| (pod.trim().to_string(), node.trim().to_string()))
+        .filter(|(pod, node)| !pod.is_empty() && !node.is_empty())
+        .collect()
+}
+
+/// Adds what a component of type `kind` needs to its pod template. Worker-class components get
+/// the topology env, volume, mount and label annotation; the frontend named in `topology` gets
+/// the router env; others are left alone. In the components it injects into, user copies of
+/// the operator's variables, a volume named [`VOLUME_NAME`] and mounts of that name or at
+/// [`MOUNT_PATH`] are replaced. Does nothing when the template has no container `main_name`.
+pub fn inject(
+    kind: Option<ComponentType>,
+    component: &str,
+    template: &mut PodTemplateSpec,
+    main_name: &str,
+    topology: &ResolvedTopology,
+) {
+    let is_worker = kind.is_some_and(ComponentType::is_worker);
+    let is_frontend = kind == Some(ComponentType::Frontend) && component == topology.frontend;
+    if !is_worker && !is_frontend {
+        return;
+    }
+    let Some(spec) = template.spec.as_mut() else {
+        return;
+    };
+    let Some(main) = spec.containers.iter_mut().find(|c| c.name == main_name) else {
+        return;
+    };
+    let env = if is_worker {
+        worker_env(topology)
+    } else {
+        frontend_env(topology)
+    };
+    set_env(main, env);
+    if !is_worker {
+        return;
+    }
+    let mounts = main.volume_mounts.get_or_insert_with(Vec::new);
+    mounts.retain(|m| m.name != VOLUME_NAME && m.mount_path.trim_end_matches('/') != MOUNT_PATH);
+    mounts.push(volume_mount());
+    let volumes = spec.volumes.get_or_insert_with(Vec::new);
+    volumes.retain(|v| v.name != VOLUME_NAME);
+    volumes.push(volume(topology));
+    template
+        .metadata
+        .get_or_insert_with(ObjectMeta::default)
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(LABELS_ANNOTATION.into(), labels_annotation(topology));
+}
+
+/// Removes every operator-owned variable from the container's env, then appends `env`.
+fn set_env(container: &mut Container, env: Vec<EnvVar>) {
+    let list = container.env.get_or_insert_with(Vec::new);
+    list.retain(|e| !OWNED_ENV.contains(&e.name.as_str()));
+    list.extend(env);
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::PodSpec;
+
+    use super::*;
+    use crate::{
+        api::MismatchPolicy,
+        topology::{LabelSource, TopologyLabel},
+    };
+
+    fn topology() -> ResolvedTopology {
+        ResolvedTopology {
+            frontend: "frontend".into(),
+            level: "zone".into(),
+            mismatch_policy: MismatchPolicy::Fallback,
+            kv_transfer_weight: Some(50.0),
+            source: LabelSource::ClusterTopology("gpu".into()),
+            labels: vec![
+                TopologyLabel {
+                    domain: "zone".into(),
+                    pod_label: "grove.io/topology.zone".into(),
+                    node_label: "topology.kubernetes.io/zone".into(),
+                },
+                TopologyLabel {
+                    domain: "rack".into(),
+                    pod_label: "grove.io/topology.rack".into(),
+                    node_label: "nvidia.com/rack".into(),
+                },
+            ],
+        }
+    }
+
+    fn template(env: &[(&str, &str)]) -> PodTemplateSpec {
+        PodTemplateSpec {
+            metadata: None,
+            spec: Some(PodSpec {
+                containers: vec![
+                    Container {
+                        name: "main".into(),
+                        env: Some(env.iter().map(|(n, v)| var(n, (*v).into())).collect()),
+                        volume_mounts: Some(vec![VolumeMount {
+                            name: "old".into(),
+                            mount_path: "/etc/podinfo/topology/".into(),
+                            ..VolumeMount::default()
+                        }]),
+                        ..Container::default()
+                    },
+                    Container {
+                        name: "sidecar".into(),
+                        ..Container::default()
+                    },
+                ],
+                ..PodSpec::default()
+            }),
+        }
+    }
+
+    fn env_of(template: &PodTemplateSpec) -> Vec<(String, String)> {
+        template.spec.as_ref().unwrap().containers[0]
+            .env
+            .iter()
+            .flatten()
+            .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+            .collect()
+    }
+
+    #[test]
+    fn workers_get_env_volume_mount_and_annotation() {
+        let mut t = template(&[("A", "1"), (ENV_LEVEL, "rack"), (ENV_TOPOLOGY_ENABLED, "false")]);
+        inject(Some(ComponentType::Decode), "decode", &mut t, "main", &topology());
+        assert_eq!(
+            env_of(&t),
+            [
+                ("A".to_string(), "1".to_string()),
+                (ENV_TOPOLOGY_ENABLED.into(), "true".into()),
+                (ENV_LEVEL.into(), "zone".into()),
+            ]
+        );
+        let spec = t.spec.as_ref().unwrap();
+        assert_eq!(spec.containers[0].volume_mounts, Some(vec![volume_mount()]));
+        assert!(spec.containers[1].env.is_none(), "sidecars are left alone");
+        let volume = &spec.volumes.as_ref().unwrap()[0];
+        let items = volume.downward_api.as_ref().unwrap().items.as_ref().unwrap();
+        let items: Vec<(&str, &str)> = items
+            .iter()
+            .map(|i| (i.path.as_str(), i.field_ref.as_ref().unwrap().field_path.as_str()))
+            .collect();
+        assert_eq!(
+            items,
+            [
+                ("zone", "metadata.labels['grove.io/topology.zone']"),
+                ("rack", "metadata.labels['grove.io/topology.rack']"),
+            ]
+        );
+        let annotations = t.metadata.as_ref().unwrap().annotations.as_ref().unwrap();
+        assert_eq!(
+            annotations[LABELS_ANNOTATION],
+            "grove.io/topology.zone=topology.kubernetes.io/zone,grove.io/topology.rack=nvidia.com/rack"
+        );
+        assert_eq!(
+            parse_labels_annotation(&annotations[LABELS_ANNOTATION]),
+            [
+                (
+                    "grove.io/topology.zone".to_string(),
+                    "topology.kubernetes.io/zone".to_string()
+                ),
+                ("grove.io/topology.rack".into(), "nvidia.com/rack".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_frontend_gets_router_env_and_user_copies_are_replaced() {
+        let mut t = template(&[(ENV_MISMATCH_POLICY, "fail"), ("B", "2"), (ENV_WEIGHT, "1")]);
+        inject(
+            Some(ComponentType::Frontend),
+            "frontend",
+            &mut t,
+            "main",
+            &topology(),
+        );
+        assert_eq!(
+            env_of(&t),
+            [
+                ("B".to_string(), "2".to_string()),
+                (ENV_LEVEL.into(), "zone".into()),
+                (ENV_MISMATCH_POLICY.into(), "fallback".into()),
+                (ENV_WEIGHT.into(), "50".into()),
+            ]
+        );
+        assert!(t.spec.as_ref().unwrap().volumes.is_none());
+        assert!(t.metadata.is_none());
+    }
+
+    #[test]
+    fn other_components_and_frontends_are_untouched() {
+        for (kind, name) in [
+            (Some(ComponentType::Planner), "planner"),
+            (Some(ComponentType::Epp), "epp"),
+            (None, "untyped"),
+            (Some(ComponentType::Frontend), "another-frontend"),
+        ] {
+            let mut t = template(&[(ENV_LEVEL, "user")]);
+            let before = t.clone();
+            inject(kind, name, &mut t, "main", &topology());
+            assert_eq!(t, before, "{name}");
+        }
+        let mut t = template(&[]);
+        t.spec.as_mut().unwrap().containers[0].name = "engine".into();
+        let before = t.clone();
+        inject(
+            Some(ComponentType::Prefill),
+            "prefill",
+            &mut t,
+            "main",
+            &topology(),
+        );
+        assert_eq!(t, before, "no main container, nothing to inject into");
+    }
+
+    #[test]
+    fn weight_is_omitted_when_unset() {
+        let mut topology = topology();
+        topology.kv_transfer_weight = None;
+        assert!(frontend_env(&topology).iter().all(|e| e.name != ENV_WEIGHT));
+        topology.kv_transfer_weight = Some(0.25);
+        assert_eq!(
+            frontend_env(&topology).last().unwrap().value.as_deref(),
+            Some("0.25")
+        );
+    }
+
+    #[test]
+    fn malformed_annotation_entries_are_skipped() {
+        assert_eq!(
+            parse_labels_annotation("a=b,,c, =d,e=f"),
+            [("a".to_string(), "b".to_string()), ("e".into(), "f".into())]
+        );
+    }
+}

@@ -1,0 +1,54 @@
+//! Topology-aware KV-cache transfer (seed 004), the pure part: validating a DGD's
+//! `kvCacheTransferTopology` against Grove's `ClusterTopology`, rendering what worker and frontend
+//! pods need, and summarising where the worker pods landed. No I/O here: the callers (the DGD
+//! reconciler, the topology label controller and the admission webhook) fetch the
+//! ClusterTopology and the pods and pass them in.
+//!
+//! The flow, for a DGD whose frontend sets `kvCacheTransferTopology: {level: zone}`:
+//! 1. [`configured`] checks the field itself (only on a frontend, at most one, a valid level,
+//!    label and weight) and says whether a ClusterTopology is needed.
+//! 2. [`TopologyRequest::resolve`] checks the ClusterTopology lookup (Grove absent, object
+//!    absent, level not one of its domains) and yields a [`ResolvedTopology`]: which pod label
+//!    holds which domain, and which node label it is copied from.
+//! 3. [`inject`] adds the router env vars to the frontend and `DYN_TOPOLOGY_ENABLED`, the level
+//!    and a Downward API volume at [`MOUNT_PATH`] (one file per level) to every worker.
+//! 4. After scheduling, the topology label controller copies node labels onto worker pods that
+//!    Grove has not labelled, and [`report`] turns the pods into the `TopologyResolved`
+//!    condition with per-domain counts.
+
+mod inject;
+mod report;
+mod resolve;
+
+pub use inject::{
+    frontend_env, inject, labels_annotation, parse_labels_annotation, volume, volume_mount, worker_env,
+};
+pub use report::{TopologyReport, WorkerPod, report};
+pub use resolve::{
+    ClusterTopologyLookup, LabelSource, ResolvedTopology, TopologyError, TopologyLabel, TopologyRequest,
+    configured, is_domain_name, is_label_key, resolve,
+};
+
+/// Prefix of the pod labels Grove (or this operator) sets after scheduling, one per
+/// ClusterTopology level: `grove.io/topology.<domain>`.
+pub const POD_LABEL_PREFIX: &str = "grove.io/topology.";
+/// Where worker containers find one file per topology level (file name = domain).
+pub const MOUNT_PATH: &str = "/etc/podinfo/topology";
+/// Name of the Downward API volume (and its mount) in worker pods.
+pub const VOLUME_NAME: &str = "topology-labels";
+/// Pod annotation on worker pods listing `<pod label>=<node label>` pairs, comma-separated: what
+/// the topology label controller copies from the node onto the pod after scheduling.
+pub const LABELS_ANNOTATION: &str = "planner.dynamo.io/topology-labels";
+/// Worker env: read the topology files at startup and publish them.
+pub const ENV_TOPOLOGY_ENABLED: &str = "DYN_TOPOLOGY_ENABLED";
+/// Worker and frontend env: the domain KV-cache transfers stay in.
+pub const ENV_LEVEL: &str = "DYN_ROUTER_KV_TRANSFER_TOPOLOGY_LEVEL";
+/// Frontend env: `fail` or `fallback` when no decode worker shares the prefill worker's domain.
+pub const ENV_MISMATCH_POLICY: &str = "DYN_ROUTER_KV_TRANSFER_MISMATCH_POLICY";
+/// Frontend env: weight of the soft transfer-cost term, when set.
+pub const ENV_WEIGHT: &str = "DYN_ROUTER_KV_TRANSFER_WEIGHT";
+/// Every env var this operator owns once a DGD sets `kvCacheTransferTopology`; user copies of
+/// them in the pods it injects into are replaced.
+pub const OWNED_ENV: [&str; 4] = [ENV_TOPOLOGY_ENABLED, ENV_LEVEL, ENV_MISMATCH_POLICY, ENV_WEIGHT];
+/// Name of Grove's ClusterTopology CRD, for messages.
+pub const CLUSTER_TOPOLOGY_CRD: &str = "clustertopologies.grove.io";

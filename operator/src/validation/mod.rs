@@ -1,0 +1,20 @@
+//! The rules the CRD schemas (OpenAPI and CEL) cannot express, as pure functions over the API
+//! types. The admission webhook and the reconcilers call the same functions, so they cannot
+//! disagree about what is valid. Lookups (the ClusterTopology, the target DGD) are done by the
+//! callers and passed in.
+//!
+//! - DynamoGraphDeployment: `kvCacheTransferTopology` per seed 004 ([`dgd`], which delegates to
+//!   [`crate::topology`]).
+//! - PlannerPolicy ([`planner_policy`]): the target DGD exists in the policy's namespace and its
+//!   prefill and decode pools resolve; the built-in profile exists; `adjustmentInterval` fits the
+//!   mode; the connector's settings are complete.
+//!
+//! Every error names the field, the value and what is allowed.
+
+pub mod dgd;
+pub mod planner_policy;
+
+pub use planner_policy::{
+    DecisionTimeoutBounds, IntervalBounds, PolicyError, Pool, ResolvedPools, interval_bounds, resolve_pools,
+    validate_spec,
+};

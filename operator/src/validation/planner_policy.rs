@@ -1,0 +1,649 @@
+//! PlannerPolicy rules the CRD schema cannot express.
+//!
+//! Interval bounds, per mode (the schema already requires `adjustmentInterval >= 10s`):
+//! - `sla` and `observe`: 10s to 24h. Below 10s the Prometheus rates over the interval are
+//!   mostly noise; above a day the predictor sees too few points to be useful.
+//! - `load`: 10s to 1h, and at least twice `load.metricPullingInterval`, which must itself be
+//!   100ms to 60s: the load planner averages several samples per interval (seed 001) and moves
+//!   one replica per interval, so a longer interval makes it too slow to follow load.
+//! - `connector.decisionTimeout` (virtual connector): 1s to 24h.
+
+use std::{fmt, time::Duration};
+
+use crate::{
+    api::{
+        BUILTIN_PROFILES, ComponentType, ConnectorKind, DynamoGraphDeployment, PlannerMode,
+        PlannerPolicySpec,
+        duration::{format_duration, parse_duration},
+    },
+    planner::profile::builtin_names,
+};
+
+/// One of the two pools a policy scales.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pool {
+    /// The prefill workers.
+    Prefill,
+    /// The decode workers.
+    Decode,
+}
+
+impl Pool {
+    /// `prefill` or `decode`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Prefill => "prefill",
+            Self::Decode => "decode",
+        }
+    }
+
+    fn component_type(self) -> ComponentType {
+        match self {
+            Self::Prefill => ComponentType::Prefill,
+            Self::Decode => ComponentType::Decode,
+        }
+    }
+}
+
+impl fmt::Display for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a PlannerPolicy is not valid. Each message names the field, the value and what is
+/// allowed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    /// The target DGD does not exist in the policy's namespace.
+    #[error(
+        "spec.targetRef.name: DynamoGraphDeployment {name:?} not found in namespace {namespace:?}; allowed: the name of a DynamoGraphDeployment in the policy's namespace (create it first)"
+    )]
+    TargetNotFound {
+        /// The DGD name.
+        name: String,
+        /// The policy's namespace.
+        namespace: String,
+    },
+    /// A named pool component is not in the DGD.
+    #[error(
+        "spec.components.{pool}: {name:?} is not a component of DynamoGraphDeployment {dgd:?}; allowed: {available}"
+    )]
+    ComponentNotFound {
+        /// Which pool.
+        pool: Pool,
+        /// The value.
+        name: String,
+        /// The DGD name.
+        dgd: String,
+        /// The DGD's component names.
+        available: String,
+    },
+    /// A named pool component has a type that cannot be that pool.
+    #[error(
+        "spec.components.{pool}: component {name:?} of DynamoGraphDeployment {dgd:?} has type {kind}; allowed: a component with type {pool}, worker or no type"
+    )]
+    ComponentWrongType {
+        /// Which pool.
+        pool: Pool,
+        /// The value.
+        name: String,
+        /// The DGD name.
+        dgd: String,
+        /// The component's type.
+        kind: String,
+    },
+    /// No component name given and no component has the pool's type.
+    #[error(
+        "spec.components.{pool}: not set, and DynamoGraphDeployment {dgd:?} has no component with type: {pool} (components: {available}); set spec.components.{pool} to the {pool} component's name"
+    )]
+    NoComponentOfType {
+        /// Which pool.
+        pool: Pool,
+        /// The DGD name.
+        dgd: String,
+        /// The DGD's components as `name (type)`.
+        available: String,
+    },
+    /// No component name given and several components have the pool's type.
+    #[error(
+        "spec.components.{pool}: not set, and DynamoGraphDeployment {dgd:?} has {count} components with type: {pool} ({names}); set spec.components.{pool} to one of them"
+    )]
+    SeveralComponentsOfType {
+        /// Which pool.
+        pool: Pool,
+        /// The DGD name.
+        dgd: String,
+        /// How many.
+        count: usize,
+        /// Their names.
+        names: String,
+    },
+    /// Both pools resolve to the same component.
+    #[error(
+        "spec.components: prefill and decode both resolve to component {name:?} of DynamoGraphDeployment {dgd:?}; allowed: two different components"
+    )]
+    SameComponent {
+        /// The component.
+        name: String,
+        /// The DGD name.
+        dgd: String,
+    },
+    /// `profile.builtin` names no compiled-in profile.
+    #[error("spec.profile.builtin: {name:?} is not a built-in profile; allowed: {allowed}")]
+    UnknownBuiltinProfile {
+        /// The value.
+        name: String,
+        /// The built-in names.
+        allowed: String,
+    },
+    /// A duration field cannot be parsed.
+    #[error(
+        "{field}: {value:?} is not a duration; allowed: one or more <number><unit> terms with units ns, us, ms, s, m or h, e.g. 180s or 1m30s"
+    )]
+    DurationFormat {
+        /// The field.
+        field: &'static str,
+        /// The value.
+        value: String,
+    },
+    /// `adjustmentInterval` is outside the mode's bounds.
+    #[error("spec.adjustmentInterval: {value:?} is out of range for mode {mode}; allowed: {min} to {max}")]
+    IntervalOutOfRange {
+        /// The mode.
+        mode: PlannerMode,
+        /// The value.
+        value: String,
+        /// The minimum, formatted.
+        min: String,
+        /// The maximum, formatted.
+        max: String,
+    },
+    /// `load.metricPullingInterval` is outside its bounds or too long for the interval.
+    #[error(
+        "spec.load.metricPullingInterval: {value:?} is out of range for spec.adjustmentInterval {interval}; allowed: {min} to {max} (at most half the interval, so that each interval averages at least two samples)"
+    )]
+    PullingIntervalOutOfRange {
+        /// The value.
+        value: String,
+        /// The adjustment interval, formatted.
+        interval: String,
+        /// The minimum, formatted.
+        min: String,
+        /// The maximum, formatted.
+        max: String,
+    },
+    /// The virtual connector has no etcd endpoints.
+    #[error(
+        "spec.connector.etcd.endpoints: none given; the virtual connector needs at least one etcd client URL, e.g. http://etcd.dynamo:2379"
+    )]
+    EtcdEndpointsMissing,
+    /// An etcd endpoint is not a client URL.
+    #[error(
+        "spec.connector.etcd.endpoints[{index}]: {value:?} is not an etcd client URL; allowed: [http://|https://]host[:port] with a port from 1 to 65535"
+    )]
+    EtcdEndpointInvalid {
+        /// Position in the list.
+        index: usize,
+        /// The value.
+        value: String,
+    },
+    /// `connector.decisionTimeout` is outside its bounds.
+    #[error("spec.connector.decisionTimeout: {value:?} is out of range; allowed: {min} to {max}")]
+    DecisionTimeoutOutOfRange {
+        /// The value.
+        value: String,
+        /// The minimum, formatted.
+        min: String,
+        /// The maximum, formatted.
+        max: String,
+    },
+}
+
+/// Bounds of `adjustmentInterval` (and, in load mode, `metricPullingInterval`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IntervalBounds {
+    /// Shortest interval.
+    pub min: Duration,
+    /// Longest interval.
+    pub max: Duration,
+}
+
+/// Bounds of `connector.decisionTimeout`.
+pub struct DecisionTimeoutBounds;
+
+impl DecisionTimeoutBounds {
+    /// Shortest timeout.
+    pub const MIN: Duration = Duration::from_secs(1);
+    /// Longest timeout.
+    pub const MAX: Duration = Duration::from_secs(24 * 3600);
+}
+
+/// Shortest `load.metricPullingInterval`.
+pub const MIN_PULLING_INTERVAL: Duration = Duration::from_millis(100);
+/// Longest `load.metricPullingInterval`.
+pub const MAX_PULLING_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The `adjustmentInterval` bounds of a mode (see the module docs for why).
+pub fn interval_bounds(mode: PlannerMode) -> IntervalBounds {
+    match mode {
+        PlannerMode::Sla | PlannerMode::Observe => IntervalBounds {
+            min: Duration::from_secs(10),
+            max: Duration::from_secs(24 * 3600),
+        },
+        PlannerMode::Load => IntervalBounds {
+            min: Duration::from_secs(10),
+            max: Duration::from_secs(3600),
+        },
+    }
+}
+
+/// The DGD components of the two pools.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedPools {
+    /// Name of the prefill component.
+    pub prefill: String,
+    /// Name of the decode component.
+    pub decode: String,
+}
+
+/// Every rule that needs no lookup: profile, durations, connector. Returns all violations.
+pub fn validate_spec(spec: &PlannerPolicySpec) -> Vec<PolicyError> {
+    let mut errors = Vec::new();
+    if let Some(builtin) = spec.profile.as_ref().and_then(|p| p.builtin) {
+        check_builtin(builtin.name(), &mut errors);
+    }
+    let interval = match parse_duration(&spec.adjustment_interval) {
+        Ok(interval) => {
+            let bounds = interval_bounds(spec.mode);
+            if interval < bounds.min || interval > bounds.max {
+                errors.push(PolicyError::IntervalOutOfRange {
+                    mode: spec.mode,
+                    value: spec.adjustment_interval.clone(),
+                    min: format_duration(bounds.min),
+                    max: format_duration(bounds.max),
+                });
+            }
+            Some(interval)
+        }
+        Err(_) => {
+            errors.push(PolicyError::DurationFormat {
+                field: "spec.adjustmentInterval",
+                value: spec.adjustment_interval.clone(),
+            });
+            None
+        }
+    };
+    if spec.mode == PlannerMode::Load {
+        match parse_duration(&spec.load.metric_pulling_interval) {
+            Ok(pulling) => {
+                let max = interval.map_or(MAX_PULLING_INTERVAL, |i| (i / 2).min(MAX_PULLING_INTERVAL));
+                if pulling < MIN_PULLING_INTERVAL || pulling > max {
+                    errors.push(PolicyError::PullingIntervalOutOfRange {
+                        value: spec.load.metric_pulling_interval.clone(),
+                        interval: interval.map_or_else(|| spec.adjustment_interval.clone(), format_duration),
+                        min: format_duration(MIN_PULLING_INTERVAL),
+                        max: format_duration(max),
+                    });
+                }
+            }
+            Err(_) => errors.push(PolicyError::DurationFormat {
+                field: "spec.load.metricPullingInterval",
+                value: spec.load.metric_pulling_interval.clone(),
+            }),
+        }
+    }
+    if spec.connector.kind == ConnectorKind::Virtual {
+        let endpoints = spec
+            .connector
+            .etcd
+            .as_ref()
+            .map(|e| e.endpoints.as_slice())
+            .unwrap_or_default();
+        if endpoints.is_empty() {
+            errors.push(PolicyError::EtcdEndpointsMissing);
+        }
+        for (index, endpoint) in endpoints.iter().enumerate() {
+            if !is_etcd_endpoint(endpoint) {
+                errors.push(PolicyError::EtcdEndpointInvalid {
+                    index,
+                    value: endpoint.clone(),
+                });
+            }
+        }
+        match parse_duration(&spec.connector.decision_timeout) {
+            Ok(timeout) if (DecisionTimeoutBounds::MIN..=DecisionTimeoutBounds::MAX).contains(&timeout) => {}
+            Ok(_) => errors.push(PolicyError::DecisionTimeoutOutOfRange {
+                value: spec.connector.decision_timeout.clone(),
+                min: format_duration(DecisionTimeoutBounds::MIN),
+                max: format_duration(DecisionTimeoutBounds::MAX),
+            }),
+            Err(_) => errors.push(PolicyError::DurationFormat {
+                field: "spec.connector.decisionTimeout",
+                value: spec.connector.decision_timeout.clone(),
+            }),
+        }
+    }
+    errors
+}
+
+/// Checks a built-in profile name against the profiles compiled into the operator. Also used
+/// on the raw object by the webhook, before the typed parse would reject an unknown name with a
+/// less helpful message.
+pub fn check_builtin(name: &str, errors: &mut Vec<PolicyError>) {
+    if !builtin_names().any(|n| n == name) {
+        errors.push(PolicyError::UnknownBuiltinProfile {
+            name: name.into(),
+            allowed: BUILTIN_PROFILES.join(", "),
+        });
+    }
+}
+
+/// `[http://|https://]host[:port][/]` with a non-empty host and a port from 1 to 65535.
+fn is_etcd_endpoint(value: &str) -> bool {
+    let rest = value
+        .strip_prefix("http://")
+        .or_else(|| value.strip_prefix("https://"))
+        .unwrap_or(value);
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    if rest.is_empty() || rest.contains(['/', ' ', '\t', '@', '?', '#']) {
+        return false;
+    }
+    // A bracketed IPv6 address may contain colons.
+    let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
+        match v6.split_once(']') {
+            Some((host, tail)) => (host, tail.strip_prefix(':')),
+            None => return false,
+        }
+    } else {
+        match rest.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (rest, None),
+        }
+    };
+    !host.is_empty() && port.is_none_or(|p| p.parse::<u16>().is_ok_and(|p| p > 0))
+}
+
+/// Resolves the prefill and decode components in the target DGD: by name when given (the
+/// component must exist and have the pool's type, `worker` or none), else the one component of
+/// the pool's type. The two must differ. Returns all violations.
+pub fn resolve_pools(
+    spec: &PlannerPolicySpec,
+    dgd: &DynamoGraphDeployment,
+) -> Result<ResolvedPools, Vec<PolicyError>> {
+    let dgd_name = dgd.metadata.name.clone().unwrap_or_default();
+    let named = spec.components.as_ref();
+    let mut errors = Vec::new();
+    let mut resolve = |pool: Pool, name: Option<&String>| -> Option<String> {
+        let components = &dgd.spec.components;
+        match name {
+            Some(name) => {
+                let Some(component) = components.iter().find(|c| &c.name == name) else {
+                    errors.push(PolicyError::ComponentNotFound {
+                        pool,
+                        name: name.clone(),
+                        dgd: dgd_name.clone(),
+                        available: components
+                            .iter()
+                            .map(|c| c.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    });
+                    return None;
+                };
+                match component.kind {
+                    None | Some(ComponentType::Worker) => Some(name.clone()),
+                    Some(kind) if kind == pool.component_type() => Some(name.clone()),
+                    Some(kind) => {
+                        errors.push(PolicyError::ComponentWrongType {
+                            pool,
+                            name: name.clone(),
+                            dgd: dgd_name.clone(),
+                            kind: kind.to_string(),
+                        });
+                        None
+                    }
+                }
+            }
+            None => {
+                let of_type: Vec<&str> = components
+                    .iter()
+                    .filter(|c| c.kind == Some(pool.component_type()))
+                    .map(|c| c.name.as_str())
+                    .collect();
+                match of_type.as_slice() {
+                    [one] => Some((*one).to_string()),
+                    [] => {
+                        errors.push(PolicyError::NoComponentOfType {
+                            pool,
+                            dgd: dgd_name.clone(),
+                            available: components
+                                .iter()
+                                .map(|c| {
+                                    format!(
+                                        "{} ({})",
+                                        c.name,
+                                        c.kind.map_or("no type", ComponentType::as_str)
+                                    )
+                                })
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                        });
+                        None
+                    }
+                    several => {
+                        errors.push(PolicyError::SeveralComponentsOfType {
+                            pool,
+                            dgd: dgd_name.clone(),
+                            count: several.len(),
+                            names: several.join(", "),
+                        });
+                        None
+                    }
+                }
+            }
+        }
+    };
+    let prefill = resolve(Pool::Prefill, named.and_then(|c| c.prefill.as_ref()));
+    let decode = resolve(Pool::Decode, named.and_then(|c| c.decode.as_ref()));
+    match (prefill, decode) {
+        (Some(prefill), Some(decode)) if prefill == decode => Err(vec![PolicyError::SameComponent {
+            name: prefill,
+            dgd: dgd_name,
+        }]),
+        (Some(prefill), Some(decode)) => Ok(ResolvedPools { prefill, decode }),
+        _ => Err(errors),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{EtcdSource, PlannerPolicy, PoolComponents};
+
+    fn policy(file: &str) -> PlannerPolicySpec {
+        let text =
+            std::fs::read_to_string(format!("{}/../config/samples/{file}", env!("CARGO_MANIFEST_DIR")))
+                .unwrap();
+        serde_yaml::from_str::<PlannerPolicy>(&text).unwrap().spec
+    }
+
+    fn dgd() -> DynamoGraphDeployment {
+        serde_yaml::from_str(include_str!("../../../config/samples/dgd-disagg.yaml")).unwrap()
+    }
+
+    #[test]
+    fn every_sample_is_valid() {
+        for file in [
+            "plannerpolicy-sla.yaml",
+            "plannerpolicy-load.yaml",
+            "plannerpolicy-observe.yaml",
+            "plannerpolicy-virtual.yaml",
+        ] {
+            let spec = policy(file);
+            assert_eq!(validate_spec(&spec), [], "{file}");
+            assert_eq!(
+                resolve_pools(&spec, &dgd()),
+                Ok(ResolvedPools {
+                    prefill: "prefill".into(),
+                    decode: "decode".into()
+                }),
+                "{file}"
+            );
+        }
+    }
+
+    #[test]
+    fn built_in_names_match_the_compiled_profiles() {
+        let compiled: Vec<&str> = builtin_names().collect();
+        for name in BUILTIN_PROFILES {
+            assert!(compiled.contains(&name), "{name} is not compiled in");
+        }
+        let mut errors = Vec::new();
+        check_builtin("a100-llama-7b", &mut errors);
+        assert_eq!(
+            errors[0].to_string(),
+            format!(
+                "spec.profile.builtin: \"a100-llama-7b\" is not a built-in profile; allowed: {}",
+                BUILTIN_PROFILES.join(", ")
+            )
+        );
+    }
+
+    #[test]
+    fn interval_fits_the_mode() {
+        let mut spec = policy("plannerpolicy-sla.yaml");
+        spec.adjustment_interval = "25h".into();
+        assert_eq!(
+            validate_spec(&spec)[0].to_string(),
+            "spec.adjustmentInterval: \"25h\" is out of range for mode sla; allowed: 10s to 24h"
+        );
+        spec.adjustment_interval = "5s".into();
+        assert!(matches!(
+            validate_spec(&spec)[0],
+            PolicyError::IntervalOutOfRange { .. }
+        ));
+        let mut load = policy("plannerpolicy-load.yaml");
+        load.adjustment_interval = "2h".into();
+        assert!(matches!(
+            validate_spec(&load)[0],
+            PolicyError::IntervalOutOfRange { .. }
+        ));
+        load.adjustment_interval = "30s".into();
+        load.load.metric_pulling_interval = "20s".into();
+        assert_eq!(
+            validate_spec(&load)[0].to_string(),
+            "spec.load.metricPullingInterval: \"20s\" is out of range for spec.adjustmentInterval 30s; allowed: 100ms to 15s (at most half the interval, so that each interval averages at least two samples)"
+        );
+        load.load.metric_pulling_interval = "10ms".into();
+        assert!(matches!(
+            validate_spec(&load)[0],
+            PolicyError::PullingIntervalOutOfRange { .. }
+        ));
+        load.load.metric_pulling_interval = "15s".into();
+        assert_eq!(validate_spec(&load), []);
+        // The pulling interval only matters in load mode.
+        let mut sla = policy("plannerpolicy-sla.yaml");
+        sla.load.metric_pulling_interval = "10m".into();
+        assert_eq!(validate_spec(&sla), []);
+    }
+
+    #[test]
+    fn malformed_durations_are_named() {
+        let mut spec = policy("plannerpolicy-virtual.yaml");
+        spec.adjustment_interval = "3 minutes".into();
+        spec.connector.decision_timeout = "forever".into();
+        let fields: Vec<String> = validate_spec(&spec).iter().map(ToString::to_string).collect();
+        assert!(fields[0].starts_with("spec.adjustmentInterval: \"3 minutes\" is not a duration"));
+        assert!(fields[1].starts_with("spec.connector.decisionTimeout: \"forever\" is not a duration"));
+    }
+
+    #[test]
+    fn virtual_connector_settings_are_complete() {
+        let mut spec = policy("plannerpolicy-virtual.yaml");
+        spec.connector.etcd = None;
+        assert_eq!(validate_spec(&spec), [PolicyError::EtcdEndpointsMissing]);
+        spec.connector.etcd = Some(EtcdSource {
+            endpoints: vec![
+                "http://etcd:2379".into(),
+                "etcd:99999".into(),
+                "https://[::1]:2379".into(),
+                "10.0.0.1".into(),
+                "http://".into(),
+            ],
+        });
+        let invalid: Vec<usize> = validate_spec(&spec)
+            .iter()
+            .map(|e| match e {
+                PolicyError::EtcdEndpointInvalid { index, .. } => *index,
+                other => panic!("unexpected {other}"),
+            })
+            .collect();
+        assert_eq!(invalid, [1, 4]);
+        spec.connector.etcd = Some(EtcdSource {
+            endpoints: vec!["http://etcd:2379".into()],
+        });
+        spec.connector.decision_timeout = "0s".into();
+        assert_eq!(
+            validate_spec(&spec)[0].to_string(),
+            "spec.connector.decisionTimeout: \"0s\" is out of range; allowed: 1s to 24h"
+        );
+    }
+
+    #[test]
+    fn pools_resolve_by_name_or_type() {
+        let mut spec = policy("plannerpolicy-sla.yaml");
+        let mut graph = dgd();
+        spec.components = Some(PoolComponents {
+            prefill: Some("nope".into()),
+            decode: Some("frontend".into()),
+        });
+        let errors = resolve_pools(&spec, &graph).unwrap_err();
+        assert_eq!(
+            errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            [
+                "spec.components.prefill: \"nope\" is not a component of DynamoGraphDeployment \"llama-disagg\"; allowed: frontend, prefill, decode",
+                "spec.components.decode: component \"frontend\" of DynamoGraphDeployment \"llama-disagg\" has type frontend; allowed: a component with type decode, worker or no type",
+            ]
+        );
+        spec.components = None;
+        let mut second = graph.spec.components[1].clone();
+        second.name = "prefill-b".into();
+        graph.spec.components.push(second);
+        graph.spec.components.retain(|c| c.name != "decode");
+        let errors = resolve_pools(&spec, &graph).unwrap_err();
+        assert_eq!(
+            errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            [
+                "spec.components.prefill: not set, and DynamoGraphDeployment \"llama-disagg\" has 2 components with type: prefill (prefill, prefill-b); set spec.components.prefill to one of them",
+                "spec.components.decode: not set, and DynamoGraphDeployment \"llama-disagg\" has no component with type: decode (components: frontend (frontend), prefill (prefill), prefill-b (prefill)); set spec.components.decode to the decode component's name",
+            ]
+        );
+    }
+
+    #[test]
+    fn one_aggregated_worker_cannot_be_both_pools() {
+        let mut graph = dgd();
+        graph.spec.components[1].kind = Some(ComponentType::Worker);
+        let mut spec = policy("plannerpolicy-sla.yaml");
+        spec.components = Some(PoolComponents {
+            prefill: Some("prefill".into()),
+            decode: None,
+        });
+        assert_eq!(
+            resolve_pools(&spec, &graph),
+            Ok(ResolvedPools {
+                prefill: "prefill".into(),
+                decode: "decode".into()
+            })
+        );
+        spec.components = Some(PoolComponents {
+            prefill: Some("prefill".into()),
+            decode: Some("prefill".into()),
+        });
+        assert_eq!(
+            resolve_pools(&spec, &graph).unwrap_err()[0].to_string(),
+            "spec.components: prefill and decode both resolve to component \"prefill\" of DynamoGraphDeployment \"llama-disagg\"; allowed: two different components"
+        );
+    }
+}

@@ -1,0 +1,685 @@
+//! The admission webhook in process: AdmissionReview JSON in, AdmissionReview out, through the
+//! same axum router the server runs, with lookups answered from a fixed world (the samples'
+//! ClusterTopology `gpu-cluster` and DGD `llama-disagg`). Also fuzzes the handler with arbitrary
+//! bodies.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+mod support;
+
+use std::{
+    collections::BTreeMap,
+    path::Path,
+    sync::{Arc, OnceLock},
+    time::Duration,
+};
+
+use axum::{
+    Router,
+    body::Body,
+    http::{Request, StatusCode},
+};
+use planner_operator::{
+    api::{ClusterTopology, ClusterTopologySpec, DynamoGraphDeployment},
+    topology::ClusterTopologyLookup,
+    webhook::{
+        Admission, Lookups,
+        admission::{DGD_PATH, PLANNER_POLICY_PATH},
+        router,
+    },
+};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+use support::{load_yaml, repo_root, validate, yaml_files};
+use tower::ServiceExt;
+
+/// What the fake API server holds.
+#[derive(Clone)]
+struct World {
+    grove_installed: bool,
+    topologies: BTreeMap<String, ClusterTopologySpec>,
+    dgds: BTreeMap<(String, String), DynamoGraphDeployment>,
+    /// Every lookup fails with this message.
+    failing: Option<String>,
+    /// Every lookup takes this long.
+    delay: Duration,
+}
+
+impl Lookups for World {
+    async fn cluster_topology(&self, name: &str) -> Result<ClusterTopologyLookup, String> {
+        tokio::time::sleep(self.delay).await;
+        if let Some(message) = &self.failing {
+            return Err(message.clone());
+        }
+        Ok(if !self.grove_installed {
+            ClusterTopologyLookup::GroveNotInstalled
+        } else {
+            self.topologies
+                .get(name)
+                .cloned()
+                .map_or(ClusterTopologyLookup::NotFound, ClusterTopologyLookup::Found)
+        })
+    }
+
+    async fn dynamo_graph_deployment(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<DynamoGraphDeployment>, String> {
+        tokio::time::sleep(self.delay).await;
+        if let Some(message) = &self.failing {
+            return Err(message.clone());
+        }
+        Ok(self.dgds.get(&(namespace.into(), name.into())).cloned())
+    }
+}
+
+const NAMESPACE: &str = "llm";
+
+fn sample<T: serde::de::DeserializeOwned>(file: &str) -> T {
+    serde_json::from_value(load_yaml(&repo_root().join("config/samples").join(file))).unwrap()
+}
+
+fn world() -> World {
+    let topology: ClusterTopology = sample("cluster-topology.yaml");
+    let dgd: DynamoGraphDeployment = sample("dgd-disagg.yaml");
+    World {
+        grove_installed: true,
+        topologies: BTreeMap::from([("gpu-cluster".to_string(), topology.spec)]),
+        dgds: BTreeMap::from([((NAMESPACE.to_string(), "llama-disagg".to_string()), dgd)]),
+        failing: None,
+        delay: Duration::ZERO,
+    }
+}
+
+fn app(world: World) -> Router {
+    router(Arc::new(
+        Admission::new(world, None).with_timeout(Duration::from_millis(200)),
+    ))
+}
+
+/// An AdmissionReview for `object` (CREATE, or UPDATE from `old`).
+fn review(object: &Value, old: Option<&Value>) -> Value {
+    let api_version = object["apiVersion"].as_str().unwrap_or_default();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let kind = object["kind"].as_str().unwrap_or_default();
+    let resource = match kind {
+        "DynamoGraphDeployment" => "dynamographdeployments",
+        "PlannerPolicy" => "plannerpolicies",
+        _ => "unknown",
+    };
+    let mut object = object.clone();
+    set_namespace(&mut object);
+    let mut old = old.cloned();
+    if let Some(old) = &mut old {
+        set_namespace(old);
+    }
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+            "kind": {"group": group, "version": version, "kind": kind},
+            "resource": {"group": group, "version": version, "resource": resource},
+            "name": object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default(),
+            "namespace": NAMESPACE,
+            "operation": if old.is_some() { "UPDATE" } else { "CREATE" },
+            "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+            "object": object,
+            "oldObject": old,
+            "dryRun": false
+        }
+    })
+}
+
+/// Sets `metadata.namespace` where the object has room for it (fuzzed objects may not).
+fn set_namespace(object: &mut Value) {
+    if let Some(map) = object.as_object_mut() {
+        let metadata = map.entry("metadata").or_insert_with(|| json!({}));
+        if let Some(metadata) = metadata.as_object_mut() {
+            metadata.insert("namespace".into(), json!(NAMESPACE));
+        }
+    }
+}
+
+fn path_for(object: &Value) -> &'static str {
+    match object["kind"].as_str() {
+        Some("PlannerPolicy") => PLANNER_POLICY_PATH,
+        _ => DGD_PATH,
+    }
+}
+
+async fn post(app: Router, path: &str, body: Vec<u8>) -> (StatusCode, Value) {
+    let response = app
+        .oneshot(
+            Request::post(path)
+                .header("content-type", "application/json")
+                .body(Body::from(body))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let value = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|e| panic!("response is not JSON ({e}): {}", String::from_utf8_lossy(&bytes)));
+    (status, value)
+}
+
+/// The `response` of the review for `object`.
+async fn admit(world: World, object: &Value, old: Option<&Value>) -> Value {
+    let body = serde_json::to_vec(&review(object, old)).unwrap();
+    let (status, review) = post(app(world), path_for(object), body).await;
+    assert_eq!(status, StatusCode::OK, "{review}");
+    assert_eq!(review["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(review["kind"], "AdmissionReview");
+    let response = review["response"].clone();
+    assert_eq!(response["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
+    response
+}
+
+fn message(response: &Value) -> &str {
+    response["status"]["message"].as_str().unwrap_or_default()
+}
+
+fn header(path: &Path, name: &str) -> Option<String> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let prefix = format!("# {name}:");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&prefix).map(|v| v.trim().to_string()))
+}
+
+fn webhook_fixtures() -> Vec<std::path::PathBuf> {
+    yaml_files(&repo_root().join("operator/tests/fixtures/webhook"))
+}
+
+#[tokio::test]
+async fn every_webhook_fixture_is_denied_for_its_reason() {
+    let fixtures = webhook_fixtures();
+    assert!(fixtures.len() >= 15, "found {}", fixtures.len());
+    let mut failures = Vec::new();
+    for path in &fixtures {
+        let reason = header(path, "reason").unwrap_or_else(|| panic!("{} has no reason", path.display()));
+        let mut world = world();
+        world.grove_installed = header(path, "grove").as_deref() != Some("absent");
+        let response = admit(world, &load_yaml(path), None).await;
+        if response["allowed"] != false || !message(&response).contains(&reason) {
+            failures.push(format!(
+                "{}: expected a denial containing {reason:?}, got allowed={} {:?}",
+                path.file_name().unwrap().to_string_lossy(),
+                response["allowed"],
+                message(&response)
+            ));
+        }
+        if response["allowed"] == false {
+            assert_eq!(response["status"]["code"], 422, "{}", path.display());
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn webhook_fixtures_pass_the_schema_so_the_webhook_is_what_rejects_them() {
+    for path in webhook_fixtures() {
+        let errors = validate(&load_yaml(&path));
+        if header(&path, "schema").as_deref() == Some("rejects") {
+            assert!(!errors.is_empty(), "{} is accepted by the schema", path.display());
+        } else {
+            assert!(
+                errors.is_empty(),
+                "{} is rejected by the schema: {errors:?}",
+                path.display()
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn samples_and_valid_fixtures_are_allowed() {
+    let mut files = yaml_files(&repo_root().join("config/samples"));
+    files.extend(yaml_files(
+        &repo_root().join("operator/tests/fixtures/webhook/valid"),
+    ));
+    for path in files {
+        let object = load_yaml(&path);
+        if object["kind"] == "ClusterTopology" {
+            continue;
+        }
+        let response = admit(world(), &object, None).await;
+        assert_eq!(
+            response["allowed"],
+            true,
+            "{}: {}",
+            path.display(),
+            message(&response)
+        );
+    }
+}
+
+#[tokio::test]
+async fn updates_check_lookups_only_when_their_fields_change() {
+    let dgd = load_yaml(&repo_root().join("config/samples/dgd-disagg.yaml"));
+    let mut gone = world();
+    gone.topologies.clear();
+    // The ClusterTopology was deleted after admission: the planner can still scale.
+    let mut scaled = dgd.clone();
+    scaled["spec"]["components"][1]["replicas"] = json!(4);
+    let response = admit(gone.clone(), &scaled, Some(&dgd)).await;
+    assert_eq!(response["allowed"], true, "{}", message(&response));
+    // Labels and finalizers change without any check.
+    let mut labelled = dgd.clone();
+    labelled["metadata"]["labels"] = json!({"team": "a"});
+    assert_eq!(admit(gone.clone(), &labelled, Some(&dgd)).await["allowed"], true);
+    // Changing the topology is checked again.
+    let mut moved = dgd.clone();
+    moved["spec"]["components"][0]["kvCacheTransferTopology"]["level"] = json!("rack");
+    let response = admit(gone, &moved, Some(&dgd)).await;
+    assert_eq!(response["allowed"], false);
+    assert!(message(&response).contains("ClusterTopology \"gpu-cluster\" not found"));
+    // A policy whose target was deleted can still be edited, unless it retargets.
+    let policy = load_yaml(&repo_root().join("config/samples/plannerpolicy-sla.yaml"));
+    let mut no_dgds = world();
+    no_dgds.dgds.clear();
+    let mut tuned = policy.clone();
+    tuned["spec"]["sla"]["ttftMs"] = json!(400);
+    assert_eq!(
+        admit(no_dgds.clone(), &tuned, Some(&policy)).await["allowed"],
+        true
+    );
+    let mut retargeted = policy.clone();
+    retargeted["spec"]["targetRef"]["name"] = json!("other");
+    assert_eq!(admit(no_dgds, &retargeted, Some(&policy)).await["allowed"], false);
+}
+
+#[tokio::test]
+async fn deletes_and_objects_being_deleted_are_allowed() {
+    let dgd = load_yaml(&repo_root().join("config/samples/dgd-disagg.yaml"));
+    let mut gone = world();
+    gone.grove_installed = false;
+    let mut review = review(&dgd, None);
+    review["request"]["operation"] = json!("DELETE");
+    review["request"]["oldObject"] = review["request"]["object"].take();
+    let (status, answer) = post(app(gone.clone()), DGD_PATH, serde_json::to_vec(&review).unwrap()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(answer["response"]["allowed"], true);
+    let mut deleting = dgd.clone();
+    deleting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+    assert_eq!(admit(gone, &deleting, Some(&dgd)).await["allowed"], true);
+}
+
+#[tokio::test]
+async fn failed_and_slow_lookups_deny_with_a_reason_to_retry() {
+    let dgd = load_yaml(&repo_root().join("config/samples/dgd-disagg.yaml"));
+    let mut failing = world();
+    failing.failing = Some("clustertopologies.grove.io is forbidden".into());
+    let response = admit(failing, &dgd, None).await;
+    assert_eq!(response["allowed"], false);
+    assert_eq!(response["status"]["code"], 503);
+    assert!(
+        message(&response).contains("cannot read ClusterTopology \"gpu-cluster\" to check kvCacheTransferTopology (clustertopologies.grove.io is forbidden); retry"),
+        "{}",
+        message(&response)
+    );
+    let mut slow = world();
+    slow.delay = Duration::from_secs(5);
+    let policy = load_yaml(&repo_root().join("config/samples/plannerpolicy-load.yaml"));
+    let response = admit(slow, &policy, None).await;
+    assert_eq!(response["allowed"], false);
+    assert!(
+        message(&response).contains("took longer than"),
+        "{}",
+        message(&response)
+    );
+}
+
+#[tokio::test]
+async fn dgds_this_operator_cannot_read_are_admitted_with_a_warning() {
+    let mut dgd = load_yaml(&repo_root().join("config/samples/dgd-disagg.yaml"));
+    dgd["spec"]["components"][0]["replicas"] = json!("many");
+    let response = admit(world(), &dgd, None).await;
+    assert_eq!(response["allowed"], true);
+    let warning = response["warnings"][0].as_str().unwrap();
+    assert!(warning.contains("components[0].replicas"), "{warning}");
+}
+
+#[tokio::test]
+async fn policies_name_unknown_profiles_and_unreadable_fields() {
+    let mut policy = load_yaml(&repo_root().join("config/samples/plannerpolicy-sla.yaml"));
+    policy["spec"]["profile"]["builtin"] = json!("a100-llama-7b");
+    let response = admit(world(), &policy, None).await;
+    assert!(
+        message(&response).starts_with("spec.profile.builtin: \"a100-llama-7b\" is not a built-in profile; allowed: h200-llama3.1-8b-tp1,"),
+        "{}",
+        message(&response)
+    );
+    let mut policy = load_yaml(&repo_root().join("config/samples/plannerpolicy-sla.yaml"));
+    policy["spec"]["mode"] = json!("fast");
+    let response = admit(world(), &policy, None).await;
+    assert_eq!(response["allowed"], false);
+    assert!(message(&response).contains("spec.mode"), "{}", message(&response));
+}
+
+#[tokio::test]
+async fn a_review_of_the_wrong_kind_is_denied() {
+    let policy = load_yaml(&repo_root().join("config/samples/plannerpolicy-sla.yaml"));
+    let body = serde_json::to_vec(&review(&policy, None)).unwrap();
+    let (status, answer) = post(app(world()), DGD_PATH, body).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(answer["response"]["allowed"], false);
+    assert!(
+        message(&answer["response"]).contains("this endpoint validates DynamoGraphDeployment.nvidia.com")
+    );
+}
+
+#[tokio::test]
+async fn malformed_bodies_get_an_invalid_review() {
+    for body in [
+        &b"not json"[..],
+        b"{}",
+        b"{\"apiVersion\":\"admission.k8s.io/v1\",\"kind\":\"AdmissionReview\"}",
+        b"[]",
+    ] {
+        let (status, answer) = post(app(world()), DGD_PATH, body.to_vec()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(answer["response"]["allowed"], false);
+        assert_eq!(answer["response"]["status"]["reason"], "InvalidRequest");
+    }
+}
+
+/// One HTTPS request over a fresh connection that trusts only `ca_pem`; returns the server's
+/// leaf certificate and the response body.
+async fn https_post(
+    addr: std::net::SocketAddr,
+    ca_pem: &str,
+    path: &str,
+    body: &[u8],
+) -> Result<(Vec<u8>, Value), String> {
+    use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(planner_operator::webhook::tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let name = ServerName::IpAddress(addr.ip().into());
+    let mut tls = connector.connect(name, tcp).await.map_err(|e| e.to_string())?;
+    let leaf = tls.get_ref().1.peer_certificates().unwrap()[0].to_vec();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    tls.write_all(head.as_bytes()).await.unwrap();
+    tls.write_all(body).await.unwrap();
+    let mut response = Vec::new();
+    tls.read_to_end(&mut response).await.map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&response);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    let json = text.split_once("\r\n\r\n").unwrap().1;
+    Ok((leaf, serde_json::from_str(json).unwrap()))
+}
+
+fn leaf_der(pem: &str) -> Vec<u8> {
+    use rustls::pki_types::{CertificateDer, pem::PemObject};
+    CertificateDer::from_pem_slice(pem.as_bytes()).unwrap().to_vec()
+}
+
+#[tokio::test]
+async fn serves_over_tls_and_rotates_the_certificate_without_restart() {
+    use planner_operator::webhook::{
+        certs::{CertSettings, Plan, issue, unix_now},
+        tls::{CertResolver, certified_key, serve, server_config},
+    };
+    let settings = CertSettings {
+        service: "planner-operator-webhook".into(),
+        namespace: "ops".into(),
+        extra_hosts: vec!["127.0.0.1".into()],
+    };
+    let resolver = Arc::new(CertResolver::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve(
+        listener,
+        server_config(Arc::clone(&resolver)).unwrap(),
+        app(world()),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let dgd = load_yaml(&repo_root().join("config/samples/dgd-disagg.yaml"));
+    let body = serde_json::to_vec(&review(&dgd, None)).unwrap();
+
+    let first = issue(Plan::All, None, &settings, unix_now()).unwrap();
+    // No certificate yet: handshakes fail rather than serve something unverifiable.
+    assert!(https_post(addr, &first.ca_cert, DGD_PATH, &body).await.is_err());
+
+    resolver.set(certified_key(first.cert.as_bytes(), first.key.as_bytes()).unwrap());
+    let (leaf, answer) = https_post(addr, &first.ca_cert, DGD_PATH, &body).await.unwrap();
+    assert_eq!(leaf, leaf_der(&first.cert));
+    assert_eq!(answer["response"]["allowed"], true);
+
+    let renewed = issue(Plan::Serving, Some(&first), &settings, unix_now()).unwrap();
+    resolver.set(certified_key(renewed.cert.as_bytes(), renewed.key.as_bytes()).unwrap());
+    let (leaf, answer) = https_post(addr, &first.ca_cert, DGD_PATH, &body).await.unwrap();
+    assert_eq!(
+        leaf,
+        leaf_der(&renewed.cert),
+        "new connections get the new certificate"
+    );
+    assert_eq!(answer["response"]["allowed"], true);
+
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(15), server)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test]
+async fn certificate_files_are_reloaded_when_they_change() {
+    use planner_operator::{
+        metrics::operator::OperatorMetrics,
+        webhook::{
+            certs::{CertSettings, CertSource, FileCerts, Plan, issue, maintain, unix_now},
+            tls::CertResolver,
+        },
+    };
+    let dir = std::env::temp_dir().join(format!("planner-operator-certs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let settings = CertSettings {
+        service: "svc".into(),
+        namespace: "ns".into(),
+        extra_hosts: vec![],
+    };
+    let write = |bundle: &planner_operator::webhook::certs::CertBundle| {
+        // As a Secret volume does: new files, then an atomic switch.
+        std::fs::write(dir.join("tls.crt.tmp"), &bundle.cert).unwrap();
+        std::fs::write(dir.join("tls.key.tmp"), &bundle.key).unwrap();
+        std::fs::rename(dir.join("tls.crt.tmp"), dir.join("tls.crt")).unwrap();
+        std::fs::rename(dir.join("tls.key.tmp"), dir.join("tls.key")).unwrap();
+    };
+    let first = issue(Plan::All, None, &settings, unix_now()).unwrap();
+    write(&first);
+    let resolver = Arc::new(CertResolver::default());
+    let metrics = Arc::new(OperatorMetrics::new());
+    // No API calls without a webhook configuration name; the client is never used.
+    let client = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(maintain(
+        CertSource::Files(FileCerts::new(dir.clone())),
+        client,
+        None,
+        Arc::clone(&resolver),
+        Arc::clone(&metrics),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let expiry = || {
+        metrics
+            .encode()
+            .unwrap()
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("planner_operator_webhook_certificate_expiry_timestamp_seconds ")
+                    .map(str::to_string)
+            })
+            .unwrap_or_default()
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !resolver.is_ready() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the first certificate was not loaded"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let first_expiry = expiry();
+    // A later certificate (renewed a day later, so it expires later) replaces it on the next check.
+    let second = issue(Plan::Serving, Some(&first), &settings, unix_now() + 86_400).unwrap();
+    write(&second);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(25);
+    while expiry() == first_expiry {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the new certificate was not loaded"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    stop.send(()).unwrap();
+    task.await.unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    })
+}
+
+/// Any JSON value, a few levels deep.
+fn any_json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(Value::from),
+        "[a-zA-Z0-9 ._/-]{0,12}".prop_map(Value::from),
+        prop_oneof![
+            Just("DynamoGraphDeployment"),
+            Just("PlannerPolicy"),
+            Just("CREATE"),
+            Just("UPDATE"),
+            Just("frontend"),
+            Just("decode"),
+            Just("zone"),
+            Just("gpu-cluster"),
+            Just("llama-disagg"),
+            Just("180s"),
+        ]
+        .prop_map(Value::from),
+    ];
+    leaf.prop_recursive(4, 48, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::from),
+            prop::collection::btree_map(
+                prop_oneof![
+                    "[a-z]{1,8}",
+                    Just("spec".to_string()),
+                    Just("components".to_string()),
+                    Just("kvCacheTransferTopology".to_string()),
+                    Just("topologyConstraint".to_string()),
+                    Just("targetRef".to_string()),
+                    Just("level".to_string()),
+                    Just("type".to_string()),
+                ],
+                inner,
+                0..6
+            )
+            .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+fn check_answer(status: StatusCode, answer: &Value) {
+    assert!(
+        status == StatusCode::OK || status == StatusCode::BAD_REQUEST,
+        "{status}"
+    );
+    assert!(answer["response"]["allowed"].is_boolean(), "{answer}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn arbitrary_bytes_never_panic(body in prop::collection::vec(any::<u8>(), 0..512), policy in any::<bool>()) {
+        let path = if policy { PLANNER_POLICY_PATH } else { DGD_PATH };
+        let (status, answer) = runtime().block_on(post(app(world()), path, body));
+        check_answer(status, &answer);
+    }
+
+    #[test]
+    fn arbitrary_json_objects_in_a_review_never_panic(
+        object in any_json(),
+        old in proptest::option::of(any_json()),
+        kind in prop_oneof![Just("DynamoGraphDeployment"), Just("PlannerPolicy")],
+    ) {
+        let mut object = object;
+        if let Value::Object(map) = &mut object {
+            map.insert("kind".into(), json!(kind));
+            map.insert(
+                "apiVersion".into(),
+                json!(if kind == "PlannerPolicy" { "planner.dynamo.io/v1alpha1" } else { "nvidia.com/v1beta1" }),
+            );
+            map.entry("metadata").or_insert_with(|| json!({"name": "fuzz"}));
+        }
+        let review = review(&object, old.as_ref());
+        let body = serde_json::to_vec(&review).unwrap();
+        let path = if kind == "PlannerPolicy" { PLANNER_POLICY_PATH } else { DGD_PATH };
+        let (status, answer) = runtime().block_on(post(app(world()), path, body));
+        check_answer(status, &answer);
+    }
+
+    #[test]
+    fn mutated_samples_never_panic(
+        file in prop_oneof![Just("dgd-disagg.yaml"), Just("plannerpolicy-sla.yaml"), Just("plannerpolicy-virtual.yaml"), Just("plannerpolicy-load.yaml")],
+        pointer in prop_oneof![
+            Just("/spec"),
+            Just("/spec/components"),
+            Just("/spec/components/0"),
+            Just("/spec/components/0/kvCacheTransferTopology"),
+            Just("/spec/topologyConstraint"),
+            Just("/spec/targetRef"),
+            Just("/spec/adjustmentInterval"),
+            Just("/spec/connector"),
+            Just("/spec/load"),
+            Just("/metadata"),
+        ],
+        value in any_json(),
+    ) {
+        let mut object = load_yaml(&repo_root().join("config/samples").join(file));
+        if let Some(slot) = object.pointer_mut(pointer) {
+            *slot = value;
+        }
+        let body = serde_json::to_vec(&review(&object, None)).unwrap();
+        let (status, answer) = runtime().block_on(post(app(world()), path_for(&object), body));
+        check_answer(status, &answer);
+    }
+}

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR
+# Runs the end-to-end tests (`cargo test -p e2e --features e2e`) against KUBECONFIG, or, when
+# KUBECONFIG is unset, against the local cluster of `make cluster-up`. Never falls back to
+# ~/.kube/config: the tests create CRDs and namespaces, so the cluster must be named on purpose.
+# Arguments are passed to the test binary (a test name filter, --nocapture).
+set -euo pipefail
+cd "$(dirname "$0")"
+source ./env.sh
+
+if [[ -z "${KUBECONFIG:-}" ]]; then
+  [[ -f "$RUN_DIR/admin.kubeconfig" ]] ||
+    fail "KUBECONFIG is not set and no local cluster runs: \`make cluster-up\` first, or point KUBECONFIG at a test cluster"
+  export KUBECONFIG="$RUN_DIR/admin.kubeconfig"
+fi
+log "e2e tests against KUBECONFIG=$KUBECONFIG"
+cd "$TOOLS_SRC/.."
+exec "${CARGO:-cargo}" test -p e2e --features e2e --locked --test e2e -- "$@"

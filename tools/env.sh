@@ -1,0 +1,52 @@
+# shellcheck shell=bash disable=SC2034 # variables for the scripts that source this file
+# Shared by tools/*.sh (sourced, not run): where the tools cache and the cluster's run directory
+# live, and how errors are reported. Nothing here writes inside the repo.
+
+TOOLS_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+# Bump when the build recipe (flags, binary list) changes, so cached binaries are rebuilt.
+TOOLS_RECIPE=2
+
+TOOLS_CACHE="${PLANNER_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/planner-operator/tools}"
+TOOLS_KEY="$(
+  cd "$TOOLS_SRC" &&
+    { echo "recipe $TOOLS_RECIPE"; cat ./*/go.mod ./*/go.sum; } | sha256sum | cut -c1-16
+)"
+TOOLS_DIR="$TOOLS_CACHE/$TOOLS_KEY"
+TOOLS_BIN="$TOOLS_DIR/bin"
+
+# The local cluster's state (certs, kubeconfigs, data, logs, pids); one cluster per user.
+RUN_DIR="${PLANNER_CLUSTER_DIR:-${XDG_RUNTIME_DIR:-${TMPDIR:-/tmp}}/planner-operator-cluster-$(id -u)}"
+
+log() { printf '%s\n' "$*" >&2; }
+
+fail() {
+  printf 'error: %s\n' "$*" >&2
+  exit 1
+}
+
+# fail_with_log MESSAGE LOGFILE: one clear line, then the end of the component's log.
+fail_with_log() {
+  printf 'error: %s\n' "$1" >&2
+  if [[ -s "$2" ]]; then
+    printf -- '--- last lines of %s ---\n' "$2" >&2
+    tail -n "${LOG_TAIL_LINES:-25}" "$2" >&2
+    printf -- '---\n' >&2
+  fi
+  exit 1
+}
+
+# The modules declare go 1.26.0 and GOTOOLCHAIN=local forbids fetching a newer toolchain.
+need_go() {
+  command -v go >/dev/null 2>&1 ||
+    fail "Go toolchain not found on PATH: building the control plane needs Go >= 1.26 (https://go.dev/doc/install)"
+  local version
+  version="$(go env GOVERSION 2>/dev/null || true)"
+  version="${version#go}"
+  local major minor
+  IFS=. read -r major minor _ <<<"$version"
+  minor="${minor%%[!0-9]*}" # go1.27rc1
+  if [[ -z "$major" || -z "$minor" ]] || ((major < 1 || (major == 1 && minor < 26))); then
+    fail "Go ${version:-unknown} found at $(command -v go), but building the control plane needs Go >= 1.26"
+  fi
+}
