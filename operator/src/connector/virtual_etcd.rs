@@ -39,6 +39,9 @@ pub enum VirtualError {
         /// The client error.
         source: etcd_client::Error,
     },
+    /// etcd did not answer in time.
+    #[error("etcd did not answer within {0:?}")]
+    Timeout(Duration),
     /// A key holds something that is not a number.
     #[error("etcd key {key} holds {value:?}, not a number")]
     BadValue {

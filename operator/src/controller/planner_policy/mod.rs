@@ -56,6 +56,8 @@ pub const CONTROLLER: &str = "plannerpolicy";
 pub const HISTORY_INTERVALS: usize = 50;
 /// Timeout of each Prometheus request.
 const PROMETHEUS_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bound on one etcd exchange of the virtual connector.
+const ETCD_TIMEOUT: Duration = Duration::from_secs(10);
 /// Retry delay when the target or profile is not usable yet.
 const RETRY: Duration = Duration::from_secs(30);
 
@@ -541,11 +543,22 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
                 ConnectorKind::Virtual => {
                     let connector = match runtime.virtual_connector.take() {
                         Some(connector) => Ok(connector),
-                        None => virtual_etcd::VirtualConnector::connect(spec, &dynamo_namespace).await,
+                        // Bounded, so an unreachable etcd cannot hold the reconcile (or shutdown).
+                        None => tokio::time::timeout(
+                            ETCD_TIMEOUT,
+                            virtual_etcd::VirtualConnector::connect(spec, &dynamo_namespace),
+                        )
+                        .await
+                        .unwrap_or_else(|_| Err(virtual_etcd::VirtualError::Timeout(ETCD_TIMEOUT))),
                     };
                     match connector {
                         Ok(mut connector) => {
-                            let published = connector.publish(prefill, decode).await;
+                            let published =
+                                tokio::time::timeout(ETCD_TIMEOUT, connector.publish(prefill, decode))
+                                    .await
+                                    .unwrap_or_else(|_| {
+                                        Err(virtual_etcd::VirtualError::Timeout(ETCD_TIMEOUT))
+                                    });
                             let result = match published {
                                 Ok(virtual_etcd::Published::Decision(id)) => {
                                     outcome.decision_id = Some(id);
