@@ -15,4 +15,6 @@ if [[ -z "${KUBECONFIG:-}" ]]; then
 fi
 log "e2e tests against KUBECONFIG=$KUBECONFIG"
 cd "$TOOLS_SRC/.."
+# Tests that run the operator as separate processes (leader election) use this binary.
+"${CARGO:-cargo}" build -p planner-operator --bin planner-operator --locked
 exec "${CARGO:-cargo}" test -p e2e --features e2e --locked --test e2e -- "$@"

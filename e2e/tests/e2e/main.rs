@@ -5,6 +5,7 @@
 
 mod cluster;
 mod crds;
+mod dgd;
 mod operator;
 mod topology;
 mod webhook;

@@ -175,13 +175,13 @@ impl Operator {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        match tokio::time::timeout(Duration::from_secs(30), &mut self.task).await {
+        match tokio::time::timeout(Duration::from_secs(60), &mut self.task).await {
             Ok(Ok(Ok(()))) => Ok(()),
             Ok(Ok(Err(error))) => Err(format!("the operator failed: {error}").into()),
             Ok(Err(join)) => Err(format!("the operator task failed: {join}").into()),
             Err(_) => {
                 self.task.abort();
-                Err("the operator did not stop within 30s".into())
+                Err("the operator did not stop within 60s".into())
             }
         }
     }
