@@ -8,4 +8,5 @@ mod crds;
 mod dgd;
 mod operator;
 mod topology;
+mod virtual_connector;
 mod webhook;

@@ -1,0 +1,156 @@
+//! The virtual connector against a real etcd (the one `make tools` builds), with this test
+//! playing the external orchestrator: decisions are written under `v1/<ns>/planner/`, a new one
+//! waits for `scaled_decision_id`, and the protocol state survives a reconnect.
+
+use std::{
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use e2e::{Result, poll_until};
+use etcd_client::Client;
+use planner_operator::{
+    api::PlannerPolicySpec,
+    connector::virtual_etcd::{Published, VirtualConnector},
+};
+use serde_json::json;
+
+struct Etcd {
+    child: Child,
+    endpoint: String,
+    _data: tempdir::Dir,
+}
+
+mod tempdir {
+    /// A temporary directory removed on drop.
+    pub struct Dir(pub std::path::PathBuf);
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(0)
+}
+
+async fn start_etcd() -> Result<Etcd> {
+    let (client, peer) = (free_port(), free_port());
+    let data = std::env::temp_dir().join(format!("e2e-etcd-{}-{client}", std::process::id()));
+    let endpoint = format!("http://127.0.0.1:{client}");
+    let child = Command::new("etcd")
+        .args([
+            "--name=e2e",
+            &format!("--data-dir={}", data.display()),
+            &format!("--listen-client-urls={endpoint}"),
+            &format!("--advertise-client-urls={endpoint}"),
+            &format!("--listen-peer-urls=http://127.0.0.1:{peer}"),
+            &format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"),
+            &format!("--initial-cluster=e2e=http://127.0.0.1:{peer}"),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| {
+            format!("cannot start etcd (is the tools bin on PATH? `eval \"$(make -s cluster-up)\"`): {e}")
+        })?;
+    let etcd = Etcd {
+        child,
+        endpoint: endpoint.clone(),
+        _data: tempdir::Dir(data),
+    };
+    poll_until("etcd to answer", Duration::from_secs(30), || {
+        let endpoint = endpoint.clone();
+        async move {
+            let Ok(mut client) = Client::connect([endpoint], None).await else {
+                return Ok(false);
+            };
+            Ok(client.get("probe", None).await.is_ok())
+        }
+    })
+    .await?;
+    Ok(etcd)
+}
+
+fn spec(endpoint: &str) -> Result<PlannerPolicySpec> {
+    Ok(serde_json::from_value(json!({
+        "targetRef": {"name": "llama"},
+        "profile": {"builtin": "h200-llama3.1-8b-tp1"},
+        "connector": {"type": "virtual", "etcd": {"endpoints": [endpoint]}, "dynamoNamespace": "e2e-dynamo", "decisionTimeout": "3s"}
+    }))?)
+}
+
+async fn read(client: &mut Client, key: &str) -> Result<Option<String>> {
+    let response = client.get(format!("v1/e2e-dynamo/planner/{key}"), None).await?;
+    Ok(response
+        .kvs()
+        .first()
+        .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn virtual_connector_publishes_decisions_and_waits_for_the_orchestrator() -> Result<()> {
+    let etcd = start_etcd().await?;
+    let spec = spec(&etcd.endpoint)?;
+    let mut orchestrator = Client::connect([etcd.endpoint.clone()], None).await?;
+
+    let mut connector = VirtualConnector::connect(&spec, "unused").await?;
+    assert_eq!(connector.prefix(), "v1/e2e-dynamo/planner/");
+    assert_eq!(connector.publish(1, 2).await?, Published::Decision(0));
+    assert_eq!(
+        read(&mut orchestrator, "num_prefill_workers").await?.as_deref(),
+        Some("1")
+    );
+    assert_eq!(
+        read(&mut orchestrator, "num_decode_workers").await?.as_deref(),
+        Some("2")
+    );
+    assert_eq!(
+        read(&mut orchestrator, "decision_id").await?.as_deref(),
+        Some("0")
+    );
+
+    // Same counts: nothing new. New counts before the acknowledgement: wait.
+    assert_eq!(connector.publish(1, 2).await?, Published::Unchanged);
+    assert_eq!(
+        connector.publish(3, 2).await?,
+        Published::Waiting { decision_id: 0 }
+    );
+
+    // The orchestrator carries decision 0 out; the next decision goes through with id 1.
+    orchestrator
+        .put("v1/e2e-dynamo/planner/scaled_decision_id", "0", None)
+        .await?;
+    assert_eq!(connector.publish(3, 2).await?, Published::Decision(1));
+    assert_eq!(
+        read(&mut orchestrator, "num_prefill_workers").await?.as_deref(),
+        Some("3")
+    );
+
+    // A planner that restarts picks the protocol state up from etcd.
+    let mut restarted = VirtualConnector::connect(&spec, "unused").await?;
+    assert_eq!(restarted.publish(3, 2).await?, Published::Unchanged);
+    // Unacknowledged decision 1: held back until the 3 s timeout, then published anyway.
+    assert_eq!(
+        restarted.publish(4, 4).await?,
+        Published::Waiting { decision_id: 1 }
+    );
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(restarted.publish(4, 4).await?, Published::Decision(2));
+    assert_eq!(
+        read(&mut orchestrator, "decision_id").await?.as_deref(),
+        Some("2")
+    );
+    Ok(())
+}
