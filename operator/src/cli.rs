@@ -30,6 +30,9 @@ enum Command {
     /// Compute the SLA planner's replicas for cases read from a JSON file (one planner interval
     /// each, in the format of the golden cases) and print the results as JSON.
     Plan(PlanArgs),
+    /// Replay request traces through the SLA planner and the other policies in the trace-driven
+    /// simulator; print a comparison table per trace and rate scale and draw the figures.
+    Simulate(Box<crate::sim::command::SimulateArgs>),
 }
 
 /// Arguments of `plan`.
@@ -62,6 +65,16 @@ pub fn main() -> ExitCode {
             Err(message) => {
                 eprintln!("planner-operator plan: {message}");
                 ExitCode::from(EXIT_BAD_INPUT)
+            }
+        },
+        Command::Simulate(args) => match crate::sim::command::simulate(&args) {
+            Ok(text) => write_stdout(text.trim_end()),
+            Err(error) => {
+                eprintln!("planner-operator simulate: {error}");
+                match error {
+                    crate::sim::command::SimulateError::Input(_) => ExitCode::from(EXIT_BAD_INPUT),
+                    crate::sim::command::SimulateError::Output(_) => ExitCode::FAILURE,
+                }
             }
         },
     }

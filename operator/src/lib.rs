@@ -8,4 +8,5 @@ pub mod controller;
 pub mod metrics;
 pub mod planner;
 pub mod runtime;
+pub mod sim;
 pub mod telemetry;
