@@ -5,6 +5,7 @@ pub mod api;
 pub mod cli;
 pub mod connector;
 pub mod controller;
+pub mod frontend;
 pub mod metrics;
 pub mod planner;
 pub mod runtime;

@@ -142,6 +142,9 @@ struct Comparison {
     seconds: f64,
 }
 
+/// Per run (name), per policy: (policy, GPU-hours relative to the oracle, request attainment).
+type Overview = Vec<(String, Vec<(String, f64, f64)>)>;
+
 /// GPUs per engine from a profile name ending in `-tpN`.
 fn gpus_from_name(name: &str) -> Option<u32> {
     name.rsplit_once("-tp").and_then(|(_, n)| n.parse().ok())
@@ -252,7 +255,7 @@ pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
 
     let mut out = String::new();
     let mut markdown = String::new();
-    let mut overview: Vec<(String, Vec<(String, f64, f64)>)> = Vec::new();
+    let mut overview: Overview = Vec::new();
     for c in &comparisons {
         let job = &traces[c.trace];
         let title = format!(
@@ -357,7 +360,7 @@ fn render_report(
     profile: &str,
     config: &SimConfig,
     traces: &[TraceJob],
-    overview: &[(String, Vec<(String, f64, f64)>)],
+    overview: &Overview,
     sections: &str,
     seconds: f64,
     jobs: usize,

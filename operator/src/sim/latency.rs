@@ -304,7 +304,7 @@ impl Cluster {
         let capacity = f64::from(self.decode_engines) * self.kv_capacity_per_engine;
         Snapshot {
             prefill_queue: self.prefill_queue.len(),
-            prefill_queue_tokens: self.prefill_queue.iter().map(|j| j.isl).sum(),
+            prefill_queue_tokens: self.prefill_queue.iter().fold(0.0, |sum, j| sum + j.isl),
             prefill_active_tokens: self
                 .prefill_engines
                 .iter()

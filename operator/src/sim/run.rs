@@ -577,7 +577,6 @@ pub fn run<C: PerformanceCurves>(
         }
         cluster.advance(model, t, &mut recorder);
     }
-    drop(recorder);
 
     let summary = summarize(requests, &outcomes, &mut records, config, interval);
     RunResult {

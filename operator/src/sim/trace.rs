@@ -185,11 +185,29 @@ fn unit(index: usize, copy: u64, salt: u64) -> f64 {
     (h >> 11) as f64 / (1u64 << 53) as f64
 }
 
-/// Multiplies the request rate by `k`: each request becomes `floor(k)` copies, plus one more
-/// with probability `frac(k)` (decided by a hash, so deterministic). With `k != 1` every copy
-/// arrives `u * jitter_s` after the original, `u` uniform in `[0, 1)` from a hash of the
-/// request's index and copy number, so copies do not arrive in lockstep. `k = 1` returns the
-/// trace unchanged; `k <= 0` gives an empty trace.
+/// How many copies request `index` becomes at rate scale `k`: `floor(k)`, plus one with
+/// probability `frac(k)` (decided by a hash of the index, so deterministic).
+pub fn copies(index: usize, k: f64) -> u64 {
+    if !(k.is_finite() && k > 0.0) {
+        return 0;
+    }
+    let fraction = k - k.floor();
+    k.floor() as u64 + u64::from(unit(index, u64::MAX, 0xF2AC) < fraction)
+}
+
+/// Arrival offset of copy `copy` of request `index`: uniform in `[0, jitter_s)`, from a hash.
+pub fn jitter(index: usize, copy: u64, jitter_s: f64) -> f64 {
+    let jitter = if jitter_s.is_finite() {
+        jitter_s.max(0.0)
+    } else {
+        0.0
+    };
+    unit(index, copy, 0x7177) * jitter
+}
+
+/// Multiplies the request rate by `k`: request `i` becomes [`copies`]`(i, k)` requests, each
+/// arriving [`jitter`] after the original, so copies do not arrive in lockstep. `k = 1`
+/// returns the trace unchanged; `k <= 0` gives an empty trace.
 pub fn scale(requests: &[Request], k: f64, jitter_s: f64) -> Vec<Request> {
     if !(k.is_finite() && k > 0.0) {
         return Vec::new();
@@ -197,19 +215,11 @@ pub fn scale(requests: &[Request], k: f64, jitter_s: f64) -> Vec<Request> {
     if k == 1.0 {
         return requests.to_vec();
     }
-    let whole = k.floor() as u64;
-    let fraction = k - k.floor();
-    let jitter = if jitter_s.is_finite() {
-        jitter_s.max(0.0)
-    } else {
-        0.0
-    };
     let mut scaled = Vec::with_capacity((requests.len() as f64 * k.ceil()) as usize);
     for (index, request) in requests.iter().enumerate() {
-        let copies = whole + u64::from(unit(index, u64::MAX, 0xF2AC) < fraction);
-        for copy in 0..copies {
+        for copy in 0..copies(index, k) {
             scaled.push(Request {
-                arrival_s: request.arrival_s + unit(index, copy, 0x7177) * jitter,
+                arrival_s: request.arrival_s + jitter(index, copy, jitter_s),
                 ..*request
             });
         }
@@ -236,7 +246,7 @@ mod tests {
             requests[1].arrival_s
         );
         // Across midnight: 18:15:46.68 -> 00:00:00 is 20,653.32 s.
-        assert!((requests[2].arrival_s - 20_653.31941).abs() < 1e-4);
+        assert!((requests[2].arrival_s - 20_653.319_41).abs() < 1e-4);
         assert_eq!(
             requests[2].osl, 1.0,
             "zero output tokens still yield the first token"
