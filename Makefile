@@ -5,7 +5,7 @@ CARGO ?= cargo
 # Two cores on our machines: one job per core, no incremental cache in CI.
 export CARGO_BUILD_JOBS ?= 2
 
-.PHONY: build test lint fmt manifests check-manifests tools cluster-up cluster-down e2e e2e-kind help
+.PHONY: build test lint fmt manifests check-manifests tools cluster-up cluster-down e2e e2e-kind bench help
 
 ## build: compile the operator and crd-gen (debug)
 build:
@@ -52,6 +52,14 @@ e2e:
 ## e2e-kind: the same tests on a kind cluster (needs Docker and kind; see e2e/kind/)
 e2e-kind: tools
 	@CARGO="$(CARGO)" bash e2e/kind/run.sh
+
+## bench: scaling-quality benchmark (release build): every policy on the traces in ../shared/data/traces/
+##        (bench/suite.json) with the h100-llama3.3-70b-tp4 profile at k=1 and k=4; writes bench/results.md
+##        and bench/figures/. `cargo bench -p planner-operator --bench simulator` times a one-hour replay.
+bench:
+	$(CARGO) run --release --locked -p planner-operator -- simulate --suite bench/suite.json \
+		--profile h100-llama3.3-70b-tp4 --rate-scale 1 --rate-scale 4 \
+		--out bench/figures --report bench/results.md
 
 ## help: list the targets
 help:

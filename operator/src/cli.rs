@@ -30,6 +30,13 @@ enum Command {
     /// Compute the SLA planner's replicas for cases read from a JSON file (one planner interval
     /// each, in the format of the golden cases) and print the results as JSON.
     Plan(PlanArgs),
+    /// Replay request traces through the SLA planner and the other policies in the trace-driven
+    /// simulator; print a comparison table per trace and rate scale and draw the figures.
+    Simulate(Box<crate::sim::command::SimulateArgs>),
+    /// Serve the metrics of a synthetic Dynamo frontend for tests: replay a request trace in
+    /// real time against the prefill and decode pods that are Ready (or fixed counts), with
+    /// TTFT and ITL from a profile.
+    SyntheticFrontend(Box<crate::frontend::SyntheticFrontendArgs>),
 }
 
 /// Arguments of `plan`.
@@ -64,6 +71,17 @@ pub fn main() -> ExitCode {
                 ExitCode::from(EXIT_BAD_INPUT)
             }
         },
+        Command::SyntheticFrontend(args) => synthetic_frontend(*args),
+        Command::Simulate(args) => match crate::sim::command::simulate(&args) {
+            Ok(text) => write_stdout(text.trim_end()),
+            Err(error) => {
+                eprintln!("planner-operator simulate: {error}");
+                match error {
+                    crate::sim::command::SimulateError::Input(_) => ExitCode::from(EXIT_BAD_INPUT),
+                    crate::sim::command::SimulateError::Output(_) => ExitCode::FAILURE,
+                }
+            }
+        },
     }
 }
 
@@ -82,6 +100,33 @@ fn run(args: crate::runtime::RunArgs) -> ExitCode {
         Err(error) => {
             tracing::error!(%error, "planner-operator stopped");
             eprintln!("planner-operator: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn synthetic_frontend(args: crate::frontend::SyntheticFrontendArgs) -> ExitCode {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    crate::telemetry::init(crate::telemetry::LogFormat::Text);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("planner-operator: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(crate::frontend::run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error @ crate::frontend::FrontendError::Input(_)) => {
+            eprintln!("planner-operator synthetic-frontend: {error}");
+            ExitCode::from(EXIT_BAD_INPUT)
+        }
+        Err(error) => {
+            eprintln!("planner-operator synthetic-frontend: {error}");
             ExitCode::FAILURE
         }
     }

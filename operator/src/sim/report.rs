@@ -1,0 +1,175 @@
+//! Comparison tables (plain text for the terminal, Markdown for the benchmark report).
+
+use super::run::RunResult;
+
+/// Column headers.
+const HEADERS: [&str; 12] = [
+    "policy",
+    "GPU-h",
+    "vs oracle",
+    "intervals OK",
+    "requests OK",
+    "TTFT OK",
+    "ITL OK",
+    "mean TTFT ms",
+    "p95 TTFT ms",
+    "mean ITL ms",
+    "actions",
+    "max P/D",
+];
+
+fn percent(x: f64) -> String {
+    format!("{:.1}%", x * 100.0)
+}
+
+fn number(x: f64, decimals: usize) -> String {
+    if x.is_finite() {
+        format!("{x:.decimals$}")
+    } else if x.is_nan() {
+        "-".into()
+    } else {
+        "inf".into()
+    }
+}
+
+/// One row of cells per result; GPU-hours relative to the run named `oracle`.
+pub fn rows(results: &[RunResult]) -> Vec<[String; 12]> {
+    let oracle = results
+        .iter()
+        .find(|r| r.policy == "oracle")
+        .map(|r| r.summary.gpu_hours);
+    results
+        .iter()
+        .map(|r| {
+            let s = &r.summary;
+            let relative = match oracle {
+                Some(o) if o > 0.0 => format!("{:.2}x", s.gpu_hours / o),
+                _ => "-".into(),
+            };
+            [
+                r.policy.clone(),
+                number(s.gpu_hours, 2),
+                relative,
+                percent(s.interval_attainment()),
+                percent(s.request_attainment()),
+                percent(s.ttft_attainment()),
+                percent(s.itl_attainment()),
+                number(s.mean_ttft_ms, 0),
+                number(s.p95_ttft_ms, 0),
+                number(s.mean_itl_ms, 1),
+                s.scaling_actions.to_string(),
+                format!("{}/{}", s.max_prefill, s.max_decode),
+            ]
+        })
+        .collect()
+}
+
+/// An aligned plain-text table.
+pub fn text_table(results: &[RunResult]) -> String {
+    let rows = rows(results);
+    let mut widths: Vec<usize> = HEADERS.iter().map(|h| h.len()).collect();
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let line = |cells: Vec<&str>| -> String {
+        cells
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(i, (cell, w))| {
+                if i == 0 {
+                    format!("{cell:<w$}")
+                } else {
+                    format!("{cell:>w$}")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_string()
+    };
+    let mut out = line(HEADERS.to_vec());
+    out.push('\n');
+    out.push_str(&line(
+        widths
+            .iter()
+            .map(|w| "-".repeat(*w))
+            .collect::<Vec<_>>()
+            .iter()
+            .map(String::as_str)
+            .collect(),
+    ));
+    for row in &rows {
+        out.push('\n');
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    out.push('\n');
+    out
+}
+
+/// A Markdown table.
+pub fn markdown_table(results: &[RunResult]) -> String {
+    let mut out = format!("| {} |\n", HEADERS.join(" | "));
+    out.push('|');
+    for (i, _) in HEADERS.iter().enumerate() {
+        out.push_str(if i == 0 { "---|" } else { "---:|" });
+    }
+    out.push('\n');
+    for row in rows(results) {
+        out.push_str(&format!("| {} |\n", row.join(" | ")));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::sim::run::Summary;
+
+    fn result(policy: &str, gpu_hours: f64) -> RunResult {
+        RunResult {
+            policy: policy.into(),
+            intervals: Vec::new(),
+            summary: Summary {
+                gpu_hours,
+                intervals: 4,
+                intervals_meeting: 3,
+                requests: 10,
+                requests_meeting_ttft: 9,
+                requests_meeting_itl: 10,
+                requests_meeting_both: 9,
+                requests_unfinished: 0,
+                scaling_actions: 2,
+                max_prefill: 3,
+                max_decode: 5,
+                mean_ttft_ms: 120.4,
+                p95_ttft_ms: f64::INFINITY,
+                mean_itl_ms: f64::NAN,
+            },
+            initial: (1, 1),
+            decisions: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn tables_show_ratios_and_attainment() {
+        let results = [result("oracle", 2.0), result("hpa", 3.0)];
+        let text = text_table(&results);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4);
+        assert!(lines[3].starts_with("hpa"), "{text}");
+        assert!(lines[3].contains("1.50x") && lines[3].contains("75.0%") && lines[3].contains("3/5"));
+        assert!(lines[3].contains("inf") && lines[3].contains(" -"), "{text}");
+        let md = markdown_table(&results);
+        assert!(md.starts_with("| policy | GPU-h |"));
+        assert!(
+            md.contains(
+                "| oracle | 2.00 | 1.00x | 75.0% | 90.0% | 90.0% | 100.0% | 120 | inf | - | 2 | 3/5 |"
+            ),
+            "{md}"
+        );
+    }
+}
