@@ -3,10 +3,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+mod closed_loop;
 mod cluster;
 mod crds;
 mod dgd;
 mod operator;
+mod prometheus;
 mod topology;
 mod virtual_connector;
 mod webhook;

@@ -1,0 +1,262 @@
+//! The planner end to end (issue 6): a DGD on kwok nodes, the synthetic Dynamo frontend
+//! replaying the Azure conversation trace against the DGD's Ready pods, a real Prometheus
+//! scraping it, and the operator planning every 10 s. A load step up raises the replicas, a
+//! step down lowers them, and while Prometheus is down nothing is scaled down.
+
+use std::{
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use e2e::{Result, TestNamespace, in_namespace, install_crds, poll_until, repo_root};
+use k8s_openapi::api::events::v1::Event;
+use kube::{
+    Api,
+    api::{ListParams, PostParams},
+};
+use planner_operator::api::{DynamoGraphDeployment, PlannerPolicy};
+use serde_json::{Value, json};
+
+use crate::{operator::start, prometheus::Prometheus};
+
+const INTERVAL_S: u64 = 10;
+const WAIT: Duration = Duration::from_secs(120);
+
+struct Frontend {
+    child: Child,
+    control: String,
+}
+
+impl Drop for Frontend {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(0)
+}
+
+/// POSTs to the synthetic frontend's control endpoint (plain HTTP/1.0 over loopback).
+async fn post(addr: &str, path: &str) -> Result<()> {
+    let (addr, request) = (
+        addr.to_string(),
+        format!("POST {path} HTTP/1.0\r\nHost: x\r\nContent-Length: 0\r\n\r\n"),
+    );
+    tokio::task::spawn_blocking(move || -> std::io::Result<String> {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(addr)?;
+        stream.write_all(request.as_bytes())?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response)?;
+        Ok(response)
+    })
+    .await?
+    .map_err(|e| e.into())
+    .and_then(|response: String| {
+        if response.starts_with("HTTP/1.0 2") || response.starts_with("HTTP/1.1 2") {
+            Ok(())
+        } else {
+            Err(format!(
+                "control request failed: {}",
+                response.lines().next().unwrap_or_default()
+            )
+            .into())
+        }
+    })
+}
+
+fn start_frontend(ns: &TestNamespace, dgd: &str) -> Result<Frontend> {
+    let trace = repo_root().join("../shared/data/traces/azure2023_conv.csv");
+    if !trace.exists() {
+        return Err(format!(
+            "{} is missing (shared/ must sit beside the repository)",
+            trace.display()
+        )
+        .into());
+    }
+    let listen = format!("127.0.0.1:{}", free_port());
+    let child = Command::new(repo_root().join("target/debug/planner-operator"))
+        .args([
+            "synthetic-frontend",
+            "--trace",
+            trace.to_str().ok_or("trace path")?,
+            "--profile",
+            "h200-llama3.1-8b-tp1",
+            "--model",
+            "llama-3.1-8b",
+            "--dgd",
+            dgd,
+            "--namespace",
+            &ns.name,
+            "--listen",
+            &listen,
+            "--speedup",
+            "4",
+            "--loop",
+            "--rate-scale",
+            "1",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start the synthetic frontend (make e2e builds it): {e}"))?;
+    Ok(Frontend {
+        child,
+        control: listen,
+    })
+}
+
+fn graph() -> Result<Value> {
+    let mut value: Value = serde_yaml::from_str(&std::fs::read_to_string(
+        repo_root().join("config/samples/dgd-disagg.yaml"),
+    )?)?;
+    value["metadata"]["name"] = json!("llama");
+    value["spec"]
+        .as_object_mut()
+        .ok_or("spec")?
+        .remove("topologyConstraint");
+    for component in value["spec"]["components"].as_array_mut().ok_or("components")? {
+        component
+            .as_object_mut()
+            .ok_or("component")?
+            .remove("kvCacheTransferTopology");
+    }
+    Ok(value)
+}
+
+fn policy(prometheus: &str) -> Result<PlannerPolicy> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "planner.dynamo.io/v1alpha1",
+        "kind": "PlannerPolicy",
+        "metadata": {"name": "llama-sla"},
+        "spec": {
+            "targetRef": {"name": "llama"},
+            "adjustmentInterval": format!("{INTERVAL_S}s"),
+            "sla": {"ttftMs": 200, "itlMs": 10},
+            "bounds": {"minReplicas": 1, "maxReplicas": 12, "maxGpuBudget": -1},
+            "predictor": {"type": "constant"},
+            "profile": {"builtin": "h200-llama3.1-8b-tp1"},
+            "metrics": {"prometheus": {"url": prometheus}, "modelName": "llama-3.1-8b"}
+        }
+    }))?)
+}
+
+fn replicas(dgd: &DynamoGraphDeployment) -> (i32, i32) {
+    let of = |name: &str| {
+        dgd.spec
+            .components
+            .iter()
+            .find(|c| c.name == name)
+            .and_then(|c| c.replicas)
+            .unwrap_or(1)
+    };
+    (of("prefill"), of("decode"))
+}
+
+fn condition(policy: &PlannerPolicy, type_: &str) -> Option<(String, String)> {
+    policy
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_follow_the_load_and_missing_metrics_never_scale_down() -> Result<()> {
+    in_namespace("closed-loop", |ns| async move {
+        install_crds(&ns.client).await?;
+        let dgds: Api<DynamoGraphDeployment> = ns.api();
+        let policies: Api<PlannerPolicy> = ns.api();
+        ns.accepts(&graph()?).await?;
+        let frontend = start_frontend(&ns, "llama")?;
+        let mut prometheus = Prometheus::start(
+            &frontend.control,
+            &[("dynamo_namespace", &format!("{}-llama", ns.name))],
+        )
+        .await?;
+        let operator = start(&ns, &["--webhook-disabled"]).await?;
+        let outcome = async {
+            policies
+                .create(&PostParams::default(), &policy(&prometheus.url)?)
+                .await?;
+
+            // Metrics flow: the policy observes the trace's requests.
+            poll_until("the policy to observe requests", WAIT, || async {
+                let policy = policies.get("llama-sla").await?;
+                Ok(policy
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.observed.as_ref())
+                    .and_then(|o| o.requests)
+                    .is_some_and(|r| r > 0.0))
+            })
+            .await?;
+            let before = replicas(&dgds.get("llama").await?);
+
+            // Step up: forty times the traffic. Decode and prefill grow within a few intervals.
+            post(&frontend.control, "/control/rate-scale/40").await?;
+            poll_until("both pools to scale up", WAIT, || async {
+                let (prefill, decode) = replicas(&dgds.get("llama").await?);
+                Ok(prefill > before.0 && decode > before.1)
+            })
+            .await?;
+            let peak = replicas(&dgds.get("llama").await?);
+            eprintln!("scaled up from {before:?} to {peak:?}");
+            let events: Api<Event> = ns.api();
+            let scaled = events
+                .list(&ListParams::default())
+                .await?
+                .items
+                .into_iter()
+                .any(|e| e.reason.as_deref() == Some("Scaled"));
+            assert!(scaled, "no Scaled event");
+
+            // Prometheus down: no scale-down however idle the traffic, and the policy says why.
+            post(&frontend.control, "/control/rate-scale/0").await?;
+            prometheus.stop();
+            poll_until(
+                "MetricsAvailable=False while Prometheus is down",
+                WAIT,
+                || async {
+                    let policy = policies.get("llama-sla").await?;
+                    Ok(condition(&policy, "MetricsAvailable").is_some_and(|(status, _)| status == "False"))
+                },
+            )
+            .await?;
+            tokio::time::sleep(Duration::from_secs(2 * INTERVAL_S)).await;
+            let during_outage = replicas(&dgds.get("llama").await?);
+            assert!(
+                during_outage.0 >= peak.0 && during_outage.1 >= peak.1,
+                "scaled down on missing metrics: {peak:?} -> {during_outage:?}"
+            );
+
+            // Back, at the original rate: the pools shrink again.
+            post(&frontend.control, "/control/rate-scale/1").await?;
+            prometheus.restart().await?;
+            poll_until(
+                "both pools to scale back down",
+                Duration::from_secs(180),
+                || async {
+                    let (prefill, decode) = replicas(&dgds.get("llama").await?);
+                    Ok(prefill < peak.0 || decode < peak.1)
+                },
+            )
+            .await?;
+            let policy = policies.get("llama-sla").await?;
+            assert_eq!(condition(&policy, "Ready").map(|c| c.0).as_deref(), Some("True"));
+            operator.check_running()
+        }
+        .await;
+        let stopped = operator.stop().await;
+        drop(frontend);
+        outcome.and(stopped)
+    })
+    .await
+}
