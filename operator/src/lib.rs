@@ -7,6 +7,7 @@ pub mod connector;
 pub mod controller;
 pub mod metrics;
 pub mod planner;
+pub mod rbac;
 pub mod runtime;
 pub mod telemetry;
 pub mod topology;

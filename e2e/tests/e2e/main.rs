@@ -3,8 +3,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+mod chart;
+mod chart_rbac;
 mod cluster;
 mod crds;
+mod fake_prometheus;
 mod operator;
 mod topology;
 mod webhook;

@@ -30,6 +30,20 @@ struct Cli {
     run: RunArgs,
 }
 
+/// The `planner-operator run` command line, for looking its flags up (e.g. which reads an env var).
+pub fn cli_command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
+/// Parses `planner-operator run` flags (`argv[0]` is the program name) as the binary does.
+pub fn parse_run_args<I, T>(argv: I) -> Result<RunArgs>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    Ok(Cli::try_parse_from(argv)?.run)
+}
+
 /// A running in-process operator; [`Operator::stop`] it at the end of the test.
 pub struct Operator {
     stop: Option<oneshot::Sender<()>>,
