@@ -157,22 +157,24 @@ pub const PERMISSIONS: &[Permission] = &[
         group: "apps",
         group_set_by: None,
         resource: "deployments",
-        verbs: &["list", "watch", "patch", "delete"],
+        verbs: &["list", "watch", "create", "patch", "delete"],
         named_by: None,
         scope: Scope::Watched,
         needed: Needed::Always,
         used_by: "the DGD controller: watches the Deployments it renders (labelled with the graph), applies \
-                  them with server-side apply (patch creates them), lists and deletes those of removed components",
+                  them with server-side apply (a patch, which needs create as well when the object is new), \
+                  lists and deletes those of removed components",
     },
     Permission {
         group: "",
         group_set_by: None,
         resource: "services",
-        verbs: &["list", "watch", "patch", "delete"],
+        verbs: &["list", "watch", "create", "patch", "delete"],
         named_by: None,
         scope: Scope::Watched,
         needed: Needed::Always,
-        used_by: "the DGD controller: watches, applies (server-side apply), lists and deletes frontend Services",
+        used_by: "the DGD controller: watches, applies (server-side apply: patch, and create when new), lists and \
+                  deletes frontend Services",
     },
     Permission {
         group: "",

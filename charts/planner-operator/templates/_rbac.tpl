@@ -28,15 +28,15 @@ default mode, a Role in watchNamespace in namespace-scoped mode. */}}
 - apiGroups: ["planner.dynamo.io"]
   resources: ["plannerpolicies/status"]
   verbs: ["patch"]
-# The DGD controller watches its Deployments, applies them (server-side apply creates them), and
-# lists and deletes those of removed components.
+# The DGD controller watches its Deployments, applies them with server-side apply (a patch, which
+# needs create as well when the object is new), and lists and deletes those of removed components.
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["list", "watch", "patch", "delete"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 # The DGD controller does the same for frontend Services.
 - apiGroups: [""]
   resources: ["services"]
-  verbs: ["list", "watch", "patch", "delete"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 # The shared cache of DGD pods (TopologyResolved counts); the topology label controller copies
 # node topology labels onto worker pods (patch).
 - apiGroups: [""]

@@ -111,7 +111,15 @@ impl Release {
     }
 
     async fn uninstall(&self) {
-        if let Err(e) = helm(&["uninstall", &self.name, "--namespace", &self.namespace]).await {
+        if let Err(e) = helm(&[
+            "uninstall",
+            &self.name,
+            "--namespace",
+            &self.namespace,
+            "--ignore-not-found",
+        ])
+        .await
+        {
             eprintln!("{e}");
         }
         let _ = std::fs::remove_file(&self.values_file);
@@ -197,6 +205,7 @@ fn host_argv(deployment: &Value, identity: &str, webhook_port: u16) -> Result<Ve
 
 impl HostOperator {
     async fn start(client: Client, manifest: &[Value], identity: &str, webhook_port: u16) -> Result<Self> {
+        crate::operator::init_logs();
         let argv = host_argv(one_of_kind(manifest, "Deployment")?, identity, webhook_port)?;
         eprintln!(
             "starting the operator as the chart's ServiceAccount: {}",
