@@ -292,6 +292,48 @@ async fn helm_lint_passes_for_every_mode() -> Result<()> {
     Ok(())
 }
 
+/// `helm install --dry-run=client` renders the manifests and NOTES.txt (which `helm template`
+/// leaves out) without a cluster: the notes say what to apply next, and no value is missing.
+#[tokio::test]
+async fn notes_say_what_to_apply_next_in_every_mode() -> Result<()> {
+    let chart = chart_dir().to_string_lossy().to_string();
+    let mut failures = Vec::new();
+    for mode in modes()? {
+        let mut args = vec![
+            "install",
+            RELEASE,
+            chart.as_str(),
+            "--namespace",
+            NAMESPACE,
+            "--dry-run=client",
+        ];
+        args.extend(mode.args.iter().map(String::as_str));
+        let output = helm(&args).await?;
+        let notes = output
+            .split_once("\nNOTES:\n")
+            .map(|(_, notes)| notes)
+            .unwrap_or_default();
+        if output.contains("<no value>") {
+            failures.push(format!("{}: a template printed <no value>", mode.name));
+        }
+        for wanted in [
+            "rollout status",
+            "kubectl apply",
+            "config/samples/plannerpolicy-sla.yaml",
+            "kubectl get plannerpolicies",
+        ] {
+            if !notes.contains(wanted) {
+                failures.push(format!(
+                    "{}: NOTES.txt does not say {wanted:?}:\n{notes}",
+                    mode.name
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    Ok(())
+}
+
 #[tokio::test]
 async fn the_rendered_rbac_grants_exactly_the_api_calls_of_the_code() -> Result<()> {
     let mut failures = Vec::new();

@@ -749,6 +749,17 @@ async fn cluster_wide(
         || "the upgrade did not change timeoutSeconds".into(),
     )?;
     check_webhook(ns).await?;
+    // A configuration whose caBundle is reset (a re-applied manifest) gets it back.
+    configs
+        .patch(
+            &names.config,
+            &PatchParams::default(),
+            &Patch::Json::<()>(serde_json::from_value(json!([
+                {"op": "remove", "path": "/webhooks/0/clientConfig/caBundle"}
+            ]))?),
+        )
+        .await?;
+    wait_for_ca_bundle(&place, &names.config, &names.secret).await?;
 
     // The new leader reconciles: a replica change of the frontend reaches its Deployment, and a
     // policy without a Prometheus URL reads the upgraded default.
