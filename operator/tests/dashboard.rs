@@ -28,7 +28,8 @@ fn metric_names(text: &str) -> BTreeSet<String> {
 /// The sample names the operator's /metrics serves, with one policy reported so that every
 /// labelled family has a series.
 fn exposed() -> BTreeSet<String> {
-    let metrics = OperatorMetrics::new();
+    let metrics = std::sync::Arc::new(OperatorMetrics::new());
+    drop(metrics.reconcile_started("dgd"));
     metrics.reconcile_finished("dgd", Some("kube_api"));
     metrics.invalid_object("dgd");
     metrics.admission_review("PlannerPolicy", "allowed", 0.01);
