@@ -5,7 +5,7 @@ CARGO ?= cargo
 # Two cores on our machines: one job per core, no incremental cache in CI.
 export CARGO_BUILD_JOBS ?= 2
 
-.PHONY: build test lint fmt manifests check-manifests tools cluster-up cluster-down e2e e2e-kind bench help
+.PHONY: build test lint fmt manifests check-manifests tools cluster-up cluster-down e2e e2e-kind chart-test bench help
 
 ## build: compile the operator and crd-gen (debug)
 build:
@@ -48,6 +48,11 @@ cluster-down:
 ## e2e: end-to-end tests against KUBECONFIG (default: the cluster of cluster-up)
 e2e:
 	@CARGO="$(CARGO)" bash tools/e2e.sh
+
+## chart-test: helm lint and helm template of charts/planner-operator in every mode, its RBAC against
+##             operator/src/rbac.rs (needs helm from make tools, no cluster; make e2e runs them too)
+chart-test: tools
+	@CARGO="$(CARGO)" bash tools/chart-test.sh
 
 ## e2e-kind: the same tests on a kind cluster (needs Docker and kind; see e2e/kind/)
 e2e-kind: tools

@@ -13,6 +13,10 @@ if [[ -z "${KUBECONFIG:-}" ]]; then
     fail "KUBECONFIG is not set and no local cluster runs: \`make cluster-up\` first, or point KUBECONFIG at a test cluster"
   export KUBECONFIG="$RUN_DIR/admin.kubeconfig"
 fi
+# The chart tests run helm; use the one `make tools` built unless HELM names another.
+if [[ -z "${HELM:-}" && -x "$TOOLS_BIN/helm" ]]; then
+  export HELM="$TOOLS_BIN/helm"
+fi
 log "e2e tests against KUBECONFIG=$KUBECONFIG"
 cd "$TOOLS_SRC/.."
 # Tests that run the operator as separate processes (leader election) use this binary.

@@ -54,4 +54,4 @@ create_fake_nodes
 write_operator_kubeconfig
 
 cd "$TOOLS_SRC/.."
-KUBECONFIG="$ADMIN_KUBECONFIG" "${CARGO:-cargo}" test -p e2e --features e2e --locked --test e2e -- "$@"
+KUBECONFIG="$ADMIN_KUBECONFIG" HELM="${HELM:-$TOOLS_BIN/helm}" "${CARGO:-cargo}" test -p e2e --features e2e --locked --test e2e -- "$@"

@@ -28,6 +28,8 @@ use kube::{
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+pub mod chart;
+
 /// Errors of the helpers and of tests that use `?`.
 pub type Error = Box<dyn std::error::Error + Send + Sync>;
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -188,10 +190,36 @@ pub struct TestNamespace {
     pub name: String,
 }
 
+/// Held shared by every [`in_namespace`] test and exclusively by [`in_namespace_exclusive`] ones:
+/// a test that runs a cluster-wide operator (it reconciles every namespace's DGDs) must not
+/// overlap with tests that run their own operator or expect nobody to touch their objects.
+static CLUSTER: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 /// Runs a test body in a fresh namespace (`e2e-<test>-<random>`). When the body fails or panics,
 /// the namespace's objects and events are printed; then the namespace is deleted, unless
-/// `E2E_KEEP_NAMESPACE` is set. The body's error or panic is passed on.
+/// `E2E_KEEP_NAMESPACE` is set. The body's error or panic is passed on. Runs alongside other
+/// `in_namespace` tests, never alongside an [`in_namespace_exclusive`] one.
 pub async fn in_namespace<F, Fut>(test: &str, body: F) -> Result<()>
+where
+    F: FnOnce(TestNamespace) -> Fut,
+    Fut: Future<Output = Result<()>>,
+{
+    let _shared = CLUSTER.read().await;
+    run_in_namespace(test, body).await
+}
+
+/// [`in_namespace`] for a test that acts on the whole cluster (a cluster-wide operator): it waits
+/// until no other `in_namespace` test runs, and they wait for it.
+pub async fn in_namespace_exclusive<F, Fut>(test: &str, body: F) -> Result<()>
+where
+    F: FnOnce(TestNamespace) -> Fut,
+    Fut: Future<Output = Result<()>>,
+{
+    let _exclusive = CLUSTER.write().await;
+    run_in_namespace(test, body).await
+}
+
+async fn run_in_namespace<F, Fut>(test: &str, body: F) -> Result<()>
 where
     F: FnOnce(TestNamespace) -> Fut,
     Fut: Future<Output = Result<()>>,

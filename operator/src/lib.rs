@@ -8,6 +8,7 @@ pub mod controller;
 pub mod frontend;
 pub mod metrics;
 pub mod planner;
+pub mod rbac;
 pub mod runtime;
 pub mod sim;
 pub mod telemetry;

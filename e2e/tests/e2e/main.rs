@@ -3,10 +3,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+mod chart;
+mod chart_rbac;
 mod closed_loop;
 mod cluster;
 mod crds;
 mod dgd;
+mod fake_prometheus;
 mod operator;
 mod prometheus;
 mod topology;

@@ -30,6 +30,20 @@ struct Cli {
     run: RunArgs,
 }
 
+/// The `planner-operator run` command line, for looking its flags up (e.g. which reads an env var).
+pub fn cli_command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
+/// Parses `planner-operator run` flags (`argv[0]` is the program name) as the binary does.
+pub fn parse_run_args<I, T>(argv: I) -> Result<RunArgs>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    Ok(Cli::try_parse_from(argv)?.run)
+}
+
 /// A running in-process operator; [`Operator::stop`] it at the end of the test.
 pub struct Operator {
     stop: Option<oneshot::Sender<()>>,
@@ -61,10 +75,15 @@ async fn operator_client(ns: &TestNamespace) -> Result<Client> {
     Ok(Client::try_from(config)?)
 }
 
-/// Starts the operator for `ns`; `extra` flags are appended (e.g. `--webhook-disabled`).
-pub async fn start(ns: &TestNamespace, extra: &[&str]) -> Result<Operator> {
+/// Sends the in-process operator's logs to the test output (once per test binary).
+pub fn init_logs() {
     static LOGS: Once = Once::new();
     LOGS.call_once(|| planner_operator::telemetry::init(planner_operator::telemetry::LogFormat::Text));
+}
+
+/// Starts the operator for `ns`; `extra` flags are appended (e.g. `--webhook-disabled`).
+pub async fn start(ns: &TestNamespace, extra: &[&str]) -> Result<Operator> {
+    init_logs();
     let webhook_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
     let webhook_config = format!("planner-operator-{}", ns.name);
     let addr = webhook_addr.to_string();

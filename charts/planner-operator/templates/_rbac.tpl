@@ -1,0 +1,74 @@
+{{/*
+The operator's permissions, one rule per line of the table in operator/src/rbac.rs (PERMISSIONS),
+which lists the API calls the code makes. The e2e chart test renders every mode and fails when
+these rules and that table differ in any group, resource, verb or resourceNames.
+*/}}
+
+{{/* Rules for namespaced objects the operator watches (Scope::Watched): a ClusterRole in the
+default mode, a Role in watchNamespace in namespace-scoped mode. */}}
+{{- define "planner-operator.rules.watched" -}}
+# DGD controller (controller/dgd) and startup check list+watch DGDs; the PlannerPolicy reconciler,
+# the webhook (a PlannerPolicy's targetRef) and the topology label controller get one.
+- apiGroups: ["nvidia.com"]
+  resources: ["dynamographdeployments"]
+  verbs: ["get", "list", "watch"]
+# The kubernetes connector scales a DGD's prefill and decode replicas (connector/kubernetes).
+- apiGroups: ["nvidia.com"]
+  resources: ["dynamographdeployments"]
+  verbs: ["patch"]
+# The DGD controller writes DGD status with server-side apply.
+- apiGroups: ["nvidia.com"]
+  resources: ["dynamographdeployments/status"]
+  verbs: ["patch"]
+# The PlannerPolicy controller (controller/planner_policy) and startup check.
+- apiGroups: ["planner.dynamo.io"]
+  resources: ["plannerpolicies"]
+  verbs: ["list", "watch"]
+# The PlannerPolicy controller writes each interval's decision to status (server-side apply).
+- apiGroups: ["planner.dynamo.io"]
+  resources: ["plannerpolicies/status"]
+  verbs: ["patch"]
+# The DGD controller watches its Deployments, applies them with server-side apply (a patch, which
+# needs create as well when the object is new), and lists and deletes those of removed components.
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
+# The DGD controller does the same for frontend Services.
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
+# The shared cache of DGD pods (TopologyResolved counts); the topology label controller copies
+# node topology labels onto worker pods (patch).
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch", "patch"]
+# The PlannerPolicy reconciler reads profile.configMapRef and predictor.warmupTrace.configMapRef.
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get"]
+# Events on DGDs, PlannerPolicies and pods; kube's Recorder patches a repeated Event's series.
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end }}
+
+{{/* Rules for cluster-scoped objects (Scope::Cluster): a ClusterRole in every mode. */}}
+{{- define "planner-operator.rules.cluster" -}}
+# The topology label controller reads the labels of a worker pod's node.
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["get"]
+# The DGD controller and the webhook resolve a DGD's ClusterTopology (get) and the DGD controller
+# re-checks DGDs when one changes (list+watch); controller/lookup.
+- apiGroups: [{{ include "planner-operator.clusterTopologyGroup" . | quote }}]
+  resources: ["clustertopologies"]
+  verbs: ["get", "list", "watch"]
+{{- if include "planner-operator.patchesCaBundle" . }}
+# Webhook certificate maintenance (webhook/certs) watches this release's webhook configuration
+# (by metadata.name) and patches its caBundle.
+- apiGroups: ["admissionregistration.k8s.io"]
+  resources: ["validatingwebhookconfigurations"]
+  resourceNames: [{{ include "planner-operator.webhookConfigName" . | quote }}]
+  verbs: ["get", "list", "watch", "patch"]
+{{- end }}
+{{- end }}

@@ -1,0 +1,715 @@
+//! The Helm chart, rendered without a cluster: `helm lint` and `helm template` for the default
+//! values, each certificate mode and namespace-scoped mode (`charts/planner-operator/ci/*.yaml`,
+//! plus a few `--set` variants); the rendered ClusterRole and Roles grant exactly the API calls
+//! the code makes (`planner_operator::rbac::PERMISSIONS`), nothing more and nothing missing;
+//! the Deployment's flags parse with the operator's own parser and agree with the Services, the
+//! webhook configuration (compared with the operator's own) and the certificate objects; bad
+//! values are rejected with messages that say what to fix. Needs helm, not a cluster.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use e2e::{
+    Result,
+    chart::{chart_dir, helm, of_kind, one_of_kind, template},
+    yaml_files,
+};
+use planner_operator::{
+    rbac::{self, Features, Scope},
+    runtime::RunArgs,
+    webhook::configuration::{Target, validating_webhook_configuration},
+};
+use serde_json::{Value, json};
+
+use crate::operator::parse_run_args;
+
+const RELEASE: &str = "po";
+const NAMESPACE: &str = "ops";
+
+/// A way to install the chart: a name and the helm arguments that select it.
+struct Mode {
+    name: String,
+    args: Vec<String>,
+}
+
+/// Every `ci/*.yaml` values file, and variants that only need `--set`.
+fn modes() -> Result<Vec<Mode>> {
+    let mut modes = Vec::new();
+    for path in yaml_files(&chart_dir().join("ci"))? {
+        modes.push(Mode {
+            name: path
+                .file_stem()
+                .map(|s| s.to_string_lossy().to_string())
+                .unwrap_or_default(),
+            args: vec!["--values".into(), path.to_string_lossy().to_string()],
+        });
+    }
+    let set = |name: &str, sets: &[&str]| Mode {
+        name: name.into(),
+        args: sets
+            .iter()
+            .flat_map(|s| ["--set".to_string(), s.to_string()])
+            .collect(),
+    };
+    modes.push(set(
+        "cluster-topology-elsewhere",
+        &["clusterTopologyApiVersion=topology.example.com/v1beta2"],
+    ));
+    modes.push(set(
+        "namespace-scoped-cert-manager",
+        &["watchNamespace=team-a", "webhook.certificate.mode=certManager"],
+    ));
+    modes.push(set(
+        "out-of-cluster-webhook",
+        &[
+            "webhook.url=https://127.0.0.1:9443",
+            "webhook.extraHosts={127.0.0.1}",
+        ],
+    ));
+    modes.push(set(
+        "names-overridden",
+        &[
+            "fullnameOverride=dynamo-planner",
+            "leaderElection.leaseName=planner-lock",
+            "webhook.certificate.generated.secretName=planner-tls",
+        ],
+    ));
+    Ok(modes)
+}
+
+async fn render(mode: &Mode) -> Result<Vec<Value>> {
+    let args: Vec<&str> = mode.args.iter().map(String::as_str).collect();
+    template(RELEASE, NAMESPACE, &args)
+        .await
+        .map_err(|e| format!("mode {}: {e}", mode.name).into())
+}
+
+fn deployment(objects: &[Value]) -> Result<&Value> {
+    one_of_kind(objects, "Deployment")
+}
+
+fn container(deployment: &Value) -> Result<&Value> {
+    deployment["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == "operator"))
+        .ok_or_else(|| "the Deployment has no container named operator".into())
+}
+
+fn strings(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+        .unwrap_or_default()
+}
+
+/// The Deployment's `planner-operator run` flags, parsed by the operator's own parser.
+fn run_args(objects: &[Value]) -> Result<RunArgs> {
+    let args = strings(&container(deployment(objects)?)?["args"]);
+    if args.first().map(String::as_str) != Some("run") {
+        return Err(format!("the container's args do not start with `run`: {args:?}").into());
+    }
+    let argv = std::iter::once("planner-operator".to_string()).chain(args.into_iter().skip(1));
+    parse_run_args(argv)
+}
+
+fn port_of(addr: &std::net::SocketAddr) -> i64 {
+    i64::from(addr.port())
+}
+
+/// The container port a Service's `targetPort` (a name) points at.
+fn container_port(container: &Value, target: &Value) -> Option<i64> {
+    if let Some(number) = target.as_i64() {
+        return Some(number);
+    }
+    container["ports"]
+        .as_array()?
+        .iter()
+        .find(|p| p["name"] == *target)
+        .and_then(|p| p["containerPort"].as_i64())
+}
+
+/// One (group, resource, verb, resourceName) a rule grants.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Grant {
+    group: String,
+    resource: String,
+    verb: String,
+    name: Option<String>,
+}
+
+impl std::fmt::Display for Grant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let group = if self.group.is_empty() {
+            "core"
+        } else {
+            &self.group
+        };
+        write!(f, "{group} {} {}", self.resource, self.verb)?;
+        if let Some(name) = &self.name {
+            write!(f, " (only {name})")?;
+        }
+        Ok(())
+    }
+}
+
+fn grants(rules: &Value) -> Result<BTreeSet<Grant>> {
+    let mut grants = BTreeSet::new();
+    for rule in rules.as_array().ok_or("rules is not a list")? {
+        let names = strings(&rule["resourceNames"]);
+        let names: Vec<Option<String>> = if names.is_empty() {
+            vec![None]
+        } else {
+            names.into_iter().map(Some).collect()
+        };
+        for group in strings(&rule["apiGroups"]) {
+            for resource in strings(&rule["resources"]) {
+                for verb in strings(&rule["verbs"]) {
+                    if verb == "*" || resource == "*" || group == "*" {
+                        return Err(format!("wildcard in rule {rule}").into());
+                    }
+                    for name in &names {
+                        grants.insert(Grant {
+                            group: group.clone(),
+                            resource: resource.clone(),
+                            verb: verb.clone(),
+                            name: name.clone(),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    Ok(grants)
+}
+
+/// What the table says an operator started with `args` needs, by where it is granted: the
+/// ClusterRole, the Role in the watched namespace (namespace-scoped mode), the Role(s) in the
+/// release namespace.
+fn expected_grants(args: &RunArgs) -> Result<BTreeMap<String, BTreeSet<Grant>>> {
+    let features = Features {
+        leader_election: args.leader_election,
+        webhook: !args.webhook_disabled,
+        ca_bundle: !args.webhook_config_name.is_empty(),
+        generated_certificates: args.webhook_cert_dir.is_none(),
+    };
+    let own = args
+        .webhook_namespace
+        .clone()
+        .or_else(|| args.lease_namespace.clone())
+        .unwrap_or_else(|| NAMESPACE.into());
+    let mut expected: BTreeMap<String, BTreeSet<Grant>> = BTreeMap::new();
+    for permission in rbac::required(features) {
+        let group = match permission.group_set_by {
+            Some("--cluster-topology-api-version") => args.cluster_topology_api_version.group.clone(),
+            Some(flag) => return Err(format!("the test does not know flag {flag}").into()),
+            None => permission.group.to_string(),
+        };
+        let name = match permission.named_by {
+            Some("--webhook-config-name") => Some(args.webhook_config_name.clone()),
+            Some("--webhook-secret") => Some(args.webhook_secret.clone()),
+            Some("--lease-name") => Some(args.lease_name.clone()),
+            Some(flag) => return Err(format!("the test does not know flag {flag}").into()),
+            None => None,
+        };
+        let place = match (permission.scope, &args.namespace) {
+            (Scope::Cluster, _) | (Scope::Watched, None) => "ClusterRole".to_string(),
+            (Scope::Watched, Some(watched)) => format!("Role in {watched}"),
+            (Scope::OwnNamespace, _) => format!("Role in {own}"),
+        };
+        for verb in permission.verbs {
+            expected.entry(place.clone()).or_default().insert(Grant {
+                group: group.clone(),
+                resource: permission.resource.to_string(),
+                verb: verb.to_string(),
+                name: name.clone(),
+            });
+        }
+    }
+    Ok(expected)
+}
+
+/// What the rendered ClusterRoles and Roles bound to the Deployment's ServiceAccount grant, by
+/// the same places as [`expected_grants`]. Bindings to other subjects or to missing roles fail.
+fn rendered_grants(objects: &[Value]) -> Result<BTreeMap<String, BTreeSet<Grant>>> {
+    let deployment = deployment(objects)?;
+    let account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+        .as_str()
+        .ok_or("the Deployment names no ServiceAccount")?;
+    let account_namespace = deployment["metadata"]["namespace"].as_str().unwrap_or(NAMESPACE);
+    let mut rendered: BTreeMap<String, BTreeSet<Grant>> = BTreeMap::new();
+    for (binding_kind, role_kind) in [("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")] {
+        for binding in of_kind(objects, binding_kind) {
+            let subjects = binding["subjects"]
+                .as_array()
+                .ok_or("a binding without subjects")?;
+            let to_account = subjects.iter().all(|s| {
+                s["kind"] == "ServiceAccount" && s["name"] == account && s["namespace"] == account_namespace
+            });
+            if !to_account || subjects.len() != 1 {
+                return Err(format!(
+                    "{binding_kind} {} binds {subjects:?}, not only ServiceAccount {account_namespace}/{account}",
+                    binding["metadata"]["name"]
+                )
+                .into());
+            }
+            if binding["roleRef"]["kind"] != role_kind {
+                return Err(format!("{binding_kind} refers to a {}", binding["roleRef"]["kind"]).into());
+            }
+            let namespace = binding["metadata"]["namespace"].as_str();
+            let role = of_kind(objects, role_kind)
+                .into_iter()
+                .find(|r| {
+                    r["metadata"]["name"] == binding["roleRef"]["name"]
+                        && r["metadata"]["namespace"].as_str() == namespace
+                })
+                .ok_or_else(|| format!("{binding_kind} refers to a {role_kind} the chart does not render"))?;
+            let place = match namespace {
+                Some(namespace) => format!("Role in {namespace}"),
+                None => "ClusterRole".to_string(),
+            };
+            rendered.entry(place).or_default().extend(grants(&role["rules"])?);
+        }
+    }
+    let roles = of_kind(objects, "Role").len() + of_kind(objects, "ClusterRole").len();
+    let bindings = of_kind(objects, "RoleBinding").len() + of_kind(objects, "ClusterRoleBinding").len();
+    if roles != bindings {
+        return Err(format!("{roles} roles but {bindings} bindings: a role is not bound").into());
+    }
+    Ok(rendered)
+}
+
+#[tokio::test]
+async fn helm_lint_passes_for_every_mode() -> Result<()> {
+    let chart = chart_dir().to_string_lossy().to_string();
+    let mut failures = Vec::new();
+    for mode in modes()? {
+        let mut args = vec!["lint", chart.as_str(), "--strict", "--namespace", NAMESPACE];
+        args.extend(mode.args.iter().map(String::as_str));
+        if let Err(e) = helm(&args).await {
+            failures.push(format!("{}: {e}", mode.name));
+        }
+    }
+    assert!(failures.is_empty(), "helm lint failed:\n{}", failures.join("\n"));
+    Ok(())
+}
+
+/// `helm install --dry-run=client` renders the manifests and NOTES.txt (which `helm template`
+/// leaves out) without a cluster: the notes say what to apply next, and no value is missing.
+#[tokio::test]
+async fn notes_say_what_to_apply_next_in_every_mode() -> Result<()> {
+    let chart = chart_dir().to_string_lossy().to_string();
+    let mut failures = Vec::new();
+    for mode in modes()? {
+        let mut args = vec![
+            "install",
+            RELEASE,
+            chart.as_str(),
+            "--namespace",
+            NAMESPACE,
+            "--dry-run=client",
+        ];
+        args.extend(mode.args.iter().map(String::as_str));
+        let output = helm(&args).await?;
+        let notes = output
+            .split_once("\nNOTES:\n")
+            .map(|(_, notes)| notes)
+            .unwrap_or_default();
+        if output.contains("<no value>") {
+            failures.push(format!("{}: a template printed <no value>", mode.name));
+        }
+        for wanted in [
+            "rollout status",
+            "kubectl apply",
+            "config/samples/plannerpolicy-sla.yaml",
+            "kubectl get plannerpolicies",
+        ] {
+            if !notes.contains(wanted) {
+                failures.push(format!(
+                    "{}: NOTES.txt does not say {wanted:?}:\n{notes}",
+                    mode.name
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_rendered_rbac_grants_exactly_the_api_calls_of_the_code() -> Result<()> {
+    let mut failures = Vec::new();
+    for mode in modes()? {
+        let objects = render(&mode).await?;
+        let args = run_args(&objects)?;
+        let expected = expected_grants(&args)?;
+        let rendered = rendered_grants(&objects)?;
+        let places: BTreeSet<&String> = expected.keys().chain(rendered.keys()).collect();
+        for place in places {
+            let empty = BTreeSet::new();
+            let want = expected.get(place).unwrap_or(&empty);
+            let have = rendered.get(place).unwrap_or(&empty);
+            for extra in have.difference(want) {
+                failures.push(format!(
+                    "{}: {place} grants {extra}, which no API call in operator/src/rbac.rs needs",
+                    mode.name
+                ));
+            }
+            for missing in want.difference(have) {
+                failures.push(format!(
+                    "{}: {place} lacks {missing}, which operator/src/rbac.rs says the code calls",
+                    mode.name
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn without_rbac_create_no_role_is_rendered() -> Result<()> {
+    let objects = template(RELEASE, NAMESPACE, &["--set", "rbac.create=false"]).await?;
+    for kind in ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"] {
+        assert!(of_kind(&objects, kind).is_empty(), "a {kind} is rendered");
+    }
+    Ok(())
+}
+
+/// The Deployment, Services and webhook objects agree with the flags the operator is started
+/// with, and the Deployment is locked down.
+#[tokio::test]
+async fn every_mode_renders_objects_that_agree_with_the_operator_flags() -> Result<()> {
+    let mut failures = Vec::new();
+    for mode in modes()? {
+        let objects = render(&mode).await?;
+        if let Err(e) = check_mode(&objects) {
+            failures.push(format!("{}: {e}", mode.name));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    Ok(())
+}
+
+fn check(ok: bool, what: impl FnOnce() -> String) -> Result<()> {
+    if ok { Ok(()) } else { Err(what().into()) }
+}
+
+fn check_mode(objects: &[Value]) -> Result<()> {
+    let deployment = deployment(objects)?;
+    let pod = &deployment["spec"]["template"]["spec"];
+    let container = container(deployment)?;
+    let args = run_args(objects)?;
+    let namespace = deployment["metadata"]["namespace"].as_str().unwrap_or_default();
+
+    // Locked down: non-root, read-only root filesystem, no privilege escalation, seccomp.
+    check(pod["securityContext"]["runAsNonRoot"] == true, || {
+        "pod runAsNonRoot".into()
+    })?;
+    check(
+        pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault",
+        || "pod seccomp".into(),
+    )?;
+    let security = &container["securityContext"];
+    check(security["allowPrivilegeEscalation"] == false, || {
+        "allowPrivilegeEscalation".into()
+    })?;
+    check(security["readOnlyRootFilesystem"] == true, || {
+        "readOnlyRootFilesystem".into()
+    })?;
+    check(security["runAsNonRoot"] == true, || {
+        "container runAsNonRoot".into()
+    })?;
+    check(strings(&security["capabilities"]["drop"]) == ["ALL"], || {
+        "capabilities".into()
+    })?;
+    check(
+        container["resources"]["requests"].is_object() && container["resources"]["limits"].is_object(),
+        || "resources".into(),
+    )?;
+    // Probes on the health server's port.
+    let health = port_of(&args.metrics_addr);
+    for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+        let get = &container[probe]["httpGet"];
+        check(get["path"] == path, || format!("{probe} path {}", get["path"]))?;
+        check(container_port(container, &get["port"]) == Some(health), || {
+            format!("{probe} port {} is not the health port {health}", get["port"])
+        })?;
+    }
+    // The Downward API gives the Lease identity and namespace.
+    let env = container["env"].as_array().cloned().unwrap_or_default();
+    for (name, field) in [
+        ("POD_NAME", "metadata.name"),
+        ("POD_NAMESPACE", "metadata.namespace"),
+    ] {
+        check(
+            env.iter()
+                .any(|e| e["name"] == name && e["valueFrom"]["fieldRef"]["fieldPath"] == field),
+            || format!("env {name} from {field}"),
+        )?;
+    }
+    let replicas = deployment["spec"]["replicas"].as_i64().unwrap_or(1);
+    check(replicas == 1 || args.leader_election, || {
+        "several replicas without leader election".into()
+    })?;
+    check(
+        (replicas > 1) != of_kind(objects, "PodDisruptionBudget").is_empty(),
+        || "a PodDisruptionBudget exactly when there are several replicas".into(),
+    )?;
+    let pod_labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    let selects_pods = |service: &Value| {
+        service["spec"]["selector"]
+            .as_object()
+            .is_some_and(|s| !s.is_empty() && s.iter().all(|(k, v)| pod_labels[k] == *v))
+    };
+
+    // The metrics Service reaches /metrics.
+    for service in of_kind(objects, "Service") {
+        if service["metadata"]["labels"]["app.kubernetes.io/component"] == "metrics" {
+            check(selects_pods(service), || {
+                "the metrics Service selects no operator pod".into()
+            })?;
+            let target = &service["spec"]["ports"][0]["targetPort"];
+            check(container_port(container, target) == Some(health), || {
+                "the metrics Service does not reach the health port".into()
+            })?;
+        }
+    }
+    // A ServiceMonitor scrapes that Service.
+    for monitor in of_kind(objects, "ServiceMonitor") {
+        check(monitor["spec"]["endpoints"][0]["port"] == "http-metrics", || {
+            "the ServiceMonitor port".into()
+        })?;
+        check(monitor["spec"]["endpoints"][0]["honorLabels"] == true, || {
+            "honorLabels keeps the policies' namespace label".into()
+        })?;
+    }
+
+    let configs = of_kind(objects, "ValidatingWebhookConfiguration");
+    if args.webhook_disabled {
+        check(configs.is_empty(), || {
+            "a webhook configuration without the webhook".into()
+        })?;
+        check(
+            !of_kind(objects, "Service")
+                .iter()
+                .any(|s| s["metadata"]["labels"]["app.kubernetes.io/component"] == "webhook"),
+            || "a webhook Service without the webhook".into(),
+        )?;
+        return Ok(());
+    }
+    let [config] = configs.as_slice() else {
+        return Err(format!("{} webhook configurations", configs.len()).into());
+    };
+    let config_name = config["metadata"]["name"].as_str().unwrap_or_default();
+    let webhooks = config["webhooks"].as_array().cloned().unwrap_or_default();
+
+    // The operator patches the caBundle of this configuration, or leaves it to cert-manager or
+    // to the install-time caBundle.
+    let cert_manager = config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"].as_str();
+    let install_time_ca = webhooks.iter().all(|w| w["clientConfig"]["caBundle"].is_string());
+    if args.webhook_config_name.is_empty() {
+        check(cert_manager.is_some() || install_time_ca, || {
+            "nobody keeps the caBundle: not the operator, not cert-manager, not the install".into()
+        })?;
+    } else {
+        check(args.webhook_config_name == config_name, || {
+            format!(
+                "--webhook-config-name {} but the configuration is {config_name}",
+                args.webhook_config_name
+            )
+        })?;
+        check(cert_manager.is_none(), || {
+            "the operator and cert-manager both patch the caBundle".into()
+        })?;
+    }
+
+    // Certificates: generated into a Secret, or mounted from one at --webhook-cert-dir.
+    let volumes = pod["volumes"].as_array().cloned().unwrap_or_default();
+    match &args.webhook_cert_dir {
+        None => check(volumes.is_empty(), || {
+            "generated certificates but a volume".into()
+        })?,
+        Some(dir) => {
+            let mount = container["volumeMounts"]
+                .as_array()
+                .and_then(|m| {
+                    m.iter()
+                        .find(|m| m["mountPath"] == dir.to_string_lossy().as_ref())
+                })
+                .ok_or("nothing is mounted at --webhook-cert-dir")?;
+            let volume = volumes
+                .iter()
+                .find(|v| v["name"] == mount["name"])
+                .ok_or("the mount has no volume")?;
+            let secret = volume["secret"]["secretName"]
+                .as_str()
+                .ok_or("not a Secret volume")?;
+            if let Some(from) = cert_manager {
+                let certificate = of_kind(objects, "Certificate")
+                    .into_iter()
+                    .find(|c| {
+                        format!(
+                            "{}/{}",
+                            c["metadata"]["namespace"].as_str().unwrap_or_default(),
+                            c["metadata"]["name"].as_str().unwrap_or_default()
+                        ) == from
+                    })
+                    .ok_or_else(|| format!("inject-ca-from {from} names no rendered Certificate"))?;
+                check(certificate["spec"]["secretName"] == secret, || {
+                    "the Certificate's Secret is not the one mounted".into()
+                })?;
+                let service_name = format!(
+                    "{}.{}.svc",
+                    args.webhook_service,
+                    args.webhook_namespace.as_deref().unwrap_or_default()
+                );
+                check(
+                    strings(&certificate["spec"]["dnsNames"]).contains(&service_name),
+                    || format!("the Certificate is not valid for {service_name}"),
+                )?;
+            }
+        }
+    }
+
+    // Each webhook is the operator's own (names, paths, rules, fail closed, 10s) and reaches it.
+    let service = of_kind(objects, "Service")
+        .into_iter()
+        .find(|s| s["metadata"]["labels"]["app.kubernetes.io/component"] == "webhook")
+        .cloned();
+    let target = match (&service, webhooks.first().map(|w| &w["clientConfig"]["url"])) {
+        (Some(service), _) => {
+            check(
+                service["metadata"]["name"] == args.webhook_service.as_str(),
+                || "the webhook Service is not --webhook-service".into(),
+            )?;
+            check(
+                service["metadata"]["namespace"] == args.webhook_namespace.as_deref().unwrap_or_default(),
+                || "the webhook Service is not in --webhook-namespace".into(),
+            )?;
+            check(selects_pods(service), || {
+                "the webhook Service selects no operator pod".into()
+            })?;
+            let port = &service["spec"]["ports"][0];
+            check(
+                container_port(container, &port["targetPort"]) == Some(port_of(&args.webhook_addr)),
+                || "the webhook Service does not reach --webhook-addr".into(),
+            )?;
+            Target::Service {
+                name: args.webhook_service.clone(),
+                namespace: namespace.to_string(),
+                port: i32::try_from(port["port"].as_i64().unwrap_or_default())?,
+            }
+        }
+        (None, Some(Value::String(url))) => {
+            let path = planner_operator::webhook::admission::DGD_PATH;
+            Target::Url(
+                url.strip_suffix(path)
+                    .ok_or("a webhook URL without the path")?
+                    .to_string(),
+            )
+        }
+        _ => return Err("neither a webhook Service nor a URL".into()),
+    };
+    let selector = args.namespace.as_ref().map(|watched| {
+        serde_json::from_value(json!({"matchLabels": {"kubernetes.io/metadata.name": watched}}))
+    });
+    let selector = selector.transpose()?;
+    let ours = serde_json::to_value(validating_webhook_configuration(
+        config_name,
+        &target,
+        selector,
+        None,
+    ))?;
+    let ours = ours["webhooks"].as_array().cloned().unwrap_or_default();
+    check(ours.len() == webhooks.len(), || {
+        "not the operator's two webhooks".into()
+    })?;
+    for (rendered, ours) in webhooks.iter().zip(&ours) {
+        let mut rendered = rendered.clone();
+        if let Some(client) = rendered["clientConfig"].as_object_mut() {
+            client.remove("caBundle");
+        }
+        check(rendered == *ours, || {
+            format!(
+                "webhook {} differs from the operator's own:\n  chart: {rendered}\n  ours:  {ours}",
+                ours["name"]
+            )
+        })?;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_dashboard_plots_every_planner_metric() -> Result<()> {
+    let objects = template(RELEASE, NAMESPACE, &[]).await?;
+    let dashboard = of_kind(&objects, "ConfigMap")
+        .into_iter()
+        .find(|c| c["metadata"]["labels"]["grafana_dashboard"] == "1")
+        .ok_or("no dashboard ConfigMap labelled for Grafana's sidecar")?;
+    let json = dashboard["data"]["planner-operator.json"]
+        .as_str()
+        .ok_or("no planner-operator.json in the ConfigMap")?;
+    let parsed: Value = serde_json::from_str(json)?;
+    check(parsed["uid"] == "planner-operator", || "dashboard uid".into())?;
+    // DESIGN.md section 8.
+    for metric in [
+        "planner_operator_desired_replicas",
+        "planner_operator_current_replicas",
+        "planner_operator_observed_requests",
+        "planner_operator_observed_isl",
+        "planner_operator_observed_osl",
+        "planner_operator_observed_ttft_seconds",
+        "planner_operator_observed_itl_seconds",
+        "planner_operator_predicted_requests",
+        "planner_operator_predicted_isl",
+        "planner_operator_predicted_osl",
+        "planner_operator_correction_factor",
+        "planner_operator_scaling_decisions_total",
+        "planner_operator_interval_lateness_seconds",
+        "planner_operator_reconcile_total",
+        "planner_operator_reconcile_duration_seconds",
+    ] {
+        assert!(json.contains(metric), "the dashboard does not plot {metric}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn bad_values_are_rejected_with_messages_that_say_what_to_fix() -> Result<()> {
+    let cases: [(&[&str], &str); 12] = [
+        (
+            &["webhook.certificate.mode=vault"],
+            "'generated', 'certManager', 'secret'",
+        ),
+        (
+            &["webhook.certificate.mode=secret"],
+            "webhook.certificate.secret.name is required",
+        ),
+        (&["replicaCount=0"], "/replicaCount"),
+        (&["replicaCount=two"], "want integer"),
+        (
+            &["leaderElection.enabled=false"],
+            "set replicaCount to 1 or enable leader election",
+        ),
+        (&["webhook.failurePolicy=fail"], "'Fail', 'Ignore'"),
+        (&["webhook.timeoutSeconds=60"], "/webhook/timeoutSeconds"),
+        (
+            &["prometheus.url=prometheus:9090"],
+            "is not an http:// or https:// URL",
+        ),
+        (&["webhook.url=http://127.0.0.1:9443"], "is not an https:// URL"),
+        (&["watchNamespace=Team_A"], "is not a namespace name"),
+        (&["image.pullPolicy=always"], "'Always', 'IfNotPresent', 'Never'"),
+        (&["imageTag=1.0"], "additional properties 'imageTag' not allowed"),
+    ];
+    let mut failures = Vec::new();
+    for (sets, message) in cases {
+        let args: Vec<&str> = sets.iter().flat_map(|s| ["--set", *s]).collect();
+        match template(RELEASE, NAMESPACE, &args).await {
+            Ok(_) => failures.push(format!("{sets:?} was accepted")),
+            Err(e) if e.to_string().contains(message) => {}
+            Err(e) => failures.push(format!("{sets:?}: expected {message:?} in: {e}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    Ok(())
+}
