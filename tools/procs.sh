@@ -24,11 +24,19 @@ start() {
 }
 
 # is_ours PID BINARY: the pid is alive and runs BINARY (or is the setsid about to exec it). A
-# zombie (a child of a failed start, not yet reaped) has an empty cmdline, so it counts as stopped.
+# zombie (a child of a failed start, not yet reaped) counts as stopped. While a process is inside
+# execve its cmdline reads empty for a moment; that is still our process, not a stopped one
+# (treating it as stopped made a healthy start look like a crash, and left it running on cleanup).
 is_ours() {
-  local args=()
-  [[ -r "/proc/$1/cmdline" ]] || return 1
+  local args=() stat state
+  [[ -r "/proc/$1/stat" ]] || return 1
+  stat="$(<"/proc/$1/stat")" 2>/dev/null || return 1
+  # The state is the first field after the command name, which is in parentheses.
+  state="${stat##*) }"
+  state="${state%% *}"
+  [[ "$state" == Z || "$state" == X ]] && return 1
   mapfile -d '' -n 2 args <"/proc/$1/cmdline" 2>/dev/null || return 1
+  ((${#args[@]} == 0)) && return 0
   [[ "${args[0]:-}" == "$2" || ("${args[0]:-}" == *setsid && "${args[1]:-}" == "$2") ]]
 }
 
