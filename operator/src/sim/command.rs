@@ -412,7 +412,7 @@ fn render_report(
     if let Some((_, first)) = overview.first() {
         let _ = writeln!(
             md,
-            "## Overview: GPU-hours vs oracle / requests meeting the SLA\n"
+            "## Overview: GPU-hours vs oracle / intervals meeting the SLA / requests meeting it\n"
         );
         let _ = write!(md, "| policy |");
         for (run, _) in overview {
