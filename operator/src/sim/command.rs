@@ -142,8 +142,9 @@ struct Comparison {
     seconds: f64,
 }
 
-/// Per run (name), per policy: (policy, GPU-hours relative to the oracle, request attainment).
-type Overview = Vec<(String, Vec<(String, f64, f64)>)>;
+/// Per run (name), per policy: (policy, GPU-hours relative to the oracle, interval
+/// attainment, request attainment).
+type Overview = Vec<(String, Vec<(String, f64, f64, f64)>)>;
 
 /// GPUs per engine from a profile name ending in `-tpN`.
 fn gpus_from_name(name: &str) -> Option<u32> {
@@ -319,7 +320,12 @@ pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
                     } else {
                         f64::NAN
                     };
-                    (r.policy.clone(), ratio, r.summary.request_attainment())
+                    (
+                        r.policy.clone(),
+                        ratio,
+                        r.summary.interval_attainment(),
+                        r.summary.request_attainment(),
+                    )
                 })
                 .collect(),
         ));
@@ -406,7 +412,7 @@ fn render_report(
     if let Some((_, first)) = overview.first() {
         let _ = writeln!(
             md,
-            "## Overview: GPU-hours vs oracle / requests meeting the SLA\n"
+            "## Overview: GPU-hours vs oracle / intervals meeting the SLA / requests meeting it\n"
         );
         let _ = write!(md, "| policy |");
         for (run, _) in overview {
@@ -417,15 +423,22 @@ fn render_report(
             let _ = write!(md, "---:|");
         }
         md.push('\n');
-        for (i, (policy, _, _)) in first.iter().enumerate() {
+        for (i, (policy, _, _, _)) in first.iter().enumerate() {
             let _ = write!(md, "| {policy} |");
             for (_, cells) in overview {
                 match cells.get(i) {
-                    Some((_, ratio, attainment)) if ratio.is_finite() => {
-                        let _ = write!(md, " {ratio:.2}x / {:.1}% |", attainment * 100.0);
-                    }
-                    Some((_, _, attainment)) => {
-                        let _ = write!(md, " - / {:.1}% |", attainment * 100.0);
+                    Some((_, ratio, intervals, requests)) => {
+                        let ratio = if ratio.is_finite() {
+                            format!("{ratio:.2}x")
+                        } else {
+                            "-".into()
+                        };
+                        let _ = write!(
+                            md,
+                            " {ratio} / {:.0}% / {:.0}% |",
+                            intervals * 100.0,
+                            requests * 100.0
+                        );
                     }
                     None => md.push_str(" |"),
                 }

@@ -180,6 +180,7 @@ impl Figure<'_> {
         chart
             .configure_mesh()
             .x_desc("minutes")
+            .light_line_style(RGBColor(242, 242, 242))
             .label_style((FONT, 14))
             .axis_desc_style((FONT, 15))
             .draw()
@@ -248,6 +249,7 @@ impl Figure<'_> {
                 $chart
                     .configure_mesh()
                     .x_desc("minutes")
+                    .light_line_style(RGBColor(242, 242, 242))
                     .label_style((FONT, 14))
                     .axis_desc_style((FONT, 15))
                     .draw()
