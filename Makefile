@@ -5,7 +5,7 @@ CARGO ?= cargo
 # Two cores on our machines: one job per core, no incremental cache in CI.
 export CARGO_BUILD_JOBS ?= 2
 
-.PHONY: build test lint fmt manifests check-manifests tools cluster-up cluster-down e2e e2e-kind chart-test bench help
+.PHONY: build test lint fmt manifests check-manifests tools cluster-up cluster-down e2e e2e-kind chart-test demo bench help
 
 ## build: compile the operator and crd-gen (debug)
 build:
@@ -57,6 +57,11 @@ chart-test: tools
 ## e2e-kind: the same tests on a kind cluster (needs Docker and kind; see e2e/kind/)
 e2e-kind: tools
 	@CARGO="$(CARGO)" bash e2e/kind/run.sh
+
+## demo: the planner closed loop on a local cluster: operator, synthetic frontend and Prometheus; one
+##       line per 10 s decision as the load rises and falls. Ctrl-C (or DEMO_SECONDS) stops and cleans up
+demo:
+	@CARGO="$(CARGO)" bash tools/demo.sh
 
 ## bench: scaling-quality benchmark (release build): every policy on the traces in ../shared/data/traces/
 ##        (bench/suite.json) with the h100-llama3.3-70b-tp4 profile at k=1 and k=4; writes bench/results.md

@@ -133,7 +133,8 @@ wait_for etcd "etcd healthy" 30 curl -sf --max-time 3 "http://127.0.0.1:$ETCD_PO
 # --- kube-apiserver --------------------------------------------------------------------------
 # --advertise-address: without it a loopback-bound apiserver looks for a host interface with a
 # default route. --endpoint-reconciler-type=none keeps that loopback address out of the
-# `kubernetes` Service's endpoints.
+# `kubernetes` Service's endpoints. A /16 service range: the memory benchmark creates 500 frontend
+# Services, more than a /24 holds.
 start kube-apiserver "$TOOLS_BIN/kube-apiserver" \
   --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
   --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
@@ -141,7 +142,7 @@ start kube-apiserver "$TOOLS_BIN/kube-apiserver" \
   --client-ca-file="$PKI/ca.crt" \
   --service-account-issuer=https://kubernetes.default.svc.cluster.local \
   --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
-  --service-cluster-ip-range=10.0.0.0/24 \
+  --service-cluster-ip-range=10.0.0.0/16 \
   --authorization-mode=RBAC \
   --allow-privileged=true \
   --endpoint-reconciler-type=none \

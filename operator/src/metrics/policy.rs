@@ -40,6 +40,15 @@ pub struct DirectionLabels {
     pub direction: String,
 }
 
+/// Labels of `metrics_unavailable_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// `http` (no answer or an HTTP error), `query` (Prometheus rejected the query or answered
+    /// with something else than a result), `no_series` (no series of the graph and model), or
+    /// `client` (no HTTP client for the URL).
+    pub reason: &'static str,
+}
+
 type FloatGauge = Gauge<f64, AtomicU64>;
 
 /// What one interval reported, for the gauges.
@@ -67,6 +76,7 @@ pub struct PolicyMetrics {
     predicted: [Family<PolicyLabels, FloatGauge>; 3],
     decisions: Family<DirectionLabels, Counter>,
     lateness: Histogram,
+    metrics_unavailable: Family<ReasonLabels, Counter>,
 }
 
 const POOLS: [&str; 2] = ["prefill", "decode"];
@@ -141,6 +151,12 @@ impl PolicyMetrics {
             Unit::Seconds,
             lateness.clone(),
         );
+        let metrics_unavailable = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "metrics_unavailable",
+            "Planner intervals whose frontend metrics could not be read from Prometheus, by reason",
+            metrics_unavailable.clone(),
+        );
         Self {
             desired,
             current,
@@ -149,6 +165,7 @@ impl PolicyMetrics {
             predicted,
             decisions,
             lateness,
+            metrics_unavailable,
         }
     }
 
@@ -219,6 +236,13 @@ impl PolicyMetrics {
         self.lateness.observe(seconds.max(0.0));
     }
 
+    /// Counts an interval whose metrics could not be read (`reason`: see [`ReasonLabels`]).
+    pub fn metrics_unavailable(&self, reason: &'static str) {
+        self.metrics_unavailable
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
     /// Removes every series of a deleted policy.
     pub fn remove(&self, namespace: &str, policy: &str) {
         let labels = PolicyLabels {
@@ -267,6 +291,7 @@ mod tests {
         );
         metrics.decision("llm", "llama-sla", true);
         metrics.lateness(0.2);
+        metrics.metrics_unavailable("no_series");
         let mut text = String::new();
         encode(&mut text, &registry).unwrap();
         for expected in [
@@ -277,6 +302,7 @@ mod tests {
             "planner_operator_correction_factor{namespace=\"llm\",policy=\"llama-sla\",pool=\"decode\"} 1.1",
             "planner_operator_scaling_decisions_total{namespace=\"llm\",policy=\"llama-sla\",direction=\"up\"} 1",
             "planner_operator_interval_lateness_seconds_count 1",
+            "planner_operator_metrics_unavailable_total{reason=\"no_series\"} 1",
         ] {
             assert!(text.contains(expected), "missing {expected:?} in\n{text}");
         }

@@ -85,6 +85,17 @@ pub enum MetricsError {
     },
 }
 
+impl MetricsError {
+    /// A bounded category for metrics: `http`, `query` or `no_series`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Http { .. } => "http",
+            Self::Query { .. } => "query",
+            Self::NoSeries { .. } => "no_series",
+        }
+    }
+}
+
 /// One sample of an instant-query result.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Sample {

@@ -166,70 +166,95 @@ pub struct Profile {
     pub decode: DecodeProfile,
 }
 
+/// A profile compiled into the binary.
+struct Builtin {
+    name: &'static str,
+    prefill_npz: &'static [u8],
+    decode_npz: &'static [u8],
+    /// Factor applied to both throughput columns when the profile is loaded.
+    ///
+    /// The H100 Llama-3.3-70B files are one row of upstream's pre-swept sweep, which divided
+    /// every row's engine throughput by the sweep's `gpu_count` (8), whatever the row's tensor
+    /// parallelism: `prefill_thpt_per_gpu * 8 == isl / ttft` in all three rows. A TP4 engine
+    /// has 4 GPUs, so its per-GPU throughput is twice the published figure (four times for
+    /// TP2), and a planner fed the published one buys twice the engines its latencies need
+    /// (the simulator showed it). The files in `config/profiles/` stay byte-identical to
+    /// upstream's (the golden parity test reads them); the correction is made here.
+    throughput_scale: f64,
+}
+
 /// The profiles compiled into the binary, from `config/profiles/`.
-const BUILTIN: [(&str, &[u8], &[u8]); 4] = [
-    (
-        "h200-llama3.1-8b-tp1",
-        include_bytes!(
+const BUILTIN: [Builtin; 4] = [
+    Builtin {
+        name: "h200-llama3.1-8b-tp1",
+        prefill_npz: include_bytes!(
             "../../../config/profiles/h200-llama3.1-8b-tp1/selected_prefill_interpolation/raw_data.npz"
         ),
-        include_bytes!(
+        decode_npz: include_bytes!(
             "../../../config/profiles/h200-llama3.1-8b-tp1/selected_decode_interpolation/raw_data.npz"
         ),
-    ),
-    (
-        "h100-llama3.3-70b-tp8",
-        include_bytes!(
+        throughput_scale: 1.0,
+    },
+    Builtin {
+        name: "h100-llama3.3-70b-tp8",
+        prefill_npz: include_bytes!(
             "../../../config/profiles/h100-llama3.3-70b-tp8/selected_prefill_interpolation/raw_data.npz"
         ),
-        include_bytes!(
+        decode_npz: include_bytes!(
             "../../../config/profiles/h100-llama3.3-70b-tp8/selected_decode_interpolation/raw_data.npz"
         ),
-    ),
-    (
-        "h100-llama3.3-70b-tp4",
-        include_bytes!(
+        throughput_scale: 1.0,
+    },
+    Builtin {
+        name: "h100-llama3.3-70b-tp4",
+        prefill_npz: include_bytes!(
             "../../../config/profiles/h100-llama3.3-70b-tp4/selected_prefill_interpolation/raw_data.npz"
         ),
-        include_bytes!(
+        decode_npz: include_bytes!(
             "../../../config/profiles/h100-llama3.3-70b-tp4/selected_decode_interpolation/raw_data.npz"
         ),
-    ),
-    (
-        "h100-llama3.3-70b-tp2",
-        include_bytes!(
+        throughput_scale: 2.0,
+    },
+    Builtin {
+        name: "h100-llama3.3-70b-tp2",
+        prefill_npz: include_bytes!(
             "../../../config/profiles/h100-llama3.3-70b-tp2/selected_prefill_interpolation/raw_data.npz"
         ),
-        include_bytes!(
+        decode_npz: include_bytes!(
             "../../../config/profiles/h100-llama3.3-70b-tp2/selected_decode_interpolation/raw_data.npz"
         ),
-    ),
+        throughput_scale: 4.0,
+    },
 ];
 
 /// Names of the built-in profiles.
 pub fn builtin_names() -> impl Iterator<Item = &'static str> {
-    BUILTIN.iter().map(|(name, _, _)| *name)
+    BUILTIN.iter().map(|builtin| builtin.name)
 }
 
 impl Profile {
     /// A profile compiled into the binary.
     pub fn builtin(name: &str) -> Result<Self, ProfileError> {
-        let (_, prefill, decode) =
+        let builtin =
             BUILTIN
                 .iter()
-                .find(|(n, _, _)| *n == name)
+                .find(|b| b.name == name)
                 .ok_or_else(|| ProfileError::UnknownBuiltin {
                     name: name.to_string(),
                     known: builtin_names().collect::<Vec<_>>().join(", "),
                 })?;
         let prefill_file = format!("builtin:{name}/{PREFILL_NPZ}");
         let decode_file = format!("builtin:{name}/{DECODE_NPZ}");
-        Self::from_parts(
-            PrefillProfile::from_npz(prefill, &prefill_file)?,
-            &prefill_file,
-            DecodeProfile::from_npz(decode, &decode_file)?,
-            &decode_file,
-        )
+        let mut prefill = PrefillProfile::from_npz(builtin.prefill_npz, &prefill_file)?;
+        let mut decode = DecodeProfile::from_npz(builtin.decode_npz, &decode_file)?;
+        for thpt in prefill
+            .thpt_per_gpu
+            .iter_mut()
+            .chain(decode.thpt_per_gpu.iter_mut())
+        {
+            *thpt *= builtin.throughput_scale;
+        }
+        Self::from_parts(prefill, &prefill_file, decode, &decode_file)
     }
 
     /// Reads an upstream `profile_results_dir` (NPZ layout first, then JSON).
@@ -648,6 +673,52 @@ mod tests {
         assert_eq!(h200.prefill.isl.len(), 17);
         assert_eq!(h200.decode.kv_usage.len(), 41);
         assert_eq!(h200.decode.max_kv_tokens, 945029.0);
+    }
+
+    #[test]
+    fn builtin_prefill_throughput_is_per_gpu_of_the_engine() {
+        // One request at a time: an engine's prefill throughput is isl / ttft, so per GPU it is
+        // that over the engine's GPUs (the tensor-parallel degree in the profile's name).
+        for (name, engine_gpus) in [
+            ("h200-llama3.1-8b-tp1", 1.0),
+            ("h100-llama3.3-70b-tp8", 8.0),
+            ("h100-llama3.3-70b-tp4", 4.0),
+            ("h100-llama3.3-70b-tp2", 2.0),
+        ] {
+            let prefill = Profile::builtin(name).unwrap().prefill;
+            for ((isl, ttft_ms), thpt) in prefill
+                .isl
+                .iter()
+                .zip(&prefill.ttft_ms)
+                .zip(&prefill.thpt_per_gpu)
+            {
+                let engine = isl / ttft_ms * 1000.0;
+                assert!(
+                    (thpt * engine_gpus / engine - 1.0).abs() < 1e-3,
+                    "{name}: isl {isl}: {thpt} tokens/s/GPU x {engine_gpus} GPUs != {engine}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn builtin_decode_throughput_scales_with_prefill() {
+        // The decode columns were divided by the same sweep-wide GPU count.
+        let published = Profile::from_dir(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/profiles/h100-llama3.3-70b-tp4"),
+        )
+        .unwrap();
+        let builtin = Profile::builtin("h100-llama3.3-70b-tp4").unwrap();
+        for (corrected, raw) in builtin
+            .decode
+            .thpt_per_gpu
+            .iter()
+            .zip(&published.decode.thpt_per_gpu)
+        {
+            assert_eq!(*corrected, raw * 2.0);
+        }
+        assert_eq!(builtin.decode.itl_ms, published.decode.itl_ms);
+        assert_eq!(builtin.prefill.ttft_ms, published.prefill.ttft_ms);
     }
 
     #[test]

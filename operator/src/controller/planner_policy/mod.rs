@@ -60,6 +60,11 @@ const PROMETHEUS_TIMEOUT: Duration = Duration::from_secs(10);
 const ETCD_TIMEOUT: Duration = Duration::from_secs(10);
 /// Retry delay when the target or profile is not usable yet.
 const RETRY: Duration = Duration::from_secs(30);
+/// Planner states built at once (warm-up trace read and parsed, history restored). Each warm-up
+/// holds its trace ConfigMap (up to 1 MiB) twice while it parses it: unbounded, a thousand
+/// policies created together held hundreds of them at once, and the allocator kept the peak
+/// (368 MiB resident afterwards, `e2e/bench/policies.sh`).
+const STATE_BUILDS: usize = 4;
 
 /// Why a reconcile failed (API errors only; problems with the spec or target are reported in
 /// status and conditions, and retried on a schedule).
@@ -109,6 +114,7 @@ pub struct PlannerContext {
     runtimes: Mutex<Runtimes>,
     models: Mutex<HashMap<String, Arc<PerformanceModel>>>,
     prometheus: Mutex<HashMap<String, PrometheusClient>>,
+    state_builds: tokio::sync::Semaphore,
 }
 
 impl PlannerContext {
@@ -120,6 +126,7 @@ impl PlannerContext {
             runtimes: Mutex::default(),
             models: Mutex::default(),
             prometheus: Mutex::default(),
+            state_builds: tokio::sync::Semaphore::new(STATE_BUILDS),
         }
     }
 
@@ -382,14 +389,20 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
                     };
                     match client.observe(&filter, window_s).await {
                         Ok(observation) => IntervalMetrics::Observed(observation),
-                        Err(error) => IntervalMetrics::Unavailable {
-                            reason: error.to_string(),
-                        },
+                        Err(error) => {
+                            ctx.base.metrics.policies.metrics_unavailable(error.kind());
+                            IntervalMetrics::Unavailable {
+                                reason: error.to_string(),
+                            }
+                        }
                     }
                 }
-                Err(error) => IntervalMetrics::Unavailable {
-                    reason: error.clone(),
-                },
+                Err(error) => {
+                    ctx.base.metrics.policies.metrics_unavailable("client");
+                    IntervalMetrics::Unavailable {
+                        reason: error.clone(),
+                    }
+                }
             };
             let Some(model) = &model else {
                 return Ok(Action::requeue(RETRY));
@@ -464,8 +477,14 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
                         unix_now(),
                     )
                     .await
-                    .map_err(|e| e.to_string()),
-                Err(error) => Err(error.clone()),
+                    .map_err(|e| {
+                        ctx.base.metrics.policies.metrics_unavailable(e.kind());
+                        e.to_string()
+                    }),
+                Err(error) => {
+                    ctx.base.metrics.policies.metrics_unavailable("client");
+                    Err(error.clone())
+                }
             };
             match samples {
                 Ok(samples) => {
@@ -702,6 +721,8 @@ async fn runtime_for(
                 Ok(config) => SlaPlanner::new(&config),
                 Err(_) => SlaPlanner::new(&default_sla_config(interval)),
             };
+            // The semaphore is never closed; without a permit the build would only be unbounded.
+            let _permit = ctx.state_builds.acquire().await.ok();
             warm_up(policy, ctx, &mut planner, interval).await;
             restore(policy, ctx, &mut planner, model_name, interval).await;
             PlannerState::Sla(Box::new(planner))
@@ -747,7 +768,7 @@ async fn warm_up(policy: &PlannerPolicy, ctx: &PlannerContext, planner: &mut Sla
     let config_maps: Api<ConfigMap> = Api::namespaced(ctx.base.client.clone(), &namespace);
     let reference = &warmup.config_map_ref;
     let text = match config_maps.get_opt(&reference.name).await {
-        Ok(Some(cm)) => cm.data.and_then(|d| d.get(&reference.key).cloned()),
+        Ok(Some(cm)) => cm.data.and_then(|mut d| d.remove(&reference.key)),
         Ok(None) => None,
         Err(error) => {
             warn!(%error, "cannot read the warm-up trace ConfigMap");

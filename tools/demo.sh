@@ -1,0 +1,372 @@
+#!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR
+# `make demo`: the planner closed loop on this machine, in a few minutes. Brings up the local
+# control plane (fake GPU nodes played by kwok) unless KUBECONFIG names a cluster, installs the
+# CRDs and the chart's RBAC (rendered with `helm template`, namespace-scoped), builds and runs the
+# operator on the host with a token of the chart's ServiceAccount, creates the sample
+# ClusterTopology and DGD and a PlannerPolicy that plans every 10 s (config/demo/), starts the
+# synthetic Dynamo frontend replaying a generated trace (2 -> 40 -> 2 requests/s over 5.5 min,
+# looped) against the DGD's Ready pods and a real Prometheus scraping it, then prints one line per
+# planner interval: what the planner observed, predicted and decided. Runs until Ctrl-C, or for
+# DEMO_SECONDS; then stops everything it started and removes what it created.
+#
+# Environment (all optional):
+#   KUBECONFIG                 use this cluster instead of starting one. It must be a test cluster
+#                              whose nodes are fake (kwok): the DGD's pods ask for nvidia.com/gpu
+#                              and vLLM images. The demo creates DEMO_NAMESPACE, applies the CRDs,
+#                              the ClusterTopology `gpu-cluster` and a ClusterRole(Binding), and
+#                              deletes what it created on exit (the CRDs stay).
+#   PLANNER_CLUSTER_DIR        state of the cluster the demo starts (default: its own,
+#                              .../planner-operator-demo-cluster-<uid>, apart from `make cluster-up`'s)
+#   PLANNER_CLUSTER_PORT_BASE  ports of that cluster, base+1..base+5 (default 17440)
+#   DEMO_SECONDS               stop after this many seconds of planning (default: run until Ctrl-C)
+#   DEMO_EXPECT_SCALING=1      exit non-zero unless the replicas went up and then down again; stops
+#                              as soon as they have (DEMO_SECONDS is then the time limit; 330 s
+#                              covers one cycle of the trace)
+#   DEMO_NAMESPACE             namespace of the DGD and the policy (planner-demo)
+#   DEMO_PROMETHEUS_PORT, DEMO_FRONTEND_PORT, DEMO_METRICS_PORT
+#                              loopback ports of Prometheus (19090), the synthetic frontend (19000)
+#                              and the operator's /metrics (19080)
+#   PROMETHEUS                 the prometheus binary (default: `prometheus` on PATH)
+#   CARGO                      cargo (default: cargo)
+set -euo pipefail
+cd "$(dirname "$0")"
+
+# The demo's own cluster: a state directory and ports apart from `make cluster-up` (16440) and CI
+# (26440), so it runs beside them.
+export PLANNER_CLUSTER_DIR="${PLANNER_CLUSTER_DIR:-${XDG_RUNTIME_DIR:-${TMPDIR:-/tmp}}/planner-operator-demo-cluster-$(id -u)}"
+export PLANNER_CLUSTER_PORT_BASE="${PLANNER_CLUSTER_PORT_BASE:-17440}"
+source ./env.sh
+source ./procs.sh
+
+REPO="$(cd .. && pwd)"
+NS="${DEMO_NAMESPACE:-planner-demo}"
+PROM_PORT="${DEMO_PROMETHEUS_PORT:-19090}"
+FRONTEND_PORT="${DEMO_FRONTEND_PORT:-19000}"
+METRICS_PORT="${DEMO_METRICS_PORT:-19080}"
+DEMO_SECONDS="${DEMO_SECONDS:-}"
+EXPECT_SCALING="${DEMO_EXPECT_SCALING:-}"
+DGD=llama-disagg
+POLICY=llama-demo
+RELEASE=planner-demo
+SA="$RELEASE-planner-operator" # the chart's fullname for this release
+INTERVAL_S=10                  # config/demo/plannerpolicy-demo.yaml
+FIELD_MANAGER=planner-operator-demo
+
+[[ -z "$DEMO_SECONDS" || "$DEMO_SECONDS" =~ ^[0-9]+$ ]] || fail "DEMO_SECONDS must be a number of seconds, not '$DEMO_SECONDS'"
+[[ "$NS" =~ ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$ ]] || fail "DEMO_NAMESPACE '$NS' is not a valid namespace name"
+
+stamp() { printf '[%4ds]' "$SECONDS"; }
+step() { printf '%s %s\n' "$(stamp)" "$*" >&2; }
+
+# --- Requirements, before anything is started ------------------------------------------------
+PROMETHEUS="${PROMETHEUS:-$(command -v prometheus || true)}"
+[[ -n "$PROMETHEUS" && -x "$PROMETHEUS" ]] ||
+  fail "prometheus not found: the demo runs a real Prometheus. Install the Debian/Ubuntu package \`prometheus\` (sudo apt-get install prometheus; the demo starts its own instance on 127.0.0.1:$PROM_PORT, the system service is not needed) or set PROMETHEUS=/path/to/prometheus"
+for cmd in curl awk; do
+  command -v "$cmd" >/dev/null 2>&1 || fail "$cmd not found on PATH: the demo needs it"
+done
+for entry in "Prometheus:$PROM_PORT:DEMO_PROMETHEUS_PORT" "the synthetic frontend:$FRONTEND_PORT:DEMO_FRONTEND_PORT" \
+  "the operator's metrics:$METRICS_PORT:DEMO_METRICS_PORT"; do
+  IFS=: read -r what port var <<<"$entry"
+  port_in_use "$port" && fail "port $port on 127.0.0.1 (for $what) is in use: stop what holds it or set $var"
+done
+
+# kubectl and helm: the ones `make tools` builds; with KUBECONFIG set, ones on PATH do too.
+if [[ -z "${KUBECONFIG:-}" || ! -f "$TOOLS_DIR/.complete" ]] &&
+  ! { [[ -n "${KUBECONFIG:-}" ]] && command -v kubectl >/dev/null && command -v helm >/dev/null; }; then
+  step "building the local control plane's tools (make tools; a no-op once cached)"
+  bash ./build.sh
+fi
+if [[ -f "$TOOLS_DIR/.complete" ]]; then
+  KUBECTL="$TOOLS_BIN/kubectl"
+  HELM="$TOOLS_BIN/helm"
+else
+  KUBECTL="$(command -v kubectl)"
+  HELM="$(command -v helm)"
+fi
+k() { "$KUBECTL" "$@"; }
+
+# --- Cleanup: everything this run started or created, whatever the way out -------------------
+DEMO_DIR="$(mktemp -d "${TMPDIR:-/tmp}/planner-operator-demo.XXXXXX")"
+chmod 700 "$DEMO_DIR"
+# procs.sh's start/stop_all/running, with the demo's own pid and log directories.
+PIDS="$DEMO_DIR/pids"
+LOGS="$DEMO_DIR/logs"
+mkdir -p "$PIDS" "$LOGS"
+
+started_cluster=false
+created_namespace=false
+created_topology=false
+rbac_file=""
+first_tick_at="" up_at="" down_at="" base_at="" policy_created=""
+base_replicas="" base_total=0 peak_replicas="" peak_total=0
+
+summary() {
+  [[ -n "${policy_created:-}" ]] || return 0
+  local since="since the policy was created"
+  {
+    printf '\n%s summary (%s):\n' "$(stamp)" "$since"
+    if [[ -n "$first_tick_at" ]]; then
+      printf '  first decision printed after %ds (%ds after the demo started)\n' \
+        "$((first_tick_at - policy_created))" "$first_tick_at"
+    else
+      printf '  no decision yet\n'
+    fi
+    [[ -n "$up_at" ]] && printf '  scaled up from %s after %ds; peak %s\n' "$base_replicas" "$((up_at - policy_created))" "$peak_replicas"
+    [[ -n "$down_at" ]] && printf '  scaled down from the peak after %ds\n' "$((down_at - policy_created))"
+    [[ -n "$base_at" ]] && printf '  back to %s after %ds\n' "$base_replicas" "$((base_at - policy_created))"
+    [[ -n "$first_tick_at" && -z "$up_at" ]] && printf '  no scale-up seen\n'
+    [[ -n "$up_at" && -z "$down_at" ]] && printf '  no scale-down seen yet\n'
+  } >&2
+}
+
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  set +eu
+  summary
+  step "cleaning up"
+  stop_all
+  if [[ "$started_cluster" == true ]]; then
+    # The whole cluster goes, and with it the namespace, the RBAC and the ClusterTopology.
+    bash ./cluster-down.sh
+  else
+    if [[ "$created_namespace" == true ]]; then
+      log "deleting namespace $NS"
+      k delete namespace "$NS" --wait=true --timeout=120s >/dev/null
+    fi
+    if [[ -n "$rbac_file" && -f "$rbac_file" ]]; then
+      k delete -f "$rbac_file" --ignore-not-found --wait=false >/dev/null 2>&1
+    fi
+    if [[ "$created_topology" == true ]]; then
+      k delete clustertopology gpu-cluster --ignore-not-found >/dev/null
+    fi
+  fi
+  rm -rf "$DEMO_DIR"
+  if ((rc == 0)); then
+    step "done; everything the demo started is stopped"
+  else
+    step "exit $rc; everything the demo started is stopped"
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# fail_component NAME WHAT: a component died or did not come up; its log's end, then exit.
+fail_component() {
+  fail_with_log "$2" "$LOGS/$1.log"
+}
+
+# --- Cluster ----------------------------------------------------------------------------------
+if [[ -n "${KUBECONFIG:-}" ]]; then
+  step "using the cluster of KUBECONFIG=$KUBECONFIG ($(k config current-context 2>/dev/null || echo '?'))"
+  k get --raw /readyz >/dev/null 2>&1 || fail "the cluster of KUBECONFIG=$KUBECONFIG is not reachable or not ready"
+else
+  if [[ -f "$RUN_DIR/admin.kubeconfig" ]] &&
+    "$KUBECTL" --kubeconfig "$RUN_DIR/admin.kubeconfig" get --raw /readyz >/dev/null 2>&1; then
+    step "the demo's cluster already runs in $RUN_DIR: using it (and leaving it running)"
+  else
+    step "starting the local control plane in $RUN_DIR (ports $((PLANNER_CLUSTER_PORT_BASE + 1))-$((PLANNER_CLUSTER_PORT_BASE + 5)))"
+    started_cluster=true
+    bash ./cluster-up.sh >/dev/null
+  fi
+  export KUBECONFIG="$RUN_DIR/admin.kubeconfig"
+fi
+
+# --- Operator binary (built while nothing else runs yet) ---------------------------------------
+step "building the operator (cargo build -p planner-operator)"
+TARGET_DIR="${CARGO_TARGET_DIR:-$REPO/target}"
+(cd "$REPO" && "${CARGO:-cargo}" build -p planner-operator --bin planner-operator --locked)
+BIN="$TARGET_DIR/debug/planner-operator"
+[[ -x "$BIN" ]] || fail "$BIN was not built"
+
+# --- CRDs, namespace, RBAC, samples ------------------------------------------------------------
+step "installing the CRDs (server-side apply of config/crd/)"
+k apply --server-side --force-conflicts --field-manager="$FIELD_MANAGER" -f "$REPO/config/crd/" >/dev/null
+k wait --for condition=Established --timeout=60s -f "$REPO/config/crd/" >/dev/null
+
+if k get namespace "$NS" >/dev/null 2>&1; then
+  fail "namespace $NS already exists (left by an earlier demo?): delete it (kubectl delete namespace $NS) or set DEMO_NAMESPACE"
+fi
+k create namespace "$NS" >/dev/null
+created_namespace=true
+
+# The chart's RBAC in namespace-scoped mode (a Role in $NS; nodes and ClusterTopologies
+# cluster-wide), without leader election and webhook, whose permissions this run does not use.
+step "installing the chart's RBAC (helm template charts/planner-operator, watchNamespace=$NS)"
+rbac_file="$DEMO_DIR/rbac.yaml"
+"$HELM" template "$RELEASE" "$REPO/charts/planner-operator" --namespace "$NS" \
+  --set watchNamespace="$NS" --set replicaCount=1 --set leaderElection.enabled=false \
+  --set webhook.enabled=false --set dashboard.enabled=false --set metrics.service.enabled=false \
+  --show-only templates/serviceaccount.yaml --show-only templates/rbac.yaml >"$rbac_file"
+k apply -f "$rbac_file" >/dev/null
+
+# The operator runs as that ServiceAccount: a kubeconfig with a token from the TokenRequest API.
+op_kubeconfig="$DEMO_DIR/operator.kubeconfig"
+k config view --minify --flatten >"$op_kubeconfig"
+chmod 600 "$op_kubeconfig"
+token="$(k create token "$SA" -n "$NS" --duration=24h)"
+k --kubeconfig "$op_kubeconfig" config set-credentials demo-operator --token="$token" >/dev/null
+k --kubeconfig "$op_kubeconfig" config set-context --current --user=demo-operator --namespace="$NS" >/dev/null
+unset token
+
+if ! k get clustertopology gpu-cluster >/dev/null 2>&1; then
+  created_topology=true
+fi
+k apply --server-side --field-manager="$FIELD_MANAGER" -f "$REPO/config/samples/cluster-topology.yaml" >/dev/null
+
+# --- Operator ----------------------------------------------------------------------------------
+step "starting the operator as system:serviceaccount:$NS:$SA (metrics on 127.0.0.1:$METRICS_PORT)"
+# shellcheck disable=SC2030 # the operator's credentials, for it alone
+(
+  export KUBECONFIG="$op_kubeconfig" RUST_LOG="${RUST_LOG:-planner_operator=info,kube_runtime=warn,kube=warn,warn}"
+  start operator "$BIN" run --namespace "$NS" --leader-election false --webhook-disabled \
+    --metrics-addr "127.0.0.1:$METRICS_PORT" --prometheus-url "http://127.0.0.1:$PROM_PORT" \
+    --identity "demo-$$"
+) 2>/dev/null
+wait_for operator "operator ready" 60 curl -sf --max-time 2 "http://127.0.0.1:$METRICS_PORT/readyz"
+
+step "creating DGD $NS/$DGD (config/samples/dgd-disagg.yaml); waiting for it to be Ready"
+k create -n "$NS" -f "$REPO/config/samples/dgd-disagg.yaml" >/dev/null
+wait_for operator "DGD Ready" 120 k wait -n "$NS" "dgd/$DGD" --for condition=Ready --timeout=2s
+
+# --- Trace, frontend, Prometheus ---------------------------------------------------------------
+# 2 requests/s for 30 s, a 90 s ramp to 40/s, 60 s at 40/s, a 90 s ramp down, 60 s at 2/s (then
+# again, --loop); prompts of 1,500-4,500 tokens, 100-300 output tokens. Fixed seed.
+trace="$DEMO_DIR/trace.jsonl"
+awk -v seed=7 -v period=330 -v low=2 -v high=40 -v up0=30 -v up1=120 -v dn0=180 -v dn1=270 '
+  function rate(t) {
+    if (t < up0) return low
+    if (t < up1) return low + (high - low) * (t - up0) / (up1 - up0)
+    if (t < dn0) return high
+    if (t < dn1) return high + (low - high) * (t - dn0) / (dn1 - dn0)
+    return low
+  }
+  BEGIN {
+    srand(seed)
+    for (s = 0; s < period; s++) {
+      r = rate(s); n = int(r); if (rand() < r - n) n++
+      for (i = 0; i < n; i++)
+        printf "{\"timestamp\": %d, \"input_length\": %d, \"output_length\": %d}\n",
+          (s + rand()) * 1000, 1500 + rand() * 3000, 100 + rand() * 200
+    }
+  }' >"$trace"
+
+step "starting the synthetic frontend on 127.0.0.1:$FRONTEND_PORT ($(wc -l <"$trace") requests over 330 s, looped)"
+start frontend "$BIN" synthetic-frontend --trace "$trace" --profile h200-llama3.1-8b-tp1 \
+  --model llama-3.1-8b --dgd "$DGD" --namespace "$NS" --listen "127.0.0.1:$FRONTEND_PORT" --loop 2>/dev/null
+wait_for frontend "frontend serving /metrics" 30 curl -sf --max-time 2 "http://127.0.0.1:$FRONTEND_PORT/metrics"
+trace_started=$SECONDS
+
+# Like upstream's dynamo-frontend PodMonitor, the scrape adds dynamo_namespace
+# (<namespace>-<DGD>), which the planner selects on; see config/synthetic-frontend/prometheus.yml.
+cat >"$DEMO_DIR/prometheus.yml" <<EOF
+global:
+  scrape_interval: 2s
+  evaluation_interval: 2s
+scrape_configs:
+  - job_name: dynamo-frontend
+    honor_labels: true
+    static_configs:
+      - targets: ["127.0.0.1:$FRONTEND_PORT"]
+        labels:
+          dynamo_namespace: "$NS-$DGD"
+  - job_name: planner-operator
+    honor_labels: true
+    static_configs:
+      - targets: ["127.0.0.1:$METRICS_PORT"]
+EOF
+step "starting Prometheus on 127.0.0.1:$PROM_PORT ($PROMETHEUS)"
+start prometheus "$PROMETHEUS" --config.file="$DEMO_DIR/prometheus.yml" \
+  --storage.tsdb.path="$DEMO_DIR/prometheus-data" --storage.tsdb.retention.time=1d \
+  --web.listen-address="127.0.0.1:$PROM_PORT" 2>/dev/null
+wait_for prometheus "Prometheus ready" 60 curl -sf --max-time 2 "http://127.0.0.1:$PROM_PORT/-/ready"
+
+step "creating PlannerPolicy $NS/$POLICY (config/demo/plannerpolicy-demo.yaml: sla, every ${INTERVAL_S}s)"
+k create -n "$NS" -f "$REPO/config/demo/plannerpolicy-demo.yaml" >/dev/null
+policy_created=$SECONDS
+
+# shellcheck disable=SC2031 # the admin kubeconfig, not the operator's
+cat >&2 <<EOF
+$(stamp) the loop runs. Look around while it does:
+         Prometheus  http://127.0.0.1:$PROM_PORT  (dynamo_frontend_*, planner_operator_*)
+         kubectl     KUBECONFIG=$KUBECONFIG $KUBECTL -n $NS get dgd,ppol,pods
+         logs        $LOGS/{operator,frontend,prometheus}.log
+         $(if [[ -n "$DEMO_SECONDS" ]]; then echo "stopping after ${DEMO_SECONDS}s (DEMO_SECONDS)"; else echo "Ctrl-C stops the demo and cleans up"; fi)
+EOF
+
+# --- One line per planner interval --------------------------------------------------------------
+# observed: requests/s over the interval, mean ISL/OSL (tokens), mean TTFT/ITL (ms); predicted:
+# requests/s, ISL, OSL of the next interval; replicas: prefill/decode when the interval ran, and
+# what the planner decided (the DGD is scaled to it).
+JSONPATH='{.status.lastTickTime}{"\t"}{.status.observed.requests}{"\t"}{.status.observed.isl}{"\t"}{.status.observed.osl}{"\t"}{.status.observed.ttftMs}{"\t"}{.status.observed.itlMs}{"\t"}{.status.predicted.requests}{"\t"}{.status.predicted.isl}{"\t"}{.status.predicted.osl}{"\t"}{.status.current.prefill}{"\t"}{.status.current.decode}{"\t"}{.status.desired.prefill}{"\t"}{.status.desired.decode}{"\t"}{.status.message}'
+
+header() {
+  printf '%6s  %-8s | %-36s | %-20s | %-11s | %s\n' "" "" "observed" "predicted" "prefill/decode" ""
+  printf '%6s  %-8s | %6s %6s %5s %8s %6s | %6s %6s %5s | %4s %-6s | %s\n' \
+    "t" "tick" "req/s" "ISL" "OSL" "TTFT ms" "ITL ms" "req/s" "ISL" "OSL" "now" "next" "message"
+}
+
+# format_line T FIELDS...: one aligned line; missing values print as "-".
+format_line() {
+  awk -F'\t' -v t="$1" -v iv="$INTERVAL_S" '
+    function num(v, fmt) { return v == "" ? "-" : sprintf(fmt, v) }
+    function rps(v) { return v == "" ? "-" : sprintf("%.1f", v / iv) }
+    {
+      tick = $1; sub(/^.*T/, "", tick); sub(/Z$/, "", tick)
+      now = ($10 == "" ? "-" : $10 "/" $11); next_ = ($12 == "" ? "-" : $12 "/" $13)
+      printf "%5ds  %-8s | %6s %6s %5s %8s %6s | %6s %6s %5s | %4s %-6s | %s\n",
+        t, tick, rps($2), num($3, "%.0f"), num($4, "%.0f"), num($5, "%.1f"), num($6, "%.2f"),
+        rps($7), num($8, "%.0f"), num($9, "%.0f"), now, next_, $14
+    }'
+}
+
+
+last_tick=""
+lines=0
+while true; do
+  for name in operator frontend prometheus; do
+    running "$name" || fail_component "$name" "$name exited"
+  done
+  if [[ -n "$DEMO_SECONDS" ]] && ((SECONDS - policy_created >= DEMO_SECONDS)); then
+    step "DEMO_SECONDS=$DEMO_SECONDS reached"
+    break
+  fi
+  row="$(k get ppol "$POLICY" -n "$NS" -o jsonpath="$JSONPATH" 2>/dev/null || true)"
+  tick="${row%%$'\t'*}"
+  if [[ -n "$tick" && "$tick" != "$last_tick" ]]; then
+    last_tick="$tick"
+    ((lines % 20 == 0)) && header
+    lines=$((lines + 1))
+    format_line "$((SECONDS - trace_started))" <<<"$row"
+    IFS=$'\t' read -r _ _ _ _ _ _ _ _ _ cur_p cur_d want_p want_d _ <<<"$row"
+    if [[ -n "$want_p" && -n "$want_d" ]]; then
+      total=$((want_p + want_d))
+      if [[ -z "$first_tick_at" ]]; then
+        first_tick_at=$SECONDS
+        base_replicas="${cur_p:-$want_p}/${cur_d:-$want_d}"
+        base_total=$((${cur_p:-$want_p} + ${cur_d:-$want_d}))
+        peak_replicas="$base_replicas" peak_total=$base_total
+      fi
+      if ((total > peak_total)); then
+        peak_total=$total peak_replicas="$want_p/$want_d"
+        [[ -z "$up_at" ]] && up_at=$SECONDS
+      fi
+      if [[ -n "$up_at" && -z "$down_at" ]] && ((total < peak_total)); then down_at=$SECONDS; fi
+      if [[ -n "$down_at" && -z "$base_at" ]] && ((total <= base_total)); then base_at=$SECONDS; fi
+    fi
+    if [[ -n "$EXPECT_SCALING" && -n "$down_at" ]]; then
+      step "the replicas went up and down again (DEMO_EXPECT_SCALING): stopping"
+      break
+    fi
+  fi
+  sleep 1
+done
+
+if [[ -n "$EXPECT_SCALING" ]]; then
+  [[ -n "$up_at" ]] || fail_component operator "DEMO_EXPECT_SCALING: no scale-up within ${DEMO_SECONDS}s"
+  [[ -n "$down_at" ]] || fail_component operator "DEMO_EXPECT_SCALING: scaled up, but not down again within ${DEMO_SECONDS}s"
+fi
