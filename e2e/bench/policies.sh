@@ -9,7 +9,7 @@
 # What runs, all on 127.0.0.1, on free ports in 39000-39999, from a temp dir of its own, and
 # everything stopped on exit (the namespace is deleted too):
 # - the synthetic Dynamo frontend (`planner-operator synthetic-frontend`) replaying the Azure
-#   conversation trace (`../shared/data/traces/azure2023_conv.csv`, as the closed-loop e2e test
+#   conversation trace (`operator/tests/fixtures/traces/azure2023_conv.csv`, as the closed-loop e2e test
 #   does) in real time with fixed workers (--prefill 2 --decode 4);
 # - a real Prometheus (Debian's /usr/bin/prometheus) with N static target groups, all pointing at
 #   that frontend, each adding its own `dynamo_namespace: <namespace>-graph-<i>` (the label the
@@ -56,14 +56,14 @@ INTERVAL="${INTERVAL:-30}"                 # spec.adjustmentInterval, seconds
 INTERVALS="${INTERVALS:-4}"                # intervals measured once every policy has planned
 SCRAPE="${SCRAPE:-10}"                     # Prometheus scrape interval, seconds
 PREDICTOR="${PREDICTOR:-arima}"
-TRACE="${TRACE:-../shared/data/traces/azure2023_conv.csv}"
+TRACE="${TRACE:-operator/tests/fixtures/traces/azure2023_conv.csv}"
 # Mooncake JSONL trace every policy warms its predictors up from (a ConfigMap); empty: none.
 WARMUP="${WARMUP-../shared/data/traces/mooncake_conversation_trace.jsonl}"
 RSS_LIMIT_MIB="${RSS_LIMIT_MIB:-200}"
 LATE_P99_MAX_S="${LATE_P99_MAX_S:-$(awk -v i="$INTERVAL" 'BEGIN {print i / 10}')}"
 START_TIMEOUT="${START_TIMEOUT:-600}"      # seconds for the DGDs and the first plans
 KEEP_TMP="${KEEP_TMP:-}"                   # keep the temp dir (logs, Prometheus data)
-BIN=target/release/planner-operator
+BIN="${CARGO_TARGET_DIR:-target}/release/planner-operator"
 MODEL=llama-3.1-8b
 PROFILE=h200-llama3.1-8b-tp1
 

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/../.."
 
 N="${N:-500}"
 NS="${NS:-rss-bench}"
-BIN=target/release/planner-operator
+BIN="${CARGO_TARGET_DIR:-target}/release/planner-operator"
 [[ -n "${KUBECONFIG:-}" ]] || { echo "set KUBECONFIG (eval \"\$(make -s cluster-up)\")" >&2; exit 1; }
 cargo build --release --locked -p planner-operator --bin planner-operator >&2
 

@@ -52,6 +52,14 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// The debug `planner-operator` binary `make e2e` builds, in `CARGO_TARGET_DIR` when set.
+pub fn operator_binary() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target"))
+        .join("debug/planner-operator")
+}
+
 /// Every `*.yaml` file of a folder, sorted by name.
 pub fn yaml_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut files = Vec::new();

@@ -53,7 +53,7 @@ fn replay(c: &mut Criterion) {
     ] {
         group.bench_function(name, |b| {
             b.iter(|| {
-                let mut policy = SlaPolicy::new(&config, kind, true);
+                let mut policy = SlaPolicy::new(&config, kind, true, false);
                 black_box(
                     run(&requests, &model, &config, &mut policy, Some((1, 1)))
                         .summary

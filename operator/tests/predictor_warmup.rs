@@ -7,13 +7,11 @@ use planner_operator::planner::trace::{TraceError, bucketize, parse_mooncake_jso
 
 const TINY: &str = include_str!("fixtures/mooncake_tiny.jsonl");
 
+/// A trace copied from `shared/data/` into `tests/fixtures/traces/`, so the tests need nothing
+/// outside the repository.
 fn shared_trace(name: &str) -> String {
-    let path = format!(
-        "{}/../../shared/data/dynamo-profiles/traces/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{path}: {e} (shared/ must sit beside the repository)"))
+    let path = format!("{}/tests/fixtures/traces/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
 #[test]

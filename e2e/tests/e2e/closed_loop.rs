@@ -8,7 +8,7 @@ use std::{
     time::Duration,
 };
 
-use e2e::{Result, TestNamespace, in_namespace, install_crds, poll_until, repo_root};
+use e2e::{Result, TestNamespace, in_namespace, install_crds, operator_binary, poll_until, repo_root};
 use k8s_openapi::api::events::v1::Event;
 use kube::{
     Api,
@@ -71,16 +71,9 @@ async fn post(addr: &str, path: &str) -> Result<()> {
 }
 
 fn start_frontend(ns: &TestNamespace, dgd: &str) -> Result<Frontend> {
-    let trace = repo_root().join("../shared/data/traces/azure2023_conv.csv");
-    if !trace.exists() {
-        return Err(format!(
-            "{} is missing (shared/ must sit beside the repository)",
-            trace.display()
-        )
-        .into());
-    }
+    let trace = repo_root().join("operator/tests/fixtures/traces/azure2023_conv.csv");
     let listen = format!("127.0.0.1:{}", free_port());
-    let child = Command::new(repo_root().join("target/debug/planner-operator"))
+    let child = Command::new(operator_binary())
         .args([
             "synthetic-frontend",
             "--trace",

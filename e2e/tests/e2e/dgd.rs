@@ -7,7 +7,7 @@ use std::{
     time::Duration,
 };
 
-use e2e::{Result, TestNamespace, in_namespace, install_crds, poll_until, repo_root};
+use e2e::{Result, TestNamespace, in_namespace, install_crds, operator_binary, poll_until, repo_root};
 use k8s_openapi::api::{
     apps::v1::Deployment,
     coordination::v1::Lease,
@@ -225,7 +225,7 @@ struct Process {
 
 impl Process {
     fn start(ns: &TestNamespace, identity: &str) -> Result<Self> {
-        let binary = repo_root().join("target/debug/planner-operator");
+        let binary = operator_binary();
         let child = Command::new(&binary)
             .args([
                 "run",

@@ -139,10 +139,7 @@ impl PlanCase {
                 isl: self.isl,
                 osl: self.osl,
             },
-            &SlaTargets {
-                ttft_ms: self.ttft_ms,
-                itl_ms: self.itl_ms,
-            },
+            &SlaTargets::new(self.ttft_ms, self.itl_ms),
             &corrections,
             &limits,
             self.interval_s,

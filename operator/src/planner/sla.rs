@@ -50,13 +50,33 @@ pub struct Load {
     pub osl: f64,
 }
 
-/// Latency targets (ms).
+/// Latency targets (ms), and how close to saturation prefill may be sized.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SlaTargets {
     /// Mean time to first token.
     pub ttft_ms: f64,
     /// Mean inter-token latency.
     pub itl_ms: f64,
+    /// Share of a prefill engine's profiled throughput a plan may use, in (0, 1]. Upstream sizes
+    /// prefill for saturation (1.0): at the predicted mean load every engine is busy all the
+    /// time, so any burst queues and TTFT grows without bound. Below 1 leaves headroom.
+    #[serde(default = "full_utilization")]
+    pub prefill_utilization: f64,
+}
+
+fn full_utilization() -> f64 {
+    1.0
+}
+
+impl SlaTargets {
+    /// Latency targets with upstream's prefill sizing (full utilisation).
+    pub const fn new(ttft_ms: f64, itl_ms: f64) -> Self {
+        Self {
+            ttft_ms,
+            itl_ms,
+            prefill_utilization: 1.0,
+        }
+    }
 }
 
 /// Replica bounds and the GPU budget.
@@ -253,8 +273,18 @@ pub fn plan_replicas(
 
     let prefill_thpt_per_gpu = model.prefill_thpt_per_gpu(load.isl);
     let prefill_load = load.num_req * load.isl / interval_s * corrections.prefill.min(1.0);
+    // Out-of-range utilisation (not admitted by the API) falls back to upstream's sizing.
+    let utilization = if sla.prefill_utilization > 0.0 && sla.prefill_utilization <= 1.0 {
+        sla.prefill_utilization
+    } else {
+        1.0
+    };
     let prefill_needed = if prefill_thpt_per_gpu > 0.0 {
-        replicas_for(prefill_load / prefill_thpt_per_gpu / f64::from(limits.prefill_gpus_per_engine.max(1)))
+        replicas_for(
+            prefill_load
+                / (prefill_thpt_per_gpu * utilization)
+                / f64::from(limits.prefill_gpus_per_engine.max(1)),
+        )
     } else {
         0
     };
@@ -403,6 +433,7 @@ mod tests {
     }
 
     const UPSTREAM_SLA: SlaTargets = SlaTargets {
+        prefill_utilization: 1.0,
         ttft_ms: 80.0,
         itl_ms: 10.0,
     };
@@ -563,6 +594,43 @@ mod tests {
     }
 
     #[test]
+    fn prefill_utilization_leaves_headroom_and_bad_values_fall_back() {
+        // 1000 tok/s of prefill on 2-GPU engines at 100 tok/s/GPU: 5 engines at saturation,
+        // 1000 / (200 x 0.5) = 10 at half utilisation, ceil(1000 / 140) = 8 at 0.7. Decode is
+        // not affected.
+        let slow = FixedCurves {
+            prefill_thpt: 100.0,
+            decode_thpt: 10.0,
+        };
+        let load = Load {
+            num_req: 20.0,
+            isl: 3000.0,
+            osl: 150.0,
+        };
+        let plan_at = |utilization: f64| {
+            let sla = SlaTargets {
+                prefill_utilization: utilization,
+                ..UPSTREAM_SLA
+            };
+            let plan = plan_replicas(
+                &slow,
+                &load,
+                &sla,
+                &Corrections::default(),
+                &limits(1, None, 2, 4),
+                60.0,
+            );
+            (plan.prefill, plan.decode)
+        };
+        assert_eq!(plan_at(1.0), (5, 2));
+        assert_eq!(plan_at(0.5), (10, 2));
+        assert_eq!(plan_at(0.7), (8, 2));
+        for bad in [0.0, -1.0, 1.5, f64::NAN] {
+            assert_eq!(plan_at(bad), (5, 2), "utilisation {bad}");
+        }
+    }
+
+    #[test]
     fn upstream_scenario_complex_budget() {
         let curves = FixedCurves {
             prefill_thpt: 10000.0,
@@ -623,7 +691,7 @@ mod tests {
             itl in 5.0f64..100.0,
         ) {
             let limits = limits(1, None, 1, 1);
-            let sla = SlaTargets { ttft_ms: 500.0, itl_ms: itl };
+            let sla = SlaTargets::new(500.0, itl);
             let low = plan_replicas(h200(), &Load { num_req, isl, osl }, &sla, &Corrections::default(), &limits, 180.0);
             let high = plan_replicas(h200(), &Load { num_req: num_req + extra, isl, osl }, &sla, &Corrections::default(), &limits, 180.0);
             prop_assert!(high.prefill >= low.prefill && high.decode >= low.decode);
@@ -643,7 +711,7 @@ mod tests {
             d_corr in -1.0f64..3.0,
         ) {
             let limits = Limits { min_replicas: min, max_replicas: Some(max), max_gpu_budget: budget, prefill_gpus_per_engine: p_gpus, decode_gpus_per_engine: d_gpus };
-            let plan = plan_replicas(h200(), &Load { num_req, isl, osl }, &SlaTargets { ttft_ms: 500.0, itl_ms: 20.0 }, &Corrections { prefill: p_corr, decode: d_corr }, &limits, 60.0);
+            let plan = plan_replicas(h200(), &Load { num_req, isl, osl }, &SlaTargets::new(500.0, 20.0), &Corrections { prefill: p_corr, decode: d_corr }, &limits, 60.0);
             let gpus = u64::from(plan.prefill * p_gpus + plan.decode * d_gpus);
             match budget {
                 Some(b) if u64::from(b) < u64::from(min * (p_gpus + d_gpus)) => prop_assert_eq!((plan.prefill, plan.decode), (0, 0)),

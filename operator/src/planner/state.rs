@@ -252,10 +252,7 @@ mod tests {
     fn config(kind: PredictorKind) -> SlaPlannerConfig {
         SlaPlannerConfig {
             interval_s: 60.0,
-            sla: SlaTargets {
-                ttft_ms: 500.0,
-                itl_ms: 50.0,
-            },
+            sla: SlaTargets::new(500.0, 50.0),
             limits: Limits {
                 min_replicas: 1,
                 max_replicas: None,

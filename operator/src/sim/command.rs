@@ -175,10 +175,7 @@ pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
         prefill_gpus_per_engine: args.prefill_gpus.unwrap_or(gpus).max(1),
         decode_gpus_per_engine: args.decode_gpus.unwrap_or(gpus).max(1),
     };
-    let default_sla = SlaTargets {
-        ttft_ms: args.ttft_ms,
-        itl_ms: args.itl_ms,
-    };
+    let default_sla = SlaTargets::new(args.ttft_ms, args.itl_ms);
     let mut traces = Vec::new();
     let mut add = |path: PathBuf, sla: SlaTargets| -> Result<(), SimulateError> {
         let requests = trace::load(&path).map_err(|e| SimulateError::Input(e.to_string()))?;
@@ -200,10 +197,10 @@ pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
             .map_err(|e| SimulateError::Input(format!("{}: {e}", suite_path.display())))?;
         let base = suite_path.parent().unwrap_or(Path::new("."));
         for t in suite.traces {
-            let sla = SlaTargets {
-                ttft_ms: t.ttft_ms.unwrap_or(default_sla.ttft_ms),
-                itl_ms: t.itl_ms.unwrap_or(default_sla.itl_ms),
-            };
+            let sla = SlaTargets::new(
+                t.ttft_ms.unwrap_or(default_sla.ttft_ms),
+                t.itl_ms.unwrap_or(default_sla.itl_ms),
+            );
             add(base.join(t.path), sla)?;
         }
     }

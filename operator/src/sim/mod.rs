@@ -41,7 +41,8 @@ pub fn build_policy<C: PerformanceCurves>(
         PolicySpec::Sla {
             predictor,
             correction,
-        } => Box::new(SlaPolicy::new(config, predictor, correction)),
+            headroom,
+        } => Box::new(SlaPolicy::new(config, predictor, correction, headroom)),
         PolicySpec::LoadBased => Box::new(LoadBased::new(config)),
         PolicySpec::Hpa => Box::new(Hpa::default()),
         PolicySpec::FixedPeak => Box::new(Fixed {

@@ -31,6 +31,9 @@ pub enum PolicySpec {
         predictor: PredictorKind,
         /// Whether correction factors are applied.
         correction: bool,
+        /// Whether prefill is sized with headroom ([`HEADROOM_UTILIZATION`]) instead of for
+        /// saturation (upstream).
+        headroom: bool,
     },
     /// The load-based planner (seed 001 thresholds).
     LoadBased,
@@ -39,6 +42,9 @@ pub enum PolicySpec {
     /// A fixed deployment: the oracle's peak replicas of each pool, all the time.
     FixedPeak,
 }
+
+/// `spec.sla.prefillUtilization` of the `sla-*-u70` policies.
+pub const HEADROOM_UTILIZATION: f64 = 0.7;
 
 const PREDICTORS: [PredictorKind; 4] = [
     PredictorKind::Constant,
@@ -56,8 +62,16 @@ impl PolicySpec {
                 all.push(Self::Sla {
                     predictor,
                     correction,
+                    headroom: false,
                 });
             }
+        }
+        for predictor in PREDICTORS {
+            all.push(Self::Sla {
+                predictor,
+                correction: true,
+                headroom: true,
+            });
         }
         all.extend([Self::LoadBased, Self::Hpa, Self::FixedPeak]);
         all
@@ -76,15 +90,24 @@ impl PolicySpec {
             Self::Sla {
                 predictor,
                 correction,
-            } => match (predictor, correction) {
-                (Constant, true) => "sla-constant",
-                (Constant, false) => "sla-constant-nocorr",
-                (Arima, true) => "sla-arima",
-                (Arima, false) => "sla-arima-nocorr",
-                (Kalman, true) => "sla-kalman",
-                (Kalman, false) => "sla-kalman-nocorr",
-                (Prophet, true) => "sla-prophet",
-                (Prophet, false) => "sla-prophet-nocorr",
+                headroom,
+            } => match (predictor, correction, headroom) {
+                (Constant, true, false) => "sla-constant",
+                (Constant, false, false) => "sla-constant-nocorr",
+                (Arima, true, false) => "sla-arima",
+                (Arima, false, false) => "sla-arima-nocorr",
+                (Kalman, true, false) => "sla-kalman",
+                (Kalman, false, false) => "sla-kalman-nocorr",
+                (Prophet, true, false) => "sla-prophet",
+                (Prophet, false, false) => "sla-prophet-nocorr",
+                (Constant, true, true) => "sla-constant-u70",
+                (Constant, false, true) => "sla-constant-nocorr-u70",
+                (Arima, true, true) => "sla-arima-u70",
+                (Arima, false, true) => "sla-arima-nocorr-u70",
+                (Kalman, true, true) => "sla-kalman-u70",
+                (Kalman, false, true) => "sla-kalman-nocorr-u70",
+                (Prophet, true, true) => "sla-prophet-u70",
+                (Prophet, false, true) => "sla-prophet-nocorr-u70",
             },
             Self::LoadBased => "load-based",
             Self::Hpa => "hpa",
@@ -111,11 +134,16 @@ pub struct SlaPolicy {
 }
 
 impl SlaPolicy {
-    /// A cold-started planner (no warm-up trace) with the simulator's interval, SLA and limits.
-    pub fn new(sim: &SimConfig, predictor: PredictorKind, correction: bool) -> Self {
+    /// A cold-started planner (no warm-up trace) with the simulator's interval, SLA and limits;
+    /// with `headroom`, prefill is sized for [`HEADROOM_UTILIZATION`].
+    pub fn new(sim: &SimConfig, predictor: PredictorKind, correction: bool, headroom: bool) -> Self {
+        let mut sla = sim.sla;
+        if headroom {
+            sla.prefill_utilization = HEADROOM_UTILIZATION;
+        }
         let config = SlaPlannerConfig {
             interval_s: sim.interval_s,
-            sla: sim.sla,
+            sla,
             limits: sim.limits,
             correction,
             predictor: PredictorConfig {
@@ -128,6 +156,7 @@ impl SlaPolicy {
             name: PolicySpec::Sla {
                 predictor,
                 correction,
+                headroom,
             }
             .name(),
             planner: SlaPlanner::new(&config),
@@ -525,8 +554,9 @@ mod tests {
     #[test]
     fn names_round_trip() {
         let names = PolicySpec::names();
-        assert_eq!(names.len(), 13);
+        assert_eq!(names.len(), 17);
         assert!(names.contains(&"sla-arima-nocorr"));
+        assert!(names.contains(&"sla-kalman-u70"));
         for name in names {
             assert_eq!(PolicySpec::parse(name).unwrap().name(), name);
         }

@@ -49,10 +49,7 @@ impl Default for SimConfig {
             interval_s: 60.0,
             step_s: 1.0,
             scale_up_delay_s: 60.0,
-            sla: SlaTargets {
-                ttft_ms: 500.0,
-                itl_ms: 50.0,
-            },
+            sla: SlaTargets::new(500.0, 50.0),
             limits: Limits {
                 min_replicas: 1,
                 max_replicas: Some(64),

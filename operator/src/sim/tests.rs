@@ -78,10 +78,12 @@ fn specs() -> Vec<PolicySpec> {
         PolicySpec::Sla {
             predictor: PredictorKind::Constant,
             correction: true,
+            headroom: false,
         },
         PolicySpec::Sla {
             predictor: PredictorKind::Kalman,
             correction: false,
+            headroom: false,
         },
         PolicySpec::LoadBased,
         PolicySpec::Hpa,
@@ -225,7 +227,7 @@ fn a_step_up_shows_as_ttft_growth_and_the_oracle_sizes_for_it() {
 #[test]
 fn an_empty_trace_costs_nothing_and_breaks_nothing() {
     let results = compare(&[], &model(), &config(), &PolicySpec::standard(), 2);
-    assert_eq!(results.len(), 13);
+    assert_eq!(results.len(), 17);
     for r in &results {
         assert!(r.intervals.is_empty());
         assert_eq!(r.summary.gpu_hours, 0.0);

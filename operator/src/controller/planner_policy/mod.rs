@@ -743,10 +743,7 @@ async fn runtime_for(
 fn default_sla_config(interval: Duration) -> crate::planner::state::SlaPlannerConfig {
     crate::planner::state::SlaPlannerConfig {
         interval_s: interval.as_secs_f64(),
-        sla: crate::planner::sla::SlaTargets {
-            ttft_ms: 500.0,
-            itl_ms: 50.0,
-        },
+        sla: crate::planner::sla::SlaTargets::new(500.0, 50.0),
         limits: crate::planner::sla::Limits {
             min_replicas: 1,
             max_replicas: None,

@@ -259,6 +259,7 @@ pub fn sla_config(spec: &PlannerPolicySpec, pools: &Pools) -> Result<SlaPlannerC
         sla: SlaTargets {
             ttft_ms: spec.sla.ttft_ms,
             itl_ms: spec.sla.itl_ms,
+            prefill_utilization: spec.sla.prefill_utilization,
         },
         limits: limits(spec, pools),
         correction: spec.correction.enabled,
