@@ -184,15 +184,19 @@ spec:
     - {name: decode, type: decode, replicas: 1, podTemplate: {spec: {containers: [{name: main, image: registry.invalid/worker, resources: {limits: {nvidia.com/gpu: 1}}}]}}}
 YAML
 done >"$manifest"
+# wait_all KIND FIELD WHAT: until every one of the N objects of KIND has FIELD in its status.
+wait_all() {
+  local done_count
+  while :; do
+    done_count=$(kubectl -n "$NS" get "$1" -o jsonpath="{range .items[*]}{.status.$2}{\"\\n\"}{end}" | grep -c . || true)
+    (( done_count >= N )) && return 0
+    (( SECONDS - start < START_TIMEOUT )) || die "timed out: $done_count of $N $3"
+    sleep 2
+  done
+}
 start=$SECONDS
 kubectl apply --server-side -f "$manifest" >/dev/null
-count_nonempty() { grep -c . || true; }
-while :; do
-  reconciled=$(kubectl -n "$NS" get dgd -o jsonpath='{range .items[*]}{.status.observedGeneration}{"\n"}{end}' | count_nonempty)
-  (( reconciled >= N )) && break
-  (( SECONDS - start < START_TIMEOUT )) || die "timed out: $reconciled of $N DGDs reconciled"
-  sleep 5
-done
+wait_all dgd observedGeneration "DGDs reconciled"
 dgd_s=$((SECONDS - start))
 dgd_kib=$(status_kib VmRSS)
 log "$N DGDs reconciled in ${dgd_s}s; RSS $(mib "$dgd_kib") MiB"
@@ -239,12 +243,7 @@ YAML
 done >"$manifest"
 start=$SECONDS
 kubectl apply --server-side -f "$manifest" >/dev/null
-while :; do
-  planned=$(kubectl -n "$NS" get ppol -o jsonpath='{range .items[*]}{.status.lastTickTime}{"\n"}{end}' | count_nonempty)
-  (( planned >= N )) && break
-  (( SECONDS - start < START_TIMEOUT )) || die "timed out: $planned of $N policies planned once"
-  sleep 2
-done
+wait_all ppol lastTickTime "policies planned once"
 first_s=$((SECONDS - start))
 log "every policy planned once ${first_s}s after creation; measuring $INTERVALS intervals"
 
