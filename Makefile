@@ -65,9 +65,9 @@ demo:
 
 ## bench: scaling-quality benchmark (release build): every policy on the traces in ../shared/data/traces/
 ##        (bench/suite.json) with the h100-llama3.3-70b-tp4 profile at k=1 and k=4; writes bench/results.md
-##        and bench/figures/. `cargo bench -p planner-operator --bench simulator` times a one-hour replay.
+##        and bench/figures/. `cargo bench -p planner-sim --bench simulator` times a one-hour replay.
 bench:
-	$(CARGO) run --release --locked -p planner-operator -- simulate --suite bench/suite.json \
+	$(CARGO) run --release --locked -p planner-sim -- simulate --suite bench/suite.json \
 		--profile h100-llama3.3-70b-tp4 --rate-scale 1 --rate-scale 4 \
 		--out bench/figures --report bench/results.md
 

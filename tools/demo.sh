@@ -177,11 +177,12 @@ else
 fi
 
 # --- Operator binary (built while nothing else runs yet) ---------------------------------------
-step "building the operator (cargo build -p planner-operator)"
+step "building the operator and the synthetic frontend (cargo build -p planner-operator -p planner-sim)"
 TARGET_DIR="${CARGO_TARGET_DIR:-$REPO/target}"
-(cd "$REPO" && "${CARGO:-cargo}" build -p planner-operator --bin planner-operator --locked)
+(cd "$REPO" && "${CARGO:-cargo}" build -p planner-operator --bin planner-operator -p planner-sim --bin planner-sim --locked)
 BIN="$TARGET_DIR/debug/planner-operator"
-[[ -x "$BIN" ]] || fail "$BIN was not built"
+SIM_BIN="$TARGET_DIR/debug/planner-sim"
+[[ -x "$BIN" && -x "$SIM_BIN" ]] || fail "$BIN or $SIM_BIN was not built"
 
 # --- CRDs, namespace, RBAC, samples ------------------------------------------------------------
 step "installing the CRDs (server-side apply of config/crd/)"
@@ -256,7 +257,7 @@ awk -v seed=7 -v period=330 -v low=2 -v high=40 -v up0=30 -v up1=120 -v dn0=180 
   }' >"$trace"
 
 step "starting the synthetic frontend on 127.0.0.1:$FRONTEND_PORT ($(wc -l <"$trace") requests over 330 s, looped)"
-start frontend "$BIN" synthetic-frontend --trace "$trace" --profile h200-llama3.1-8b-tp1 \
+start frontend "$SIM_BIN" synthetic-frontend --trace "$trace" --profile h200-llama3.1-8b-tp1 \
   --model llama-3.1-8b --dgd "$DGD" --namespace "$NS" --listen "127.0.0.1:$FRONTEND_PORT" --loop 2>/dev/null
 wait_for frontend "frontend serving /metrics" 30 curl -sf --max-time 2 "http://127.0.0.1:$FRONTEND_PORT/metrics"
 trace_started=$SECONDS

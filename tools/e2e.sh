@@ -19,6 +19,8 @@ if [[ -z "${HELM:-}" && -x "$TOOLS_BIN/helm" ]]; then
 fi
 log "e2e tests against KUBECONFIG=$KUBECONFIG"
 cd "$TOOLS_SRC/.."
-# Tests that run the operator as separate processes (leader election) use this binary.
-"${CARGO:-cargo}" build -p planner-operator --bin planner-operator --locked
-exec "${CARGO:-cargo}" test -p e2e --features e2e --locked --test e2e -- "$@"
+# Tests that run the operator as separate processes (leader election) use this binary, and the
+# closed loop runs the synthetic frontend of planner-sim.
+"${CARGO:-cargo}" build -p planner-operator --bin planner-operator -p planner-sim --bin planner-sim --locked
+# Not exec: the EXIT trap removes the PATH directory afterwards.
+"${CARGO:-cargo}" test -p e2e --features e2e --locked --test e2e -- "$@"

@@ -9,7 +9,7 @@ use std::{
     process::ExitCode,
 };
 
-use planner_operator::api::crd_manifests;
+use planner_api::crd_manifests;
 
 /// Folders the CRDs are written to, relative to the repository root.
 const OUTPUT_DIRS: [&str; 2] = ["config/crd", "charts/planner-operator/crds"];

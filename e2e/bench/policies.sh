@@ -8,8 +8,8 @@
 #
 # What runs, all on 127.0.0.1, on free ports in 39000-39999, from a temp dir of its own, and
 # everything stopped on exit (the namespace is deleted too):
-# - the synthetic Dynamo frontend (`planner-operator synthetic-frontend`) replaying the Azure
-#   conversation trace (`operator/tests/fixtures/traces/azure2023_conv.csv`, as the closed-loop e2e test
+# - the synthetic Dynamo frontend (`planner-sim synthetic-frontend`) replaying the Azure
+#   conversation trace (`crates/planner-core/tests/fixtures/traces/azure2023_conv.csv`, as the closed-loop e2e test
 #   does) in real time with fixed workers (--prefill 2 --decode 4);
 # - a real Prometheus (Debian's /usr/bin/prometheus) with N static target groups, all pointing at
 #   that frontend, each adding its own `dynamo_namespace: <namespace>-graph-<i>` (the label the
@@ -56,7 +56,7 @@ INTERVAL="${INTERVAL:-30}"                 # spec.adjustmentInterval, seconds
 INTERVALS="${INTERVALS:-4}"                # intervals measured once every policy has planned
 SCRAPE="${SCRAPE:-10}"                     # Prometheus scrape interval, seconds
 PREDICTOR="${PREDICTOR:-arima}"
-TRACE="${TRACE:-operator/tests/fixtures/traces/azure2023_conv.csv}"
+TRACE="${TRACE:-crates/planner-core/tests/fixtures/traces/azure2023_conv.csv}"
 # Mooncake JSONL trace every policy warms its predictors up from (a ConfigMap); empty: none.
 WARMUP="${WARMUP-../shared/data/traces/mooncake_conversation_trace.jsonl}"
 RSS_LIMIT_MIB="${RSS_LIMIT_MIB:-200}"
@@ -64,6 +64,7 @@ LATE_P99_MAX_S="${LATE_P99_MAX_S:-$(awk -v i="$INTERVAL" 'BEGIN {print i / 10}')
 START_TIMEOUT="${START_TIMEOUT:-600}"      # seconds for the DGDs and the first plans
 KEEP_TMP="${KEEP_TMP:-}"                   # keep the temp dir (logs, Prometheus data)
 BIN="${CARGO_TARGET_DIR:-target}/release/planner-operator"
+SIM_BIN="${CARGO_TARGET_DIR:-target}/release/planner-sim"
 MODEL=llama-3.1-8b
 PROFILE=h200-llama3.1-8b-tp1
 
@@ -78,7 +79,7 @@ done
 (( N >= 1 && INTERVAL >= 10 && INTERVALS >= 1 && SCRAPE >= 1 )) || die "need N >= 1, INTERVAL >= 10, INTERVALS >= 1, SCRAPE >= 1"
 
 log "building $BIN"
-CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}" cargo build --release --locked -p planner-operator --bin planner-operator >&2
+CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}" cargo build --release --locked -p planner-operator --bin planner-operator -p planner-sim --bin planner-sim >&2
 
 TMP=$(mktemp -d /tmp/ppol-bench.XXXXXX)
 pids=()
@@ -135,7 +136,7 @@ kubectl create namespace "$NS" >/dev/null
 kubectl -n "$NS" create quota no-pods --hard=pods=0 >/dev/null
 
 log "synthetic frontend on 127.0.0.1:$FE_PORT"
-"$BIN" synthetic-frontend --trace "$TRACE" --profile "$PROFILE" --model "$MODEL" \
+"$SIM_BIN" synthetic-frontend --trace "$TRACE" --profile "$PROFILE" --model "$MODEL" \
   --prefill 2 --decode 4 --loop --listen "127.0.0.1:$FE_PORT" >"$TMP/frontend.log" 2>&1 &
 pids+=($!)
 wait_http "http://127.0.0.1:$FE_PORT/metrics" 60 "the synthetic frontend"

@@ -54,10 +54,20 @@ pub fn repo_root() -> PathBuf {
 
 /// The debug `planner-operator` binary `make e2e` builds, in `CARGO_TARGET_DIR` when set.
 pub fn operator_binary() -> PathBuf {
+    debug_binary("planner-operator")
+}
+
+/// The debug `planner-sim` binary (the synthetic frontend) `make e2e` builds.
+pub fn sim_binary() -> PathBuf {
+    debug_binary("planner-sim")
+}
+
+fn debug_binary(name: &str) -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join("target"))
-        .join("debug/planner-operator")
+        .join("debug")
+        .join(name)
 }
 
 /// Every `*.yaml` file of a folder, sorted by name.

@@ -1,16 +1,16 @@
 //! Command line of the `planner-operator` binary.
 
-use std::{path::PathBuf, process::ExitCode};
+use std::{
+    path::{Path, PathBuf},
+    process::ExitCode,
+};
 
 use clap::{ArgGroup, Args, Parser, Subcommand};
 
-use crate::{
-    api,
-    planner::{
-        case::{CaseFile, PlanResult},
-        interpolation::PerformanceModel,
-        profile::{Profile, builtin_names},
-    },
+use planner_core::{
+    case::{CaseFile, PlanResult},
+    interpolation::PerformanceModel,
+    profile::{Profile, ProfileError, builtin_names},
 };
 
 /// Autoscales NVIDIA Dynamo disaggregated inference to latency SLAs.
@@ -30,13 +30,8 @@ enum Command {
     /// Compute the SLA planner's replicas for cases read from a JSON file (one planner interval
     /// each, in the format of the golden cases) and print the results as JSON.
     Plan(PlanArgs),
-    /// Replay request traces through the SLA planner and the other policies in the trace-driven
-    /// simulator; print a comparison table per trace and rate scale and draw the figures.
-    Simulate(Box<crate::sim::command::SimulateArgs>),
-    /// Serve the metrics of a synthetic Dynamo frontend for tests: replay a request trace in
-    /// real time against the prefill and decode pods that are Ready (or fixed counts), with
-    /// TTFT and ITL from a profile.
-    SyntheticFrontend(Box<crate::frontend::SyntheticFrontendArgs>),
+    /// Print the version.
+    Version,
 }
 
 /// Arguments of `plan`.
@@ -71,17 +66,7 @@ pub fn main() -> ExitCode {
                 ExitCode::from(EXIT_BAD_INPUT)
             }
         },
-        Command::SyntheticFrontend(args) => synthetic_frontend(*args),
-        Command::Simulate(args) => match crate::sim::command::simulate(&args) {
-            Ok(text) => write_stdout(text.trim_end()),
-            Err(error) => {
-                eprintln!("planner-operator simulate: {error}");
-                match error {
-                    crate::sim::command::SimulateError::Input(_) => ExitCode::from(EXIT_BAD_INPUT),
-                    crate::sim::command::SimulateError::Output(_) => ExitCode::FAILURE,
-                }
-            }
-        },
+        Command::Version => write_stdout(concat!("planner-operator ", env!("CARGO_PKG_VERSION"))),
     }
 }
 
@@ -105,37 +90,10 @@ fn run(args: crate::runtime::RunArgs) -> ExitCode {
     }
 }
 
-fn synthetic_frontend(args: crate::frontend::SyntheticFrontendArgs) -> ExitCode {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    crate::telemetry::init(crate::telemetry::LogFormat::Text);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("planner-operator: cannot start the async runtime: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(crate::frontend::run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error @ crate::frontend::FrontendError::Input(_)) => {
-            eprintln!("planner-operator synthetic-frontend: {error}");
-            ExitCode::from(EXIT_BAD_INPUT)
-        }
-        Err(error) => {
-            eprintln!("planner-operator synthetic-frontend: {error}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
 /// Runs every case; the error names the file and the field at fault.
 fn plan(args: &PlanArgs) -> Result<String, String> {
     let profile = match (&args.profile_dir, &args.profile) {
-        (Some(dir), _) => Profile::from_dir(dir),
+        (Some(dir), _) => profile_from_dir(dir),
         (None, Some(name)) => Profile::builtin(name),
         (None, None) => return Err("give --profile-dir or --profile".into()),
     }
@@ -158,6 +116,21 @@ fn plan(args: &PlanArgs) -> Result<String, String> {
     serde_json::to_string_pretty(&Output { results }).map_err(|e| e.to_string())
 }
 
+/// Reads an upstream profile directory (NPZ layout first, then JSON).
+fn profile_from_dir(dir: &Path) -> Result<Profile, ProfileError> {
+    Profile::from_dir_files(&dir.display().to_string(), |relative| {
+        let path = dir.join(relative);
+        match std::fs::read(&path) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(ProfileError::Read {
+                file: path.display().to_string(),
+                source,
+            }),
+        }
+    })
+}
+
 /// Prints a document; a closed pipe (`| head`) is not an error.
 fn write_stdout(text: &str) -> ExitCode {
     use std::io::Write;
@@ -173,7 +146,7 @@ fn write_stdout(text: &str) -> ExitCode {
 }
 
 fn print_crds() -> ExitCode {
-    match api::crd_manifests() {
+    match planner_api::crd_manifests() {
         Ok(manifests) => {
             let documents: Vec<&str> = manifests.iter().map(|(_, yaml)| yaml.as_str()).collect();
             write_stdout(documents.join("---\n").trim_end())

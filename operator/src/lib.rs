@@ -1,17 +1,23 @@
 //! planner-operator: autoscales NVIDIA Dynamo disaggregated inference (prefill and decode pools)
 //! to latency SLAs, and keeps KV-cache transfers inside a topology domain.
+//!
+//! The planner maths live in `planner_core` (no Kubernetes, no I/O) and the API types in
+//! `planner_api`; this crate is the operator around them: the reconcilers, the admission
+//! webhook, the connectors that carry decisions out, the metrics sources and the runtime.
 
-pub mod api;
 pub mod cli;
 pub mod connector;
 pub mod controller;
-pub mod frontend;
+pub mod lookup;
 pub mod metrics;
-pub mod planner;
 pub mod rbac;
 pub mod runtime;
-pub mod sim;
+pub mod sources;
 pub mod telemetry;
 pub mod topology;
 pub mod validation;
 pub mod webhook;
+
+/// Field manager of every object and status this operator writes with server-side apply. The
+/// planner's replica changes use their own manager (see [`connector::kubernetes`]).
+pub const FIELD_MANAGER: &str = "planner-operator";

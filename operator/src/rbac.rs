@@ -5,7 +5,7 @@
 //! of the chart's ServiceAccount to show that these permissions are enough.
 //!
 //! Not listed because every authenticated user has them (the `system:discovery` ClusterRole):
-//! API discovery (`GET /apis/<group>/<version>`), which [`crate::controller::lookup`] uses to tell
+//! API discovery (`GET /apis/<group>/<version>`), which [`crate::lookup`] uses to tell
 //! a missing Grove CRD from a missing ClusterTopology. The Prometheus queries and the virtual
 //! connector's etcd calls are not Kubernetes API calls.
 //!

@@ -29,13 +29,16 @@ use kube::{
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
+use planner_api::{DynamoGraphDeployment, PlannerPolicy};
+
 use crate::{
-    api::{DynamoGraphDeployment, PlannerPolicy},
-    controller::{self, Context, dgd::render::LABEL_GRAPH, lookup::ClusterTopologyApi},
+    controller::{self, Context},
+    lookup::{self, ClusterTopologyApi},
     metrics::operator::OperatorMetrics,
     telemetry::{self, LogFormat},
     webhook::{self, WebhookSettings, certs::CertSettings, tls::CertResolver},
 };
+use planner_api::labels::LABEL_GRAPH;
 
 /// Configuration of `planner-operator run`, from flags or the environment.
 #[derive(Debug, Clone, clap::Args)]
@@ -383,7 +386,7 @@ async fn run_controllers(
     // Watch ClusterTopologies only where they are served; without Grove the periodic resync
     // re-checks DGDs that name one.
     let topology_api = &args.cluster_topology_api_version;
-    let cluster_topologies = match controller::lookup::cluster_topologies_served(client, topology_api).await {
+    let cluster_topologies = match lookup::cluster_topologies_served(client, topology_api).await {
         Ok(true) => Some(topology_api.resource()),
         Ok(false) => {
             info!(api = %topology_api, "ClusterTopologies are not served (Grove not installed); not watching them");

@@ -49,7 +49,7 @@ fn plan(args: &[&str]) -> std::process::Output {
 #[test]
 fn plan_command_prints_results_in_the_golden_format() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let cases = root.join("tests/fixtures/golden/planner-h200-llama3.1-8b-tp1.json");
+    let cases = root.join("../crates/planner-core/tests/fixtures/golden/planner-h200-llama3.1-8b-tp1.json");
     let profile_dir = root.join("../config/profiles/h200-llama3.1-8b-tp1");
     for source in [
         ["--profile-dir", profile_dir.to_str().unwrap()],

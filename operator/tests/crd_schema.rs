@@ -88,7 +88,7 @@ fn rules_of(
 #[test]
 fn every_cel_rule_is_present_where_it_belongs() {
     use kube::CustomResourceExt;
-    use planner_operator::api::{ClusterTopology, DynamoGraphDeployment, PlannerPolicy};
+    use planner_api::{ClusterTopology, DynamoGraphDeployment, PlannerPolicy};
 
     let expected: [(&str, Vec<(&str, &str)>); 3] = [
         (
@@ -195,7 +195,7 @@ fn every_cel_rule_is_present_where_it_belongs() {
 #[test]
 fn schema_enums_and_ranges_are_in_the_schema() {
     use kube::CustomResourceExt;
-    use planner_operator::api::{DynamoGraphDeployment, PlannerPolicy};
+    use planner_api::{DynamoGraphDeployment, PlannerPolicy};
 
     let ppol = open_api_schema(&PlannerPolicy::crd());
     let spec = &ppol["properties"]["spec"]["properties"];
@@ -217,7 +217,7 @@ fn schema_enums_and_ranges_are_in_the_schema() {
     assert_eq!(spec["adjustmentInterval"]["default"], "180s");
     assert_eq!(
         spec["profile"]["properties"]["builtin"]["enum"],
-        serde_json::json!(planner_operator::api::BUILTIN_PROFILES)
+        serde_json::json!(planner_api::BUILTIN_PROFILES)
     );
 
     let dgd = open_api_schema(&DynamoGraphDeployment::crd());
@@ -234,10 +234,7 @@ fn schema_enums_and_ranges_are_in_the_schema() {
         serde_json::json!(["fail", "fallback"])
     );
     assert_eq!(topology["mismatchPolicy"]["default"], "fail");
-    assert_eq!(
-        topology["level"]["pattern"],
-        planner_operator::api::DOMAIN_PATTERN
-    );
+    assert_eq!(topology["level"]["pattern"], planner_api::DOMAIN_PATTERN);
     assert_eq!(topology["kvTransferWeight"]["minimum"], 0.0);
     assert_eq!(
         dgd["properties"]["spec"]["x-kubernetes-preserve-unknown-fields"],

@@ -5,7 +5,7 @@
 
 mod support;
 
-use planner_operator::api::{
+use planner_api::{
     ClusterTopology, ComponentType, DynamoGraphDeployment, MismatchPolicy, PlannerMode, PlannerPolicy,
     PredictorKind,
 };
@@ -208,7 +208,7 @@ fn planner_policy_status_round_trips() {
         "lastScaleTime": "2026-11-22T10:03:00Z",
         "message": "prefill 1 -> 2: predicted 130 requests need 1.4 prefill replicas"
     });
-    let parsed: planner_operator::api::PlannerPolicyStatus = serde_json::from_value(status.clone()).unwrap();
+    let parsed: planner_api::PlannerPolicyStatus = serde_json::from_value(status.clone()).unwrap();
     assert_eq!(parsed.desired.map(|d| (d.prefill, d.decode)), Some((2, 3)));
     assert_eq!(serde_json::to_value(parsed).unwrap(), status);
 }

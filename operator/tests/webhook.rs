@@ -19,8 +19,8 @@ use axum::{
     body::Body,
     http::{Request, StatusCode},
 };
+use planner_api::{ClusterTopology, ClusterTopologySpec, DynamoGraphDeployment};
 use planner_operator::{
-    api::{ClusterTopology, ClusterTopologySpec, DynamoGraphDeployment},
     topology::ClusterTopologyLookup,
     webhook::{
         Admission, Lookups,

@@ -2,7 +2,7 @@
 
 Builds upstream's DecodeInterpolator grids (perf_interpolation.py: 100x100 griddata cubic with
 nearest fill) for each built-in profile and writes a sample of cells to
-operator/tests/fixtures/scipy-decode-grids.json.
+crates/planner-core/tests/fixtures/scipy-decode-grids.json.
 
     python3 -m venv /tmp/sci && /tmp/sci/bin/pip install numpy scipy
     /tmp/sci/bin/python tools/reference/decode_grid.py
@@ -43,7 +43,7 @@ def main():
             {"iy": int(c // 100), "ix": int(c % 100), "itl": float(g["itl"].flat[c]), "thpt": float(g["thpt"].flat[c])}
             for c in sorted(cells)
         ]
-    out = ROOT / "operator/tests/fixtures/scipy-decode-grids.json"
+    out = ROOT / "crates/planner-core/tests/fixtures/scipy-decode-grids.json"
     out.write_text(json.dumps(result, indent=0) + "\n")
     print(f"wrote {out}")
 

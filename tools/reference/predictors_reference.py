@@ -3,7 +3,7 @@
 
 Runs the Python libraries that NVIDIA Dynamo's SLA planner uses (pmdarima 2.1.1,
 filterpy 1.4.5, prophet 1.2.1) on fixed series and writes what they return to
-operator/tests/fixtures/predictor_reference.json, which operator/tests/predictor_parity.rs
+crates/planner-core/tests/fixtures/predictor_reference.json, which crates/planner-core/src/predictor/parity.rs
 compares against. The predictor semantics driven here (leading-zero skip, NaN -> 0, the
 ARIMA "(0,d,0) -> log1p" refit, Kalman local linear trend) follow
 shared/notes/dynamo-reference.md section 2.7; this harness is written from that description.
@@ -42,7 +42,7 @@ from filterpy.kalman import KalmanFilter  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRACES = os.path.join(REPO, "..", "shared", "data", "traces")
-OUT = os.path.join(REPO, "operator", "tests", "fixtures", "predictor_reference.json")
+OUT = os.path.join(REPO, "crates", "planner-core", "tests", "fixtures", "predictor_reference.json")
 
 
 # ---------------------------------------------------------------------------

@@ -34,10 +34,8 @@ use kube::{
     Api, Client, ResourceExt,
     api::{ListParams, Patch, PatchParams, PostParams},
 };
-use planner_operator::{
-    api::{DynamoGraphDeployment, PlannerPolicy},
-    runtime::{RunError, run_until},
-};
+use planner_api::{DynamoGraphDeployment, PlannerPolicy};
+use planner_operator::runtime::{RunError, run_until};
 use serde_json::{Value, json};
 use tokio::{sync::oneshot, task::JoinHandle};
 

@@ -8,13 +8,13 @@ use std::{
     time::Duration,
 };
 
-use e2e::{Result, TestNamespace, in_namespace, install_crds, operator_binary, poll_until, repo_root};
+use e2e::{Result, TestNamespace, in_namespace, install_crds, poll_until, repo_root, sim_binary};
 use k8s_openapi::api::events::v1::Event;
 use kube::{
     Api,
     api::{ListParams, PostParams},
 };
-use planner_operator::api::{DynamoGraphDeployment, PlannerPolicy};
+use planner_api::{DynamoGraphDeployment, PlannerPolicy};
 use serde_json::{Value, json};
 
 use crate::{operator::start, prometheus::Prometheus};
@@ -71,9 +71,9 @@ async fn post(addr: &str, path: &str) -> Result<()> {
 }
 
 fn start_frontend(ns: &TestNamespace, dgd: &str) -> Result<Frontend> {
-    let trace = repo_root().join("operator/tests/fixtures/traces/azure2023_conv.csv");
+    let trace = repo_root().join("crates/planner-core/tests/fixtures/traces/azure2023_conv.csv");
     let listen = format!("127.0.0.1:{}", free_port());
-    let child = Command::new(operator_binary())
+    let child = Command::new(sim_binary())
         .args([
             "synthetic-frontend",
             "--trace",

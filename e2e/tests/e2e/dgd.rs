@@ -18,7 +18,7 @@ use kube::{
     Api,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
-use planner_operator::api::DynamoGraphDeployment;
+use planner_api::DynamoGraphDeployment;
 use serde_json::{Value, json};
 
 use crate::operator::start;

@@ -12,7 +12,7 @@ use k8s_openapi::api::{
     events::v1::Event,
 };
 use kube::{Api, api::ListParams};
-use planner_operator::api::DynamoGraphDeployment;
+use planner_api::DynamoGraphDeployment;
 use serde_json::{Value, json};
 
 use crate::operator::{ClusterScoped, start};

@@ -8,12 +8,10 @@ use std::{
 };
 
 use e2e::{Result, poll_until};
-use etcd_client::Client;
-use planner_operator::{
-    api::PlannerPolicySpec,
-    connector::virtual_etcd::{Published, VirtualConnector},
+use planner_operator::connector::{
+    etcd::EtcdClient,
+    virtual_etcd::{Published, VirtualConnector},
 };
-use serde_json::json;
 
 struct Etcd {
     child: Child,
@@ -73,39 +71,39 @@ async fn start_etcd() -> Result<Etcd> {
     poll_until("etcd to answer", Duration::from_secs(30), || {
         let endpoint = endpoint.clone();
         async move {
-            let Ok(mut client) = Client::connect([endpoint], None).await else {
+            let Ok(client) = EtcdClient::new(&[endpoint], Duration::from_secs(2)) else {
                 return Ok(false);
             };
-            Ok(client.get("probe", None).await.is_ok())
+            Ok(client.get("probe").await.is_ok())
         }
     })
     .await?;
     Ok(etcd)
 }
 
-fn spec(endpoint: &str) -> Result<PlannerPolicySpec> {
-    Ok(serde_json::from_value(json!({
-        "targetRef": {"name": "llama"},
-        "profile": {"builtin": "h200-llama3.1-8b-tp1"},
-        "connector": {"type": "virtual", "etcd": {"endpoints": [endpoint]}, "dynamoNamespace": "e2e-dynamo", "decisionTimeout": "3s"}
-    }))?)
+/// A connector as a policy with `connector.dynamoNamespace: e2e-dynamo` and
+/// `decisionTimeout: 3s` gets it.
+async fn connect(endpoint: &str) -> Result<VirtualConnector> {
+    Ok(VirtualConnector::connect(
+        &[endpoint.to_string()],
+        "e2e-dynamo",
+        Duration::from_secs(3),
+        Duration::from_secs(10),
+    )
+    .await?)
 }
 
-async fn read(client: &mut Client, key: &str) -> Result<Option<String>> {
-    let response = client.get(format!("v1/e2e-dynamo/planner/{key}"), None).await?;
-    Ok(response
-        .kvs()
-        .first()
-        .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()))
+async fn read(client: &mut EtcdClient, key: &str) -> Result<Option<String>> {
+    let value = client.get(&format!("v1/e2e-dynamo/planner/{key}")).await?;
+    Ok(value.map(|kv| String::from_utf8_lossy(&kv.value).into_owned()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn virtual_connector_publishes_decisions_and_waits_for_the_orchestrator() -> Result<()> {
     let etcd = start_etcd().await?;
-    let spec = spec(&etcd.endpoint)?;
-    let mut orchestrator = Client::connect([etcd.endpoint.clone()], None).await?;
+    let mut orchestrator = EtcdClient::new(std::slice::from_ref(&etcd.endpoint), Duration::from_secs(10))?;
 
-    let mut connector = VirtualConnector::connect(&spec, "unused").await?;
+    let mut connector = connect(&etcd.endpoint).await?;
     assert_eq!(connector.prefix(), "v1/e2e-dynamo/planner/");
     assert_eq!(connector.publish(1, 2).await?, Published::Decision(0));
     assert_eq!(
@@ -130,7 +128,7 @@ async fn virtual_connector_publishes_decisions_and_waits_for_the_orchestrator() 
 
     // The orchestrator carries decision 0 out; the next decision goes through with id 1.
     orchestrator
-        .put("v1/e2e-dynamo/planner/scaled_decision_id", "0", None)
+        .put("v1/e2e-dynamo/planner/scaled_decision_id", "0")
         .await?;
     assert_eq!(connector.publish(3, 2).await?, Published::Decision(1));
     assert_eq!(
@@ -139,7 +137,7 @@ async fn virtual_connector_publishes_decisions_and_waits_for_the_orchestrator() 
     );
 
     // A planner that restarts picks the protocol state up from etcd.
-    let mut restarted = VirtualConnector::connect(&spec, "unused").await?;
+    let mut restarted = connect(&etcd.endpoint).await?;
     assert_eq!(restarted.publish(3, 2).await?, Published::Unchanged);
     // Unacknowledged decision 1: held back until the 3 s timeout, then published anyway.
     assert_eq!(

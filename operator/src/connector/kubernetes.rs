@@ -13,7 +13,7 @@ use kube::{
 };
 use serde_json::{Value, json};
 
-use crate::api::DynamoGraphDeployment;
+use planner_api::DynamoGraphDeployment;
 
 /// Field manager of the planner's replica writes.
 pub const PLANNER_FIELD_MANAGER: &str = "planner-operator-planner";

@@ -1,5 +1,5 @@
-//! The `virtual` connector: Dynamo's etcd decision protocol (seed 003, reference 4.2), for
-//! deployments that an external orchestrator scales.
+//! The `virtual` connector: Dynamo's etcd decision protocol (the `VirtualConnector` of Dynamo's
+//! planner), for deployments that an external orchestrator scales.
 //!
 //! Keys live under `v1/<dynamo namespace>/planner/`, values are decimal strings. The planner
 //! writes `num_prefill_workers`, `num_decode_workers` and then `decision_id` (0 first, then +1);
@@ -9,9 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, ConnectOptions, GetOptions};
-
-use crate::{api::PlannerPolicySpec, controller::planner_policy::resolve};
+use super::etcd::{EtcdClient, EtcdError};
 
 /// Key names under the prefix.
 pub const NUM_PREFILL: &str = "num_prefill_workers";
@@ -25,20 +23,9 @@ pub const SCALED_DECISION_ID: &str = "scaled_decision_id";
 /// Why the connector failed.
 #[derive(Debug, thiserror::Error)]
 pub enum VirtualError {
-    /// The spec has no etcd endpoints (the schema requires them; kept for direct callers).
-    #[error("spec.connector.etcd.endpoints is required when spec.connector.type is virtual")]
-    NoEndpoints,
-    /// A duration field does not parse.
+    /// etcd refused, was unreachable or answered something unreadable.
     #[error(transparent)]
-    Spec(#[from] resolve::ResolveError),
-    /// etcd refused or was unreachable.
-    #[error("etcd at {endpoints}: {source}")]
-    Etcd {
-        /// The endpoints.
-        endpoints: String,
-        /// The client error.
-        source: etcd_client::Error,
-    },
+    Etcd(#[from] EtcdError),
     /// etcd did not answer in time.
     #[error("etcd did not answer within {0:?}")]
     Timeout(Duration),
@@ -49,6 +36,12 @@ pub enum VirtualError {
         key: String,
         /// The value.
         value: String,
+    },
+    /// Another writer published a decision between this planner's read and its write.
+    #[error("{key} changed while this decision was being written; the decision is retried next interval")]
+    Conflict {
+        /// The guarded key.
+        key: String,
     },
 }
 
@@ -116,60 +109,40 @@ pub enum Published {
 
 /// A connection to etcd and the protocol state of one policy.
 pub struct VirtualConnector {
-    client: Client,
-    endpoints: String,
+    client: EtcdClient,
     prefix: String,
     timeout: Duration,
     state: DecisionState,
+    /// Revision of the `decision_id` key as last read or written (0: absent), so a decision is
+    /// written only over the state it was decided from.
+    decision_revision: i64,
     first_hold: Option<Instant>,
 }
 
 impl VirtualConnector {
-    /// Connects and loads the protocol state from etcd.
-    pub async fn connect(spec: &PlannerPolicySpec, metrics_namespace: &str) -> Result<Self, VirtualError> {
-        let endpoints: Vec<String> = spec
-            .connector
-            .etcd
-            .as_ref()
-            .map(|e| e.endpoints.clone())
-            .unwrap_or_default();
-        if endpoints.is_empty() {
-            return Err(VirtualError::NoEndpoints);
-        }
-        let namespace = spec
-            .connector
-            .dynamo_namespace
-            .clone()
-            .unwrap_or_else(|| metrics_namespace.to_string());
-        let timeout =
-            resolve::parse_duration("spec.connector.decisionTimeout", &spec.connector.decision_timeout)?;
-        let joined = endpoints.join(",");
-        let options = ConnectOptions::new()
-            .with_connect_timeout(Duration::from_secs(5))
-            .with_timeout(Duration::from_secs(10));
-        let client = Client::connect(&endpoints, Some(options))
-            .await
-            .map_err(|source| VirtualError::Etcd {
-                endpoints: joined.clone(),
-                source,
-            })?;
+    /// Connects to `endpoints` and loads the protocol state of `dynamo_namespace` from etcd; a
+    /// decision left unacknowledged for `decision_timeout` is superseded. Each etcd request is
+    /// bounded by `request_timeout`.
+    pub async fn connect(
+        endpoints: &[String],
+        dynamo_namespace: &str,
+        decision_timeout: Duration,
+        request_timeout: Duration,
+    ) -> Result<Self, VirtualError> {
+        let client = EtcdClient::new(endpoints, request_timeout)?;
         let mut connector = Self {
             client,
-            endpoints: joined,
-            prefix: format!("v1/{namespace}/planner/"),
-            timeout,
+            prefix: format!("v1/{dynamo_namespace}/planner/"),
+            timeout: decision_timeout,
             state: DecisionState {
                 prefill: -1,
                 decode: -1,
                 decision_id: -1,
             },
+            decision_revision: 0,
             first_hold: None,
         };
-        connector.state = DecisionState {
-            prefill: connector.read(NUM_PREFILL).await?,
-            decode: connector.read(NUM_DECODE).await?,
-            decision_id: connector.read(DECISION_ID).await?,
-        };
+        connector.reload().await?;
         Ok(connector)
     }
 
@@ -178,41 +151,36 @@ impl VirtualConnector {
         &self.prefix
     }
 
-    async fn read(&mut self, key: &str) -> Result<i64, VirtualError> {
+    async fn reload(&mut self) -> Result<(), VirtualError> {
+        let (decision_id, revision) = self.read(DECISION_ID).await?;
+        self.state = DecisionState {
+            prefill: self.read(NUM_PREFILL).await?.0,
+            decode: self.read(NUM_DECODE).await?.0,
+            decision_id,
+        };
+        self.decision_revision = revision;
+        Ok(())
+    }
+
+    /// A key's number (-1 when unset) and its revision (0 when unset).
+    async fn read(&self, key: &str) -> Result<(i64, i64), VirtualError> {
         let full = format!("{}{key}", self.prefix);
-        let response = self
-            .client
-            .get(full.as_str(), Some(GetOptions::new()))
-            .await
-            .map_err(|source| VirtualError::Etcd {
-                endpoints: self.endpoints.clone(),
-                source,
-            })?;
-        match response.kvs().first() {
-            None => Ok(-1),
+        match self.client.get(&full).await? {
+            None => Ok((-1, 0)),
             Some(kv) => {
-                let value = String::from_utf8_lossy(kv.value()).trim().to_string();
-                value
+                let value = String::from_utf8_lossy(&kv.value).trim().to_string();
+                let number = value
                     .parse()
-                    .map_err(|_| VirtualError::BadValue { key: full, value })
+                    .map_err(|_| VirtualError::BadValue { key: full, value })?;
+                Ok((number, kv.mod_revision))
             }
         }
     }
 
-    async fn write(&mut self, key: &str, value: i64) -> Result<(), VirtualError> {
-        self.client
-            .put(format!("{}{key}", self.prefix), value.to_string(), None)
-            .await
-            .map_err(|source| VirtualError::Etcd {
-                endpoints: self.endpoints.clone(),
-                source,
-            })?;
-        Ok(())
-    }
-
-    /// Publishes a decision if the protocol allows it now.
+    /// Publishes a decision if the protocol allows it now. The three keys are written in one
+    /// transaction, and only if `decision_id` is unchanged since it was read.
     pub async fn publish(&mut self, prefill: u32, decode: u32) -> Result<Published, VirtualError> {
-        let scaled = self.read(SCALED_DECISION_ID).await?;
+        let (scaled, _) = self.read(SCALED_DECISION_ID).await?;
         let now = Instant::now();
         match next_step(
             &self.state,
@@ -231,9 +199,24 @@ impl VirtualConnector {
                 })
             }
             Step::Publish(id) => {
-                self.write(NUM_PREFILL, i64::from(prefill)).await?;
-                self.write(NUM_DECODE, i64::from(decode)).await?;
-                self.write(DECISION_ID, id).await?;
+                let key = |name: &str| format!("{}{name}", self.prefix);
+                let pairs = [
+                    (key(NUM_PREFILL), prefill.to_string()),
+                    (key(NUM_DECODE), decode.to_string()),
+                    (key(DECISION_ID), id.to_string()),
+                ];
+                let guard = key(DECISION_ID);
+                if !self
+                    .client
+                    .put_all_if_unchanged(&guard, self.decision_revision, &pairs)
+                    .await?
+                {
+                    // Someone else wrote a decision: start over from what etcd holds now.
+                    self.reload().await?;
+                    return Err(VirtualError::Conflict { key: guard });
+                }
+                let (_, revision) = self.read(DECISION_ID).await?;
+                self.decision_revision = revision;
                 self.state = DecisionState {
                     prefill: i64::from(prefill),
                     decode: i64::from(decode),

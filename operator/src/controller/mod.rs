@@ -1,5 +1,6 @@
-//! Reconcilers. Each reconcile runs in the same order: fetch what it needs, validate, build the
-//! desired objects (pure), apply them with server-side apply, write status when it changed.
+//! Reconcilers. Each reconcile runs as named steps in the order they run: fetch what it needs,
+//! validate (with the functions the admission webhook uses), compute what should be (pure),
+//! carry it out, and write status only when it changed. [`common`] holds what they share.
 
 use std::sync::Arc;
 
@@ -9,16 +10,13 @@ use kube::{
     runtime::{events::Recorder, reflector::Store},
 };
 
-use crate::metrics::operator::OperatorMetrics;
+use crate::{lookup, metrics::operator::OperatorMetrics};
 
+pub mod common;
 pub mod conditions;
 pub mod dgd;
-pub mod lookup;
 pub mod planner_policy;
 pub mod topology_labels;
-
-/// Field manager of every object and status this operator writes.
-pub const FIELD_MANAGER: &str = "planner-operator";
 
 /// What every reconcile needs.
 #[derive(Clone)]

@@ -24,18 +24,19 @@ use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use kube::{
     Api, Resource, ResourceExt,
     api::{Patch, PatchParams},
-    runtime::{
-        Controller,
-        controller::Action,
-        events::{Event, EventType},
-        reflector::Store,
-    },
+    runtime::{Controller, controller::Action, events::EventType, reflector::Store},
 };
 use serde_json::json;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use super::{Context, FIELD_MANAGER, dgd::render::LABEL_GRAPH, lookup};
-use crate::{api::DynamoGraphDeployment, topology};
+use super::{
+    Context,
+    common::{self, KubeError, ReconcileError},
+};
+use crate::topology;
+use crate::{FIELD_MANAGER, lookup};
+use planner_api::DynamoGraphDeployment;
+use planner_api::labels::LABEL_GRAPH;
 
 /// Name of this controller in metrics and logs.
 pub const CONTROLLER: &str = "topology-labels";
@@ -54,20 +55,14 @@ const MAX_TRACKED_PODS: usize = 8192;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A Kubernetes API call failed.
-    #[error("{action}: {source}")]
-    Kube {
-        /// What was attempted.
-        action: String,
-        /// The API error.
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Kube(#[from] KubeError),
 }
 
-impl Error {
-    /// A bounded category for metrics.
-    pub fn kind(&self) -> &'static str {
+impl ReconcileError for Error {
+    fn category(&self) -> &'static str {
         match self {
-            Self::Kube { .. } => "kube_api",
+            Self::Kube(_) => "kube_api",
         }
     }
 }
@@ -174,7 +169,7 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action, Error> {
         let _timer = ctx.metrics.reconcile_started(CONTROLLER);
         let result = label_pod(&pod, &node_name, &missing, &ctx).await;
         ctx.metrics
-            .reconcile_finished(CONTROLLER, result.as_ref().err().map(Error::kind));
+            .reconcile_finished(CONTROLLER, result.as_ref().err().map(ReconcileError::category));
         result
     }
     .instrument(span)
@@ -190,10 +185,10 @@ async fn label_pod(
     let namespace = pod.namespace().unwrap_or_default();
     let name = pod.name_any();
     let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let Some(node) = nodes.get_opt(node_name).await.map_err(|source| Error::Kube {
-        action: format!("get Node {node_name}"),
-        source,
-    })?
+    let Some(node) = nodes
+        .get_opt(node_name)
+        .await
+        .map_err(KubeError::on(format!("get Node {node_name}")))?
     else {
         warn!("the pod's node does not exist; retrying later");
         return Ok(Action::requeue(LABEL_MISSING_RETRY));
@@ -211,10 +206,7 @@ async fn label_pod(
             &Patch::Merge(json!({"metadata": {"labels": labels}})),
         )
         .await
-        .map_err(|source| Error::Kube {
-            action: format!("label Pod {name}"),
-            source,
-        })?;
+        .map_err(KubeError::on(format!("label Pod {name}")))?;
         info!(?labels, "copied topology labels from the node");
     }
     if absent.is_empty() {
@@ -261,20 +253,19 @@ async fn dgd_reference(ctx: &Context, namespace: &str, name: &str) -> ObjectRefe
 }
 
 async fn publish(ctx: &Context, reference: &ObjectReference, note: &str) {
-    let event = Event {
-        type_: EventType::Warning,
-        reason: LABEL_MISSING_REASON.into(),
-        note: Some(note.chars().take(1000).collect()),
-        action: "LabelPod".into(),
-        secondary: None,
-    };
-    if let Err(error) = ctx.recorder.publish(&event, reference).await {
-        warn!(%error, "cannot publish event");
-    }
+    common::publish_to(
+        &ctx.recorder,
+        reference,
+        EventType::Warning,
+        LABEL_MISSING_REASON,
+        "LabelPod",
+        note,
+    )
+    .await;
 }
 
 fn error_policy(pod: Arc<Pod>, error: &Error, _ctx: Arc<Context>) -> Action {
-    warn!(pod = %pod.name_any(), %error, "labelling failed; retrying");
+    warn!(pod = %pod.name_any(), error = %common::chain(error), "labelling failed; retrying");
     Action::requeue(RETRY)
 }
 

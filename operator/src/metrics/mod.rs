@@ -2,4 +2,3 @@
 
 pub mod operator;
 pub mod policy;
-pub mod prometheus;

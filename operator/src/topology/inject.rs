@@ -15,7 +15,7 @@ use super::{
     ENV_LEVEL, ENV_MISMATCH_POLICY, ENV_TOPOLOGY_ENABLED, ENV_WEIGHT, LABELS_ANNOTATION, MOUNT_PATH,
     OWNED_ENV, ResolvedTopology, VOLUME_NAME,
 };
-use crate::api::ComponentType;
+use planner_api::ComponentType;
 
 fn var(name: &str, value: String) -> EnvVar {
     EnvVar {
@@ -162,10 +162,8 @@ mod tests {
     use k8s_openapi::api::core::v1::PodSpec;
 
     use super::*;
-    use crate::{
-        api::MismatchPolicy,
-        topology::{LabelSource, TopologyLabel},
-    };
+    use crate::topology::{LabelSource, TopologyLabel};
+    use planner_api::MismatchPolicy;
 
     fn topology() -> ResolvedTopology {
         ResolvedTopology {

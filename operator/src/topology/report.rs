@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::ResolvedTopology;
-use crate::api::{ComponentType, MismatchPolicy};
+use planner_api::{ComponentType, MismatchPolicy};
 
 /// What the report needs of one worker pod (the caller filters out terminating pods).
 #[derive(Debug, Clone, Copy)]

@@ -1,6 +1,6 @@
 //! Validating `kvCacheTransferTopology` and resolving it against a ClusterTopology lookup.
 
-use crate::api::{
+use planner_api::{
     ClusterTopologySpec, ComponentType, DynamoGraphDeploymentSpec, KvCacheTransferTopology, MismatchPolicy,
 };
 
@@ -298,7 +298,7 @@ pub fn is_label_key(value: &str) -> bool {
 /// Checks a DGD's `kvCacheTransferTopology` as far as possible without a lookup. `Ok(None)`:
 /// no component sets it, and the DGD renders exactly as without this feature.
 pub fn configured(spec: &DynamoGraphDeploymentSpec) -> Result<Option<TopologyRequest>, TopologyError> {
-    let carriers: Vec<(usize, &crate::api::Component)> = spec
+    let carriers: Vec<(usize, &planner_api::Component)> = spec
         .components
         .iter()
         .enumerate()
@@ -473,7 +473,7 @@ pub fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{DynamoGraphDeployment, TopologyLevel};
+    use planner_api::{DynamoGraphDeployment, TopologyLevel};
 
     fn sample() -> DynamoGraphDeploymentSpec {
         let text = include_str!("../../../config/samples/dgd-disagg.yaml");

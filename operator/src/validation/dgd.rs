@@ -4,10 +4,9 @@
 //! presence of `clusterTopologyName` too; they are repeated here so that objects admitted before
 //! those rules existed are still caught by the reconciler.
 
-use crate::{
-    api::DynamoGraphDeploymentSpec,
-    topology::{self, ClusterTopologyLookup, ResolvedTopology, TopologyError, TopologyRequest},
-};
+use planner_api::DynamoGraphDeploymentSpec;
+
+use crate::topology::{self, ClusterTopologyLookup, ResolvedTopology, TopologyError, TopologyRequest};
 
 /// The checks that need no lookup. `Ok(Some(request))`: the DGD uses the feature; look up
 /// `request.cluster_topology` (when set) and call [`validate`].
@@ -50,7 +49,7 @@ pub fn topology_changed(old: &DynamoGraphDeploymentSpec, new: &DynamoGraphDeploy
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::DynamoGraphDeployment;
+    use planner_api::DynamoGraphDeployment;
 
     fn sample() -> DynamoGraphDeploymentSpec {
         let dgd: DynamoGraphDeployment =

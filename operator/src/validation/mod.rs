@@ -3,7 +3,7 @@
 //! disagree about what is valid. Lookups (the ClusterTopology, the target DGD) are done by the
 //! callers and passed in.
 //!
-//! - DynamoGraphDeployment: `kvCacheTransferTopology` per seed 004 ([`dgd`], which delegates to
+//! - DynamoGraphDeployment: `kvCacheTransferTopology` ([`dgd`], which delegates to
 //!   [`crate::topology`]).
 //! - PlannerPolicy ([`planner_policy`]): the target DGD exists in the policy's namespace and its
 //!   prefill and decode pools resolve; the built-in profile exists; `adjustmentInterval` fits the
@@ -15,6 +15,6 @@ pub mod dgd;
 pub mod planner_policy;
 
 pub use planner_policy::{
-    DecisionTimeoutBounds, IntervalBounds, PolicyError, Pool, ResolvedPools, interval_bounds, resolve_pools,
-    validate_spec,
+    DecisionTimeoutBounds, IntervalBounds, PolicyError, Pool, PoolTarget, ResolvedPools, TargetPools,
+    ValidatedPolicy, describe, interval_bounds, resolve_pools, validate, validate_spec, validate_target,
 };

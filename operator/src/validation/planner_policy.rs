@@ -10,14 +10,15 @@
 
 use std::{fmt, time::Duration};
 
-use crate::{
-    api::{
-        BUILTIN_PROFILES, ComponentType, ConnectorKind, DynamoGraphDeployment, PlannerMode,
-        PlannerPolicySpec,
-        duration::{format_duration, parse_duration},
-    },
-    planner::profile::builtin_names,
+use k8s_openapi::{api::core::v1::Container, apimachinery::pkg::api::resource::Quantity};
+use planner_api::{
+    BUILTIN_PROFILES, Component, ComponentType, ConnectorKind, DynamoGraphDeployment, PlannerMode,
+    PlannerPolicySpec,
+    duration::{format_duration, parse_duration},
+    labels::{MAIN_CONTAINER, dynamo_namespace},
 };
+
+use planner_core::profile::builtin_names;
 
 /// One of the two pools a policy scales.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -198,7 +199,68 @@ pub enum PolicyError {
         /// The maximum, formatted.
         max: String,
     },
+    /// A pool component's GPU count is not a positive whole number.
+    #[error(
+        "spec.components.{pool}: component {component:?} asks for {value:?} {GPU_RESOURCE} in its main container; allowed: a whole number of GPUs, 1 or more"
+    )]
+    BadGpuCount {
+        /// Which pool.
+        pool: Pool,
+        /// The component.
+        component: String,
+        /// The value.
+        value: String,
+    },
+    /// The metrics cannot be filtered by model: no model name anywhere.
+    #[error(
+        "spec.metrics.modelName: not set, and the main container of component {component:?} has no --served-model-name or --model argument; set spec.metrics.modelName to the model name the frontend reports"
+    )]
+    NoModelName {
+        /// The component searched.
+        component: String,
+    },
 }
+
+impl PolicyError {
+    /// The CamelCase reason of the condition that reports this error.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::TargetNotFound { .. } => "TargetNotFound",
+            Self::ComponentNotFound { .. }
+            | Self::ComponentWrongType { .. }
+            | Self::NoComponentOfType { .. }
+            | Self::SeveralComponentsOfType { .. }
+            | Self::SameComponent { .. }
+            | Self::BadGpuCount { .. }
+            | Self::NoModelName { .. } => "ComponentsUnresolved",
+            Self::UnknownBuiltinProfile { .. }
+            | Self::DurationFormat { .. }
+            | Self::IntervalOutOfRange { .. }
+            | Self::PullingIntervalOutOfRange { .. }
+            | Self::EtcdEndpointsMissing
+            | Self::EtcdEndpointInvalid { .. }
+            | Self::DecisionTimeoutOutOfRange { .. } => "InvalidSpec",
+        }
+    }
+
+    /// Whether the error is about the target DGD (and so belongs in `TargetResolved`) rather
+    /// than about the policy's own fields.
+    pub fn is_about_target(&self) -> bool {
+        self.reason() != "InvalidSpec"
+    }
+}
+
+/// Every error of a list on one line, as the webhook denies and the status reports them.
+pub fn describe(errors: &[PolicyError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// GPU resource name read from pod templates.
+pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 
 /// Bounds of `adjustmentInterval` (and, in load mode, `metricPullingInterval`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -456,10 +518,211 @@ pub fn resolve_pools(
     }
 }
 
+/// One pool as the planner sizes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolTarget {
+    /// The component's name in the DGD.
+    pub component: String,
+    /// GPUs one replica uses.
+    pub gpus: u32,
+    /// Replicas the DGD asks for now.
+    pub replicas: u32,
+}
+
+/// What a policy's target resolves to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetPools {
+    /// The prefill pool.
+    pub prefill: PoolTarget,
+    /// The decode pool.
+    pub decode: PoolTarget,
+    /// The model the frontend metrics are filtered by (`None` in load mode, which reads no
+    /// per-model metrics).
+    pub model_name: Option<String>,
+}
+
+/// A policy checked against its target: everything the reconciler plans with, parsed once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidatedPolicy {
+    /// The pools and the model.
+    pub target: TargetPools,
+    /// The Dynamo namespace the frontend metrics carry.
+    pub dynamo_namespace: String,
+    /// `spec.adjustmentInterval`.
+    pub interval: Duration,
+    /// `spec.load.metricPullingInterval` (load mode).
+    pub pulling_interval: Duration,
+    /// `spec.connector.decisionTimeout` (virtual connector).
+    pub decision_timeout: Duration,
+}
+
+/// Resolves the pools of `dgd` and checks what planning needs from them: GPUs per replica and,
+/// outside load mode, the model name. Returns all violations.
+pub fn validate_target(
+    spec: &PlannerPolicySpec,
+    dgd: &DynamoGraphDeployment,
+) -> Result<TargetPools, Vec<PolicyError>> {
+    let pools = resolve_pools(spec, dgd)?;
+    let mut errors = Vec::new();
+    let mut pool = |pool: Pool, name: &str| -> PoolTarget {
+        let component = dgd.spec.components.iter().find(|c| c.name == name);
+        let gpus = match component.map(gpus_per_engine) {
+            Some(Err(value)) => {
+                errors.push(PolicyError::BadGpuCount {
+                    pool,
+                    component: name.to_string(),
+                    value,
+                });
+                1
+            }
+            Some(Ok(gpus)) => gpus,
+            None => 1,
+        };
+        PoolTarget {
+            component: name.to_string(),
+            gpus,
+            replicas: component
+                .and_then(|c| c.replicas)
+                .map_or(1, |r| u32::try_from(r).unwrap_or(0)),
+        }
+    };
+    let prefill = pool(Pool::Prefill, &pools.prefill);
+    let decode = pool(Pool::Decode, &pools.decode);
+    let model_name = if spec.mode == PlannerMode::Load {
+        None
+    } else {
+        match model_name(spec, dgd, &pools.decode) {
+            Some(name) => Some(name),
+            None => {
+                errors.push(PolicyError::NoModelName {
+                    component: pools.decode.clone(),
+                });
+                None
+            }
+        }
+    };
+    if errors.is_empty() {
+        Ok(TargetPools {
+            prefill,
+            decode,
+            model_name,
+        })
+    } else {
+        Err(errors)
+    }
+}
+
+/// Every rule, for a policy in `namespace` whose target is `dgd`: the checks of
+/// [`validate_spec`] and [`validate_target`] (the webhook runs the same two), and the parsed
+/// durations. Returns all violations.
+pub fn validate(
+    spec: &PlannerPolicySpec,
+    namespace: &str,
+    dgd: &DynamoGraphDeployment,
+) -> Result<ValidatedPolicy, Vec<PolicyError>> {
+    let mut errors = validate_spec(spec);
+    let target = match validate_target(spec, dgd) {
+        Ok(target) => Some(target),
+        Err(target_errors) => {
+            errors.extend(target_errors);
+            None
+        }
+    };
+    let (Some(target), true) = (target, errors.is_empty()) else {
+        return Err(errors);
+    };
+    // validate_spec accepted these, so they parse; the fallbacks are never used.
+    let duration = |text: &str, fallback: Duration| parse_duration(text).unwrap_or(fallback);
+    Ok(ValidatedPolicy {
+        target,
+        dynamo_namespace: spec
+            .metrics
+            .dynamo_namespace
+            .clone()
+            .unwrap_or_else(|| dynamo_namespace(namespace, dgd.metadata.name.as_deref().unwrap_or_default())),
+        interval: duration(&spec.adjustment_interval, Duration::from_secs(180)),
+        pulling_interval: duration(&spec.load.metric_pulling_interval, Duration::from_secs(1)),
+        decision_timeout: duration(&spec.connector.decision_timeout, Duration::from_secs(1800)),
+    })
+}
+
+fn main_container(component: &Component) -> Option<&Container> {
+    component
+        .pod_template
+        .as_ref()?
+        .spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == MAIN_CONTAINER)
+}
+
+/// GPUs of one replica: the main container's `nvidia.com/gpu` limit, then request, else 1; the
+/// error is the value that is not a positive whole number.
+pub fn gpus_per_engine(component: &Component) -> Result<u32, String> {
+    let resources = main_container(component).and_then(|c| c.resources.as_ref());
+    let quantity: Option<&Quantity> = resources
+        .and_then(|r| r.limits.as_ref().and_then(|l| l.get(GPU_RESOURCE)))
+        .or_else(|| resources.and_then(|r| r.requests.as_ref().and_then(|l| l.get(GPU_RESOURCE))));
+    match quantity {
+        None => Ok(1),
+        Some(Quantity(value)) => value
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|&gpus| gpus > 0)
+            .ok_or_else(|| value.clone()),
+    }
+}
+
+/// The value following `--flag` or joined as `--flag=value` in an argument list (each element
+/// may itself hold several shell words, as upstream splits them).
+fn flag_value(args: &[String], flag: &str) -> Option<String> {
+    let words: Vec<&str> = args.iter().flat_map(|a| a.split_whitespace()).collect();
+    words.iter().enumerate().find_map(|(i, word)| {
+        if *word == flag {
+            words
+                .get(i + 1)
+                .map(|v| v.trim_matches(|c| c == '"' || c == '\'').to_string())
+        } else {
+            word.strip_prefix(&format!("{flag}="))
+                .map(|v| v.trim_matches(|c| c == '"' || c == '\'').to_string())
+        }
+    })
+}
+
+/// The model name in the frontend metrics: the policy's, else the decode worker's
+/// `--served-model-name`, else `--model`, lower-cased as the frontend reports it.
+pub fn model_name(
+    spec: &PlannerPolicySpec,
+    dgd: &DynamoGraphDeployment,
+    decode_component: &str,
+) -> Option<String> {
+    if let Some(name) = &spec.metrics.model_name {
+        return Some(name.to_lowercase());
+    }
+    let component = dgd.spec.components.iter().find(|c| c.name == decode_component);
+    let args: Vec<String> = component
+        .and_then(main_container)
+        .map(|c| {
+            c.command
+                .iter()
+                .flatten()
+                .chain(c.args.iter().flatten())
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    ["--served-model-name", "--model-name", "--model"]
+        .iter()
+        .find_map(|flag| flag_value(&args, flag))
+        .map(|name| name.to_lowercase())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{EtcdSource, PlannerPolicy, PoolComponents};
+    use planner_api::{EtcdSource, PlannerPolicy, PoolComponents};
 
     fn policy(file: &str) -> PlannerPolicySpec {
         let text =

@@ -30,9 +30,10 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tracing::{debug, warn};
 
+use planner_api::{DynamoGraphDeployment, PlannerPolicy};
+
 use crate::{
-    api::{DynamoGraphDeployment, PlannerPolicy},
-    controller::lookup::{self, ClusterTopologyApi},
+    lookup::{self, ClusterTopologyApi},
     metrics::operator::OperatorMetrics,
     topology::ClusterTopologyLookup,
     validation::{self, PolicyError},
@@ -390,8 +391,8 @@ impl<L: Lookups> Admission<L> {
             .await
             {
                 Ok(Ok(Some(dgd))) => {
-                    if let Err(pool_errors) = validation::resolve_pools(&policy.spec, &dgd) {
-                        errors.extend(pool_errors);
+                    if let Err(target_errors) = validation::validate_target(&policy.spec, &dgd) {
+                        errors.extend(target_errors);
                     }
                 }
                 Ok(Ok(None)) => errors.push(PolicyError::TargetNotFound {
@@ -420,14 +421,7 @@ impl<L: Lookups> Admission<L> {
         if errors.is_empty() {
             response
         } else {
-            deny(
-                response,
-                errors
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("; "),
-            )
+            deny(response, validation::describe(&errors))
         }
     }
 }

@@ -46,7 +46,7 @@ use serde_json::json;
 use tracing::{info, warn};
 
 use super::tls::{CertResolver, certified_key};
-use crate::{controller::FIELD_MANAGER, metrics::operator::OperatorMetrics};
+use crate::{FIELD_MANAGER, metrics::operator::OperatorMetrics};
 
 /// Validity of a generated CA.
 pub const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);

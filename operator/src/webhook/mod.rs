@@ -20,7 +20,7 @@ pub use admission::{Admission, KubeLookups, Lookups, router};
 use certs::{CertSettings, CertSource, FileCerts, SecretCerts};
 use tls::CertResolver;
 
-use crate::{controller::lookup::ClusterTopologyApi, metrics::operator::OperatorMetrics};
+use crate::{lookup::ClusterTopologyApi, metrics::operator::OperatorMetrics};
 
 /// How to run the webhook.
 #[derive(Debug, Clone)]

@@ -13,7 +13,7 @@ use std::{
 
 use jsonschema::error::{TypeKind, ValidationErrorKind};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use planner_operator::api::crds;
+use planner_api::crds;
 use serde_json::{Map, Value};
 
 /// One rejected field, as the API server reports it: `<field>: <message>`.

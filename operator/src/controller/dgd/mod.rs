@@ -13,34 +13,31 @@ use k8s_openapi::{
     jiff::Timestamp,
 };
 use kube::{
-    Api, Resource, ResourceExt,
+    Api, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams},
     core::{ApiResource, DeserializeGuard, DynamicObject},
-    runtime::{
-        Controller,
-        controller::Action,
-        events::{Event, EventType},
-        reflector::ObjectRef,
-        watcher,
-    },
+    runtime::{Controller, controller::Action, events::EventType, reflector::ObjectRef, watcher},
 };
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{info, warn};
 
 use super::{
-    Context, FIELD_MANAGER,
+    Context,
+    common::{self, KubeError, ReconcileError},
     conditions::DesiredCondition,
-    lookup::{self, LookupError},
 };
 use crate::{
-    api::{ComponentType, DynamoGraphDeployment, DynamoGraphDeploymentStatus},
+    FIELD_MANAGER,
+    lookup::{self, LookupError},
     topology::{self, ResolvedTopology, TopologyError, WorkerPod},
     validation,
 };
+use planner_api::{ComponentType, DynamoGraphDeployment, DynamoGraphDeploymentStatus};
 
 pub mod render;
 pub mod status;
 
-use render::{LABEL_COMPONENT, LABEL_COMPONENT_TYPE, LABEL_GRAPH, RenderError};
+use planner_api::labels::{LABEL_COMPONENT, LABEL_COMPONENT_TYPE, LABEL_GRAPH};
+use render::RenderError;
 use status::TOPOLOGY_RESOLVED;
 
 /// Name of this controller in metrics and logs.
@@ -60,38 +57,32 @@ const TOPOLOGY_RETRY: Duration = Duration::from_secs(30);
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The spec cannot be rendered; the user must change it.
-    #[error("invalid spec: {0}")]
+    #[error("invalid spec")]
     InvalidSpec(#[from] RenderError),
     /// `kvCacheTransferTopology` cannot be resolved (reported in `TopologyResolved`).
-    #[error("topology unresolved: {0}")]
+    #[error("topology unresolved")]
     Topology(#[from] TopologyError),
     /// Looking up the ClusterTopology failed.
-    #[error("{0}")]
+    #[error(transparent)]
     Lookup(#[from] LookupError),
     /// A Kubernetes API call failed.
-    #[error("{action}: {source}")]
-    Kube {
-        /// What was attempted.
-        action: String,
-        /// The API error.
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Kube(#[from] KubeError),
 }
 
-impl Error {
-    /// A bounded category for metrics.
-    pub fn kind(&self) -> &'static str {
+impl ReconcileError for Error {
+    fn category(&self) -> &'static str {
         match self {
             Self::InvalidSpec(_) => "invalid_spec",
             Self::Topology(_) => "topology_unresolved",
-            Self::Lookup(_) | Self::Kube { .. } => "kube_api",
+            Self::Lookup(_) | Self::Kube(_) => "kube_api",
         }
     }
 }
 
 fn kube_error(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-    let action = action.into();
-    move |source| Error::Kube { action, source }
+    let wrap = KubeError::on(action);
+    move |source| Error::Kube(wrap(source))
 }
 
 /// Runs the controller until `shutdown` resolves. `pod_changes` are worker pods whose
@@ -108,14 +99,9 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = ctx.client.clone();
-    let dgds: Api<DeserializeGuard<DynamoGraphDeployment>> = match &namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    let services: Api<Service> = match &namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
+    let dgds: Api<DeserializeGuard<DynamoGraphDeployment>> =
+        common::scoped_api(client.clone(), namespace.as_deref());
+    let services: Api<Service> = common::scoped_api(client.clone(), namespace.as_deref());
     let mut controller = Controller::new(dgds, watcher::Config::default().any_semantic())
         .owns_stream(deployments)
         .owns(services, watcher::Config::default().labels(LABEL_GRAPH))
@@ -167,32 +153,25 @@ async fn reconcile(
     guard: Arc<DeserializeGuard<DynamoGraphDeployment>>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
-    let (namespace, name) = match &guard.0 {
-        Ok(dgd) => (dgd.namespace().unwrap_or_default(), dgd.name_any()),
-        Err(invalid) => (
-            invalid.metadata.namespace.clone().unwrap_or_default(),
-            invalid.metadata.name.clone().unwrap_or_default(),
-        ),
-    };
-    let span = info_span!("reconcile", controller = CONTROLLER, namespace = %namespace, name = %name);
-    async move {
-        let _timer = ctx.metrics.reconcile_started(CONTROLLER);
-        let dgd = match &guard.0 {
-            Ok(dgd) => dgd,
-            Err(invalid) => {
-                // One malformed object must not stop the controller: report it and wait for a fix.
-                warn!(error = %invalid.error, "DynamoGraphDeployment cannot be parsed; skipping it");
-                ctx.metrics.invalid_object(CONTROLLER);
-                publish_invalid(&ctx, &invalid.metadata, &invalid.error).await;
-                return Ok(Action::await_change());
-            }
-        };
-        let result = reconcile_dgd(dgd, &ctx).await;
-        ctx.metrics
-            .reconcile_finished(CONTROLLER, result.as_ref().err().map(Error::kind));
-        result
-    }
-    .instrument(span)
+    common::guarded_reconcile(
+        CONTROLLER,
+        &ctx.metrics,
+        &guard,
+        async |dgd| reconcile_dgd(dgd, &ctx).await,
+        async |metadata, error| {
+            let reference = common::reference_of::<DynamoGraphDeployment>(metadata);
+            let note = format!("cannot parse the object: {error}");
+            common::publish_to(
+                &ctx.recorder,
+                &reference,
+                EventType::Warning,
+                "InvalidSpec",
+                "Parse",
+                &note,
+            )
+            .await;
+        },
+    )
     .await
 }
 
@@ -421,59 +400,11 @@ async fn write_status(
     name: &str,
     status: &DynamoGraphDeploymentStatus,
 ) -> Result<(), Error> {
-    let patch = serde_json::json!({
-        "apiVersion": DynamoGraphDeployment::api_version(&()),
-        "kind": DynamoGraphDeployment::kind(&()),
-        "status": status,
-    });
-    api.patch_status(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(kube_error("write DynamoGraphDeployment status"))?;
-    Ok(())
+    Ok(common::apply_status(api, name, status).await?)
 }
 
 async fn publish(ctx: &Context, dgd: &DynamoGraphDeployment, type_: EventType, reason: &str, note: &str) {
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note.chars().take(1000).collect()),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    if let Err(error) = ctx.recorder.publish(&event, &dgd.object_ref(&())).await {
-        warn!(%error, "cannot publish event");
-    }
-}
-
-async fn publish_invalid(ctx: &Context, metadata: &ObjectMeta, error: &str) {
-    let reference = k8s_openapi::api::core::v1::ObjectReference {
-        api_version: Some(DynamoGraphDeployment::api_version(&()).into()),
-        kind: Some(DynamoGraphDeployment::kind(&()).into()),
-        name: metadata.name.clone(),
-        namespace: metadata.namespace.clone(),
-        uid: metadata.uid.clone(),
-        resource_version: metadata.resource_version.clone(),
-        ..Default::default()
-    };
-    let event = Event {
-        type_: EventType::Warning,
-        reason: "InvalidSpec".into(),
-        note: Some(
-            format!("cannot parse the object: {error}")
-                .chars()
-                .take(1000)
-                .collect(),
-        ),
-        action: "Parse".into(),
-        secondary: None,
-    };
-    if let Err(error) = ctx.recorder.publish(&event, &reference).await {
-        warn!(%error, "cannot publish event");
-    }
+    common::publish(&ctx.recorder, dgd, type_, reason, "Reconcile", note).await;
 }
 
 fn error_policy(
@@ -486,8 +417,8 @@ fn error_policy(
         // Retrying cannot fix a spec; a spec change triggers a reconcile anyway.
         Error::InvalidSpec(_) => Action::requeue(INVALID_RETRY),
         Error::Topology(_) => Action::requeue(TOPOLOGY_RETRY),
-        Error::Lookup(_) | Error::Kube { .. } => {
-            warn!(%name, %error, "reconcile failed; retrying");
+        Error::Lookup(_) | Error::Kube(_) => {
+            warn!(%name, error = %common::chain(error), "reconcile failed; retrying");
             Action::requeue(RETRY)
         }
     }

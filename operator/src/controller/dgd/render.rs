@@ -14,25 +14,15 @@ use k8s_openapi::{
     },
 };
 
-use crate::{
-    api::{Component, ComponentType, DynamoGraphDeployment},
-    topology::{self, ResolvedTopology},
+use planner_api::{
+    Component, ComponentType, DynamoGraphDeployment,
+    labels::{
+        FRONTEND_PORT, LABEL_COMPONENT, LABEL_COMPONENT_TYPE, LABEL_GRAPH, LABEL_MANAGED_BY, MAIN_CONTAINER,
+        MANAGED_BY, dynamo_namespace, workload_name,
+    },
 };
 
-/// Label naming the DGD a workload or pod belongs to.
-pub const LABEL_GRAPH: &str = "nvidia.com/dynamo-graph-deployment-name";
-/// Label naming the component (as written in the DGD).
-pub const LABEL_COMPONENT: &str = "nvidia.com/dynamo-component";
-/// Label with the component's type.
-pub const LABEL_COMPONENT_TYPE: &str = "nvidia.com/dynamo-component-type";
-/// Label marking objects this operator manages.
-pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
-/// Value of [`LABEL_MANAGED_BY`].
-pub const MANAGED_BY: &str = "planner-operator";
-/// Name of the container that runs a component.
-pub const MAIN_CONTAINER: &str = "main";
-/// HTTP port of Dynamo frontends.
-pub const FRONTEND_PORT: i32 = 8000;
+use crate::topology::{self, ResolvedTopology};
 
 /// Why a DGD cannot be rendered. Each message names the field and what is allowed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -91,18 +81,6 @@ pub struct RenderedGraph {
     pub deployments: Vec<Deployment>,
     /// One Service per frontend component.
     pub services: Vec<Service>,
-}
-
-/// The Dynamo namespace of a graph, as Dynamo's operator computes it: `<namespace>-<name>`
-/// with dots replaced by dashes.
-pub fn dynamo_namespace(namespace: &str, name: &str) -> String {
-    format!("{namespace}-{}", name.replace('.', "-"))
-}
-
-/// Name of a component's workload (and Service): `<dgd>-<component>`, lower-cased, dots
-/// replaced by dashes so it is also a valid Service name.
-pub fn workload_name(dgd: &str, component: &str) -> String {
-    format!("{}-{}", dgd.replace('.', "-"), component).to_lowercase()
 }
 
 fn is_dns_label(name: &str) -> bool {
@@ -496,10 +474,8 @@ mod tests {
 
     #[test]
     fn topology_goes_to_workers_and_the_frontend_only() {
-        use crate::{
-            api::{ClusterTopologySpec, TopologyLevel},
-            topology::{ClusterTopologyLookup, ENV_LEVEL, ENV_MISMATCH_POLICY, ENV_TOPOLOGY_ENABLED},
-        };
+        use crate::topology::{ClusterTopologyLookup, ENV_LEVEL, ENV_MISMATCH_POLICY, ENV_TOPOLOGY_ENABLED};
+        use planner_api::{ClusterTopologySpec, TopologyLevel};
         let mut dgd = sample();
         // A planner component, which gets nothing.
         let mut planner = dgd.spec.components[2].clone();

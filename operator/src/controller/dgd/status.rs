@@ -4,11 +4,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::{api::apps::v1::Deployment, jiff::Timestamp};
 
-use super::render::{LABEL_COMPONENT, workload_name};
-use crate::{
-    api::{ComponentReplicaStatus, DynamoGraphDeploymentStatus},
-    controller::conditions::{self, DesiredCondition},
-};
+use crate::controller::conditions::{self, DesiredCondition};
+use planner_api::labels::{LABEL_COMPONENT, workload_name};
+use planner_api::{ComponentReplicaStatus, DynamoGraphDeploymentStatus};
 
 /// The `Ready` condition type.
 pub const READY: &str = "Ready";

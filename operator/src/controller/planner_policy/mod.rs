@@ -1,65 +1,70 @@
-//! The PlannerPolicy reconciler: one operator process plans every policy in the cluster. Each
-//! reconcile resolves the target DGD and its pools, loads the profile, and when an interval is
-//! due reads the metrics, runs the planner core, carries the decision out through the
-//! connector, and writes status, events and metrics; then it requeues for the next interval.
+//! The PlannerPolicy reconciler: one operator process plans every policy in the cluster. A
+//! reconcile runs these steps, in this order:
+//!
+//! 1. **dereference** ([`dereference`]): read the target DGD in the policy's namespace;
+//! 2. **validate** ([`crate::validation::planner_policy::validate`]): the admission webhook's
+//!    rules, so a policy the webhook would deny is reported the same way when the webhook is off;
+//! 3. **profile**: the performance model of the profile (SLA planner only);
+//! 4. **schedule**: the policy's planner state, and whether an interval is due;
+//! 5. **observe** ([`observe`]): the interval's metrics from Prometheus;
+//! 6. **decide** ([`decide`], pure): the planner's tick and what status should say;
+//! 7. **actuate** ([`actuate`]): carry the decision out through the connector;
+//! 8. **report**: status (written only when it changed), Events on transitions, metrics.
+//!
+//! Every path that decides something ends in the report step; problems with the spec or the
+//! target are reported in status and retried on a schedule, and only API errors fail a
+//! reconcile.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
 use futures::StreamExt;
-use k8s_openapi::{api::core::v1::ConfigMap, jiff::Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::{
-    Api, Resource, ResourceExt,
-    api::{Patch, PatchParams},
+    Api, ResourceExt,
     core::DeserializeGuard,
-    runtime::{
-        Controller,
-        controller::Action,
-        events::{Event, EventType},
-        watcher,
-    },
+    runtime::{Controller, controller::Action, events::EventType, watcher},
 };
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{info, warn};
 
-use super::{Context, FIELD_MANAGER, conditions::DesiredCondition};
+use planner_api::{ConnectorKind, DynamoGraphDeployment, PlannerMode, PlannerPolicy, PoolReplicas};
+use planner_core::{interpolation::PerformanceModel, load::LoadPlanner, state::SlaPlanner};
+
+use super::{
+    Context,
+    common::{self, KubeError, ReconcileError},
+    conditions::{self, DesiredCondition},
+};
 use crate::{
-    api::{
-        ConnectorKind, CorrectionFactors, DynamoGraphDeployment, ObservedLoad, PlannerMode, PlannerPolicy,
-        PlannerPolicyStatus, PoolReplicas, PredictedLoad,
-    },
-    connector::{kubernetes, virtual_etcd},
-    controller::dgd::status::READY as DGD_READY,
-    metrics::{
-        policy::IntervalReport,
-        prometheus::{PrometheusClient, SeriesFilter},
-    },
-    planner::{
-        interpolation::PerformanceModel,
-        load::{LoadDecision, LoadPlanner, LoadSkip},
-        profile::Profile,
-        state::{IntervalMetrics, SlaPlanner},
-        trace,
-    },
+    metrics::policy::IntervalReport,
+    sources::prometheus::{PrometheusClient, SeriesFilter},
+    validation::{self, PolicyError, TargetPools, ValidatedPolicy},
 };
 
-pub mod resolve;
+pub mod actuate;
+pub mod config;
+pub mod decide;
+pub mod dereference;
+pub mod observe;
 pub mod status;
 
-use status::{METRICS_AVAILABLE, Outcome, PROFILE_LOADED, TARGET_RESOLVED, finite};
+use actuate::{Actuation, Connector, EtcdConnector, KubernetesConnector, ScaleRequest};
+use decide::{Decision, MetricsOrigin, PlannerState};
+use status::{METRICS_AVAILABLE, Outcome, PROFILE_LOADED, READY, SCALING_LIMITED, TARGET_RESOLVED};
 
 /// Name of this controller in metrics and logs.
 pub const CONTROLLER: &str = "plannerpolicy";
-/// Intervals of Prometheus history replayed into the predictors after a restart.
-pub const HISTORY_INTERVALS: usize = 50;
 /// Timeout of each Prometheus request.
 const PROMETHEUS_TIMEOUT: Duration = Duration::from_secs(10);
-/// Bound on one etcd exchange of the virtual connector.
-const ETCD_TIMEOUT: Duration = Duration::from_secs(10);
-/// Retry delay when the target or profile is not usable yet.
+/// Retry delay when the spec, the target or the profile is not usable yet.
 const RETRY: Duration = Duration::from_secs(30);
+/// Retry delay after an API error.
+const ERROR_RETRY: Duration = Duration::from_secs(15);
+/// How often the states and metric series of deleted policies are dropped.
+const PRUNE_EVERY: Duration = Duration::from_secs(30);
 /// Planner states built at once (warm-up trace read and parsed, history restored). Each warm-up
 /// holds its trace ConfigMap (up to 1 MiB) twice while it parses it: unbounded, a thousand
 /// policies created together held hundreds of them at once, and the allocator kept the peak
@@ -71,34 +76,26 @@ const STATE_BUILDS: usize = 4;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A Kubernetes API call failed.
-    #[error("{action}: {source}")]
-    Kube {
-        /// What was attempted.
-        action: String,
-        /// The API error.
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Kube(#[from] KubeError),
 }
 
-impl Error {
-    /// A bounded category for metrics.
-    pub fn kind(&self) -> &'static str {
+impl ReconcileError for Error {
+    fn category(&self) -> &'static str {
         match self {
-            Self::Kube { .. } => "kube_api",
+            Self::Kube(_) => "kube_api",
         }
     }
 }
 
-enum PlannerState {
-    Sla(Box<SlaPlanner>),
-    Load(LoadPlanner),
-}
-
+/// One policy's planner between reconciles.
 struct PolicyRuntime {
+    /// The settings the state was built for; a change starts a new state.
     fingerprint: String,
-    planner: PlannerState,
+    state: PlannerState,
+    /// The virtual connector's etcd session (kept for its protocol state).
+    etcd: Option<EtcdConnector>,
     next_tick: Option<Instant>,
-    virtual_connector: Option<virtual_etcd::VirtualConnector>,
 }
 
 /// Planner state of each policy, keyed by namespace and name; each behind its own lock so
@@ -112,7 +109,7 @@ pub struct PlannerContext {
     /// Prometheus used when a policy names none.
     pub default_prometheus_url: String,
     runtimes: Mutex<Runtimes>,
-    models: Mutex<HashMap<String, Arc<PerformanceModel>>>,
+    models: dereference::ModelCache,
     prometheus: Mutex<HashMap<String, PrometheusClient>>,
     state_builds: tokio::sync::Semaphore,
 }
@@ -124,12 +121,24 @@ impl PlannerContext {
             base,
             default_prometheus_url,
             runtimes: Mutex::default(),
-            models: Mutex::default(),
+            models: dereference::ModelCache::default(),
             prometheus: Mutex::default(),
             state_builds: tokio::sync::Semaphore::new(STATE_BUILDS),
         }
     }
 
+    /// The Prometheus URL of a policy.
+    fn prometheus_url(&self, policy: &PlannerPolicy) -> String {
+        policy
+            .spec
+            .metrics
+            .prometheus
+            .url
+            .clone()
+            .unwrap_or_else(|| self.default_prometheus_url.clone())
+    }
+
+    /// A (shared) client for `url`, or why there is none.
     fn prometheus(&self, url: &str) -> Result<PrometheusClient, String> {
         let mut clients = self
             .prometheus
@@ -158,21 +167,18 @@ pub async fn run(
     namespace: Option<String>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let client = ctx.base.client.clone();
-    let policies: Api<DeserializeGuard<PlannerPolicy>> = match &namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
+    let policies: Api<DeserializeGuard<PlannerPolicy>> =
+        common::scoped_api(ctx.base.client.clone(), namespace.as_deref());
     let controller = Controller::new(policies, watcher::Config::default().any_semantic());
     let store = controller.store();
-    // Remove the metric series and state of deleted policies.
+    // Drop the metric series and state of deleted policies.
     let pruner = {
         let ctx = Arc::clone(&ctx);
         async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(30));
+            let mut tick = tokio::time::interval(PRUNE_EVERY);
             loop {
                 tick.tick().await;
-                let live: Vec<(String, String)> = store
+                let live: HashSet<(String, String)> = store
                     .state()
                     .iter()
                     .map(|p| (p.namespace().unwrap_or_default(), p.name_any()))
@@ -207,31 +213,13 @@ async fn reconcile(
     guard: Arc<DeserializeGuard<PlannerPolicy>>,
     ctx: Arc<PlannerContext>,
 ) -> Result<Action, Error> {
-    let (namespace, name) = match &guard.0 {
-        Ok(p) => (p.namespace().unwrap_or_default(), p.name_any()),
-        Err(invalid) => (
-            invalid.metadata.namespace.clone().unwrap_or_default(),
-            invalid.metadata.name.clone().unwrap_or_default(),
-        ),
-    };
-    let span = info_span!("reconcile", controller = CONTROLLER, namespace = %namespace, name = %name);
-    async move {
-        let _timer = ctx.base.metrics.reconcile_started(CONTROLLER);
-        let policy = match &guard.0 {
-            Ok(policy) => policy,
-            Err(invalid) => {
-                warn!(error = %invalid.error, "PlannerPolicy cannot be parsed; skipping it");
-                ctx.base.metrics.invalid_object(CONTROLLER);
-                return Ok(Action::await_change());
-            }
-        };
-        let result = reconcile_policy(policy, &ctx).await;
-        ctx.base
-            .metrics
-            .reconcile_finished(CONTROLLER, result.as_ref().err().map(Error::kind));
-        result
-    }
-    .instrument(span)
+    common::guarded_reconcile(
+        CONTROLLER,
+        &ctx.base.metrics,
+        &guard,
+        async |policy| reconcile_policy(policy, &ctx).await,
+        async |_, _| {},
+    )
     .await
 }
 
@@ -241,62 +229,27 @@ fn error_policy(
     _ctx: Arc<PlannerContext>,
 ) -> Action {
     let name = guard.0.as_ref().map(ResourceExt::name_any).unwrap_or_default();
-    warn!(%name, %error, "reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(15))
-}
-
-/// What went wrong before an interval could run; reported in status, retried later.
-struct Blocked {
-    condition: DesiredCondition,
-    event: Option<(&'static str, String)>,
+    warn!(%name, error = %common::chain(error), "reconcile failed; retrying");
+    Action::requeue(ERROR_RETRY)
 }
 
 async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Result<Action, Error> {
     let namespace = policy.namespace().unwrap_or_default();
-    let name = policy.name_any();
-    let spec = &policy.spec;
-    let client = ctx.base.client.clone();
-    let dgds: Api<DynamoGraphDeployment> = Api::namespaced(client.clone(), &namespace);
+    let client = &ctx.base.client;
 
-    // Fetch and resolve the target.
-    let dgd = match dgds.get_opt(&spec.target_ref.name).await {
-        Ok(Some(dgd)) => dgd,
-        Ok(None) => {
-            let message = format!(
-                "spec.targetRef.name: DynamoGraphDeployment {:?} does not exist in namespace {namespace}",
-                spec.target_ref.name
-            );
-            let blocked = Blocked {
-                condition: DesiredCondition::unmet(TARGET_RESOLVED, "TargetNotFound", &message),
-                event: None,
-            };
-            return report_blocked(policy, ctx, blocked).await;
-        }
-        Err(source) => {
-            return Err(Error::Kube {
-                action: "get the target DynamoGraphDeployment".into(),
-                source,
-            });
-        }
-    };
-    let resolved = resolve::pools(spec, &dgd).and_then(|pools| {
-        let model = if spec.mode == PlannerMode::Load {
-            String::new()
-        } else {
-            resolve::model_name(spec, &dgd, &pools)?
+    // 1. Dereference the target.
+    let Some(dgd) = dereference::target(client, policy).await? else {
+        let missing = PolicyError::TargetNotFound {
+            name: policy.spec.target_ref.name.clone(),
+            namespace,
         };
-        Ok((pools, model))
-    });
-    let (pools, model_name) = match resolved {
-        Ok(resolved) => resolved,
-        Err(error) => {
-            let message = error.to_string();
-            let blocked = Blocked {
-                condition: DesiredCondition::unmet(TARGET_RESOLVED, "ComponentsUnresolved", &message),
-                event: Some(("InvalidSpec", message)),
-            };
-            return report_blocked(policy, ctx, blocked).await;
-        }
+        return report_invalid(policy, ctx, &[missing]).await;
+    };
+
+    // 2. Validate, with the webhook's rules.
+    let validated = match validation::validate(&policy.spec, &namespace, &dgd) {
+        Ok(validated) => validated,
+        Err(errors) => return report_invalid(policy, ctx, &errors).await,
     };
     let mut outcome = Outcome::default();
     outcome.conditions.push(DesiredCondition::met(
@@ -304,15 +257,15 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
         "Resolved",
         format!(
             "prefill component {:?}, decode component {:?}",
-            pools.prefill, pools.decode
+            validated.target.prefill.component, validated.target.decode.component
         ),
     ));
 
-    // The profile (not needed by the load-based planner).
-    let model = if spec.mode == PlannerMode::Load {
+    // 3. The profile's performance model (the load-based planner needs none).
+    let model = if policy.spec.mode == PlannerMode::Load {
         None
     } else {
-        match load_model(policy, ctx).await {
+        match ctx.models.model(client, policy).await {
             Ok((model, source)) => {
                 outcome.conditions.push(DesiredCondition::met(
                     PROFILE_LOADED,
@@ -321,381 +274,186 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
                 ));
                 Some(model)
             }
-            Err(message) => {
-                let blocked = Blocked {
-                    condition: DesiredCondition::unmet(PROFILE_LOADED, "ProfileInvalid", &message),
-                    event: Some(("InvalidSpec", message)),
-                };
-                return report_blocked(policy, ctx, blocked).await;
+            Err(error) => {
+                let message = common::chain(&error);
+                let condition = DesiredCondition::unmet(PROFILE_LOADED, "ProfileInvalid", &message);
+                return report_blocked(policy, ctx, condition).await;
             }
         }
     };
 
-    let interval = match resolve::parse_duration("spec.adjustmentInterval", &spec.adjustment_interval) {
-        Ok(interval) => interval,
-        Err(error) => {
-            let blocked = Blocked {
-                condition: DesiredCondition::unmet(TARGET_RESOLVED, "InvalidSpec", error.to_string()),
-                event: Some(("InvalidSpec", error.to_string())),
-            };
-            return report_blocked(policy, ctx, blocked).await;
-        }
-    };
-
-    // The policy's planner state, created (and restored from Prometheus history) on first use.
-    let runtime = runtime_for(policy, ctx, &pools, &model_name, interval).await;
+    // 4. The policy's planner state, and whether an interval is due.
+    let runtime = runtime_for(policy, ctx, &validated, model).await;
     let mut runtime = runtime.lock().await;
     let now = Instant::now();
-    if let Some(next) = runtime.next_tick
-        && next > now
-    {
-        return Ok(Action::requeue(next - now));
-    }
-    if let Some(next) = runtime.next_tick {
-        ctx.base.metrics.policies.lateness((now - next).as_secs_f64());
-    }
-    // Keep the cadence; after a long pause start over from now.
-    runtime.next_tick = Some(match runtime.next_tick {
-        Some(next) if now - next < interval => next + interval,
-        _ => now + interval,
-    });
-
-    let current = current_replicas(&dgd, &pools);
-    outcome.ticked = true;
-    outcome.current = Some(PoolReplicas {
-        prefill: to_i32(current.0),
-        decode: to_i32(current.1),
-    });
-    let metrics_url = spec
-        .metrics
-        .prometheus
-        .url
-        .clone()
-        .unwrap_or_else(|| ctx.default_prometheus_url.clone());
-    let dynamo_namespace = resolve::metrics_namespace(policy, &dgd.name_any());
-    let prometheus = ctx.prometheus(&metrics_url);
-    let window_s = interval.as_secs().max(1);
-
-    let target = match &mut runtime.planner {
-        PlannerState::Sla(planner) => {
-            let Ok(config) = resolve::sla_config(spec, &pools) else {
-                return Ok(Action::requeue(RETRY));
-            };
-            let metrics = match &prometheus {
-                Ok(client) => {
-                    let filter = SeriesFilter {
-                        dynamo_namespace: dynamo_namespace.clone(),
-                        model: model_name.clone(),
-                    };
-                    match client.observe(&filter, window_s).await {
-                        Ok(observation) => IntervalMetrics::Observed(observation),
-                        Err(error) => {
-                            ctx.base.metrics.policies.metrics_unavailable(error.kind());
-                            IntervalMetrics::Unavailable {
-                                reason: error.to_string(),
-                            }
-                        }
-                    }
-                }
-                Err(error) => {
-                    ctx.base.metrics.policies.metrics_unavailable("client");
-                    IntervalMetrics::Unavailable {
-                        reason: error.clone(),
-                    }
-                }
-            };
-            let Some(model) = &model else {
-                return Ok(Action::requeue(RETRY));
-            };
-            let decision = planner.tick(&config, model.as_ref(), metrics, current);
-            if let Some(hold) = &decision.hold {
-                match hold {
-                    crate::planner::state::Hold::MetricsUnavailable { reason } => {
-                        outcome.conditions.push(DesiredCondition::unmet(
-                            METRICS_AVAILABLE,
-                            "MetricsUnavailable",
-                            reason,
-                        ));
-                    }
-                    crate::planner::state::Hold::NoTraffic => {
-                        outcome.conditions.push(DesiredCondition::met(
-                            METRICS_AVAILABLE,
-                            "NoTraffic",
-                            "no request completed in the last interval",
-                        ));
-                    }
-                }
-            } else {
-                outcome.conditions.push(DesiredCondition::met(
-                    METRICS_AVAILABLE,
-                    "Observed",
-                    format!("frontend metrics of {dynamo_namespace} from {metrics_url}"),
-                ));
-            }
-            if let Some(observed) = &decision.observed {
-                outcome.observed = Some(ObservedLoad {
-                    requests: finite(observed.num_req),
-                    isl: finite(observed.isl),
-                    osl: finite(observed.osl),
-                    ttft_ms: finite(observed.ttft_ms),
-                    itl_ms: finite(observed.itl_ms),
-                });
-            }
-            if let Some(load) = &decision.predicted {
-                outcome.predicted = Some(PredictedLoad {
-                    requests: finite(load.num_req),
-                    isl: finite(load.isl),
-                    osl: finite(load.osl),
-                });
-            }
-            let corrections = decision.corrections;
-            outcome.correction = Some(CorrectionFactors {
-                prefill: finite(corrections.prefill),
-                decode: finite(corrections.decode),
-            });
-            if decision.plan.is_some() {
-                outcome
-                    .conditions
-                    .push(status::scaling_limited(decision.limits()));
-            }
-            outcome.message = decision.explanation();
-            decision.target()
-        }
-        PlannerState::Load(planner) => {
-            let config = resolve::load_config(spec, &pools);
-            let pulling = resolve::parse_duration(
-                "spec.load.metricPullingInterval",
-                &spec.load.metric_pulling_interval,
-            )
-            .unwrap_or(Duration::from_secs(1));
-            let samples = match &prometheus {
-                Ok(client) => client
-                    .load_samples(
-                        &dynamo_namespace,
-                        window_s as f64,
-                        pulling.as_secs_f64().max(1.0),
-                        unix_now(),
-                    )
-                    .await
-                    .map_err(|e| {
-                        ctx.base.metrics.policies.metrics_unavailable(e.kind());
-                        e.to_string()
-                    }),
-                Err(error) => {
-                    ctx.base.metrics.policies.metrics_unavailable("client");
-                    Err(error.clone())
-                }
-            };
-            match samples {
-                Ok(samples) => {
-                    let decision: LoadDecision = planner.tick(&config, current.0, current.1, &samples);
-                    if decision.skipped == Some(LoadSkip::NoSamples) {
-                        outcome.conditions.push(DesiredCondition::unmet(
-                            METRICS_AVAILABLE,
-                            "NoSamples",
-                            format!(
-                                "no queue or KV-cache samples for {dynamo_namespace} in the last interval"
-                            ),
-                        ));
-                    } else {
-                        outcome.conditions.push(DesiredCondition::met(
-                            METRICS_AVAILABLE,
-                            "Observed",
-                            "load metrics sampled",
-                        ));
-                    }
-                    outcome.message = format!(
-                        "load mode: prefill {:?}, decode {:?}{}",
-                        decision.prefill_reason,
-                        decision.decode_reason,
-                        decision
-                            .skipped
-                            .as_ref()
-                            .map(|s| format!(" (skipped: {s:?})"))
-                            .unwrap_or_default()
-                    );
-                    decision
-                        .skipped
-                        .is_none()
-                        .then_some((decision.prefill, decision.decode))
-                }
-                Err(reason) => {
-                    outcome.message = format!("keeping replicas: metrics unavailable ({reason})");
-                    outcome.conditions.push(DesiredCondition::unmet(
-                        METRICS_AVAILABLE,
-                        "MetricsUnavailable",
-                        reason,
-                    ));
-                    None
-                }
-            }
-        }
+    let Some(lateness) = due(&mut runtime.next_tick, validated.interval, now) else {
+        // Between intervals nothing is written: the status describes the last interval.
+        return Ok(requeue_at(runtime.next_tick, validated.interval));
     };
+    if let Some(lateness) = lateness {
+        ctx.base.metrics.policies.lateness(lateness.as_secs_f64());
+    }
+    outcome.ticked = true;
 
-    // Carry the decision out.
-    if let Some((prefill, decode)) = target {
-        outcome.desired = Some(PoolReplicas {
-            prefill: to_i32(prefill),
-            decode: to_i32(decode),
-        });
-        let spec_replicas = (pools.prefill_replicas, pools.decode_replicas);
-        if spec.mode == PlannerMode::Observe {
+    // 5. Observe.
+    let url = ctx.prometheus_url(policy);
+    let prometheus = ctx.prometheus(&url);
+    let query = observe::MetricsQuery {
+        client: prometheus.as_ref().map_err(Clone::clone),
+        dynamo_namespace: &validated.dynamo_namespace,
+        model: validated.target.model_name.as_deref().unwrap_or_default(),
+        interval: validated.interval,
+        pulling_interval: validated.pulling_interval,
+        now_unix_s: unix_now(),
+    };
+    let observed = observe::observe(&runtime.state, &query, &ctx.base.metrics.policies).await;
+
+    // 6. Decide.
+    let current = current_replicas(&dgd, &validated.target);
+    let origin = MetricsOrigin {
+        dynamo_namespace: validated.dynamo_namespace.clone(),
+        url,
+    };
+    let decision = decide::decide(&mut runtime.state, observed, current, &origin);
+    outcome.current = Some(replicas(current));
+    let target = decision.target;
+    absorb(&mut outcome, decision);
+
+    // 7. Actuate.
+    let mut scaled_from = None;
+    if let Some(wanted) = target {
+        outcome.desired = Some(replicas(wanted));
+        let spec_replicas = (
+            validated.target.prefill.replicas,
+            validated.target.decode.replicas,
+        );
+        if policy.spec.mode == PlannerMode::Observe {
             outcome.message.push_str(" (observe mode: not applied)");
-        } else if (prefill, decode) != spec_replicas {
-            let applied = match spec.connector.kind {
+        } else if wanted != spec_replicas {
+            let request = ScaleRequest {
+                target: wanted,
+                components: (
+                    &validated.target.prefill.component,
+                    &validated.target.decode.component,
+                ),
+                dgd: &dgd,
+            };
+            let actuation = match policy.spec.connector.kind {
                 ConnectorKind::Kubernetes => {
-                    if !is_ready(&dgd) {
-                        outcome.message.push_str("; target not Ready, scaling deferred");
-                        false
-                    } else {
-                        let targets = [(pools.prefill.as_str(), prefill), (pools.decode.as_str(), decode)];
-                        match kubernetes::set_replicas(&dgds, &dgd, &targets).await {
-                            Ok(changed) => changed,
-                            Err(error) => {
-                                warn!(%error, "cannot scale the target");
-                                outcome.message.push_str(&format!("; scaling failed: {error}"));
-                                false
-                            }
-                        }
-                    }
+                    let api = Api::namespaced(client.clone(), &namespace);
+                    KubernetesConnector { api }.scale(&request).await
                 }
                 ConnectorKind::Virtual => {
-                    let connector = match runtime.virtual_connector.take() {
-                        Some(connector) => Ok(connector),
-                        // Bounded, so an unreachable etcd cannot hold the reconcile (or shutdown).
-                        None => tokio::time::timeout(
-                            ETCD_TIMEOUT,
-                            virtual_etcd::VirtualConnector::connect(spec, &dynamo_namespace),
+                    let etcd = runtime.etcd.get_or_insert_with(|| {
+                        EtcdConnector::new(
+                            policy
+                                .spec
+                                .connector
+                                .etcd
+                                .as_ref()
+                                .map(|e| e.endpoints.clone())
+                                .unwrap_or_default(),
+                            policy
+                                .spec
+                                .connector
+                                .dynamo_namespace
+                                .clone()
+                                .unwrap_or_else(|| validated.dynamo_namespace.clone()),
+                            validated.decision_timeout,
                         )
-                        .await
-                        .unwrap_or_else(|_| Err(virtual_etcd::VirtualError::Timeout(ETCD_TIMEOUT))),
-                    };
-                    match connector {
-                        Ok(mut connector) => {
-                            let published =
-                                tokio::time::timeout(ETCD_TIMEOUT, connector.publish(prefill, decode))
-                                    .await
-                                    .unwrap_or_else(|_| {
-                                        Err(virtual_etcd::VirtualError::Timeout(ETCD_TIMEOUT))
-                                    });
-                            let result = match published {
-                                Ok(virtual_etcd::Published::Decision(id)) => {
-                                    outcome.decision_id = Some(id);
-                                    true
-                                }
-                                Ok(virtual_etcd::Published::Waiting { decision_id }) => {
-                                    outcome.message.push_str(&format!(
-                                        "; waiting for the orchestrator to acknowledge decision {decision_id}"
-                                    ));
-                                    false
-                                }
-                                Ok(virtual_etcd::Published::Unchanged) => false,
-                                Err(error) => {
-                                    outcome.message.push_str(&format!("; etcd: {error}"));
-                                    false
-                                }
-                            };
-                            runtime.virtual_connector = Some(connector);
-                            result
-                        }
-                        Err(error) => {
-                            outcome.message.push_str(&format!("; etcd: {error}"));
-                            false
-                        }
-                    }
+                    });
+                    etcd.scale(&request).await
                 }
             };
-            if applied {
-                outcome.scaled = true;
-                let up = prefill + decode > spec_replicas.0 + spec_replicas.1;
-                ctx.base.metrics.policies.decision(&namespace, &name, up);
-                let note = format!(
-                    "prefill {} -> {prefill}, decode {} -> {decode}: {}",
-                    spec_replicas.0, spec_replicas.1, outcome.message
-                );
-                info!(%note, "scaled");
-                publish(ctx, policy, EventType::Normal, "Scaled", &note).await;
+            match actuation {
+                Actuation::Scaled { decision_id } => {
+                    outcome.scaled = true;
+                    outcome.decision_id = decision_id;
+                    scaled_from = Some(spec_replicas);
+                }
+                Actuation::Unchanged => {}
+                Actuation::Deferred(reason) | Actuation::Failed(reason) => {
+                    outcome.message.push_str(&format!("; {reason}"));
+                }
             }
         }
     }
-    if let Some(limited) = outcome
-        .conditions
-        .iter()
-        .find(|c| c.type_ == status::SCALING_LIMITED && c.status == "True")
-    {
-        let was = policy
-            .status
-            .as_ref()
-            .and_then(|s| crate::controller::conditions::find(&s.conditions, status::SCALING_LIMITED))
-            .is_some_and(|c| c.status == "True" && c.message == limited.message);
-        if !was {
-            publish(
-                ctx,
-                policy,
-                EventType::Warning,
-                "ScalingLimited",
-                &limited.message,
-            )
-            .await;
-        }
-    }
-    if let Some(unavailable) = outcome
-        .conditions
-        .iter()
-        .find(|c| c.type_ == METRICS_AVAILABLE && c.status == "False")
-    {
-        publish(
-            ctx,
+
+    // 8. Report.
+    if let (Some(from), Some(to)) = (scaled_from, target) {
+        let up = to.0 + to.1 > from.0 + from.1;
+        ctx.base
+            .metrics
+            .policies
+            .decision(&namespace, &policy.name_any(), up);
+        let note = format!(
+            "prefill {} -> {}, decode {} -> {}: {}",
+            from.0, to.0, from.1, to.1, outcome.message
+        );
+        info!(%note, "scaled");
+        common::publish(
+            &ctx.base.recorder,
             policy,
-            EventType::Warning,
-            "MetricsUnavailable",
-            &unavailable.message,
+            EventType::Normal,
+            "Scaled",
+            "Plan",
+            &note,
         )
         .await;
     }
-
+    publish_transitions(policy, ctx, &outcome).await;
     ctx.base.metrics.policies.record(
         &namespace,
-        &name,
-        &IntervalReport {
-            desired: target,
-            current: Some(current),
-            observed: outcome.observed.as_ref().map(|o| {
-                [
-                    o.requests.unwrap_or(0.0),
-                    o.isl.unwrap_or(0.0),
-                    o.osl.unwrap_or(0.0),
-                    o.ttft_ms.unwrap_or(0.0) / 1000.0,
-                    o.itl_ms.unwrap_or(0.0) / 1000.0,
-                ]
-            }),
-            predicted: outcome.predicted.as_ref().map(|p| {
-                [
-                    p.requests.unwrap_or(0.0),
-                    p.isl.unwrap_or(0.0),
-                    p.osl.unwrap_or(0.0),
-                ]
-            }),
-            correction: outcome
-                .correction
-                .as_ref()
-                .map(|c| (c.prefill.unwrap_or(1.0), c.decode.unwrap_or(1.0))),
-        },
+        &policy.name_any(),
+        &interval_report(&outcome, target, current),
     );
     write_status(policy, ctx, &outcome).await?;
-    let wait = runtime
-        .next_tick
-        .map_or(interval, |next| next.saturating_duration_since(Instant::now()));
-    Ok(Action::requeue(wait.max(Duration::from_millis(100))))
+    Ok(requeue_at(runtime.next_tick, validated.interval))
 }
 
-/// Gets (or creates, restoring history) the planner state of a policy.
+/// Whether an interval is due at `now`: `None` when not yet, else how late it is (`None` for the
+/// first). Advances `next_tick`, keeping the cadence, or starting over after a long pause.
+fn due(next_tick: &mut Option<Instant>, interval: Duration, now: Instant) -> Option<Option<Duration>> {
+    match *next_tick {
+        Some(next) if next > now => None,
+        Some(next) => {
+            let late = now - next;
+            *next_tick = Some(if late < interval {
+                next + interval
+            } else {
+                now + interval
+            });
+            Some(Some(late))
+        }
+        None => {
+            *next_tick = Some(now + interval);
+            Some(None)
+        }
+    }
+}
+
+/// Requeue at the next interval.
+fn requeue_at(next_tick: Option<Instant>, interval: Duration) -> Action {
+    let wait = next_tick.map_or(interval, |next| next.saturating_duration_since(Instant::now()));
+    Action::requeue(wait.max(Duration::from_millis(100)))
+}
+
+/// Moves a decision's report into the outcome.
+fn absorb(outcome: &mut Outcome, decision: Decision) {
+    outcome.conditions.extend(decision.conditions);
+    outcome.observed = decision.observed;
+    outcome.predicted = decision.predicted;
+    outcome.correction = decision.correction;
+    outcome.message = decision.message;
+}
+
+/// Gets the policy's planner state, creating it (warmed up and restored from Prometheus history)
+/// on first use or when its settings changed; its configuration and model are refreshed.
 async fn runtime_for(
     policy: &PlannerPolicy,
     ctx: &PlannerContext,
-    pools: &resolve::Pools,
-    model_name: &str,
-    interval: Duration,
+    validated: &ValidatedPolicy,
+    model: Option<Arc<PerformanceModel>>,
 ) -> Arc<tokio::sync::Mutex<PolicyRuntime>> {
     let key = (policy.namespace().unwrap_or_default(), policy.name_any());
     let spec = &policy.spec;
@@ -709,30 +467,44 @@ async fn runtime_for(
     .unwrap_or_default();
     let existing = ctx.runtimes.lock().ok().and_then(|r| r.get(&key).cloned());
     if let Some(existing) = existing {
-        if existing.lock().await.fingerprint == fingerprint {
+        let mut runtime = existing.lock().await;
+        if runtime.fingerprint == fingerprint {
+            refresh(&mut runtime.state, spec, validated, model);
+            drop(runtime);
             return existing;
         }
         info!("planner settings changed; starting a new planner state");
     }
-    let planner = match spec.mode {
-        PlannerMode::Load => PlannerState::Load(LoadPlanner::default()),
-        PlannerMode::Sla | PlannerMode::Observe => {
-            let mut planner = match resolve::sla_config(spec, pools) {
-                Ok(config) => SlaPlanner::new(&config),
-                Err(_) => SlaPlanner::new(&default_sla_config(interval)),
-            };
+    let state = match model {
+        Some(model) if spec.mode != PlannerMode::Load => {
+            let config = config::sla_config(spec, validated);
+            let mut planner = SlaPlanner::new(&config);
             // The semaphore is never closed; without a permit the build would only be unbounded.
             let _permit = ctx.state_builds.acquire().await.ok();
-            warm_up(policy, ctx, &mut planner, interval).await;
-            restore(policy, ctx, &mut planner, model_name, interval).await;
-            PlannerState::Sla(Box::new(planner))
+            dereference::warm_up(&ctx.base.client, policy, &mut planner, validated.interval).await;
+            if let Ok(client) = ctx.prometheus(&ctx.prometheus_url(policy)) {
+                let filter = SeriesFilter {
+                    dynamo_namespace: validated.dynamo_namespace.clone(),
+                    model: validated.target.model_name.clone().unwrap_or_default(),
+                };
+                dereference::restore(&client, &filter, &mut planner, validated.interval, unix_now()).await;
+            }
+            PlannerState::Sla {
+                planner: Box::new(planner),
+                config,
+                model,
+            }
         }
+        _ => PlannerState::Load {
+            planner: LoadPlanner::default(),
+            config: config::load_config(spec, validated),
+        },
     };
     let runtime = Arc::new(tokio::sync::Mutex::new(PolicyRuntime {
         fingerprint,
-        planner,
+        state,
+        etcd: None,
         next_tick: None,
-        virtual_connector: None,
     }));
     if let Ok(mut runtimes) = ctx.runtimes.lock() {
         runtimes.insert(key, Arc::clone(&runtime));
@@ -740,167 +512,27 @@ async fn runtime_for(
     runtime
 }
 
-fn default_sla_config(interval: Duration) -> crate::planner::state::SlaPlannerConfig {
-    crate::planner::state::SlaPlannerConfig {
-        interval_s: interval.as_secs_f64(),
-        sla: crate::planner::sla::SlaTargets::new(500.0, 50.0),
-        limits: crate::planner::sla::Limits {
-            min_replicas: 1,
-            max_replicas: None,
-            max_gpu_budget: None,
-            prefill_gpus_per_engine: 1,
-            decode_gpus_per_engine: 1,
-        },
-        correction: true,
-        predictor: crate::planner::predictor::PredictorConfig::default(),
-    }
-}
-
-/// Feeds the policy's warm-up trace, if any, to a new planner.
-async fn warm_up(policy: &PlannerPolicy, ctx: &PlannerContext, planner: &mut SlaPlanner, interval: Duration) {
-    let Some(warmup) = &policy.spec.predictor.warmup_trace else {
-        return;
-    };
-    let namespace = policy.namespace().unwrap_or_default();
-    let config_maps: Api<ConfigMap> = Api::namespaced(ctx.base.client.clone(), &namespace);
-    let reference = &warmup.config_map_ref;
-    let text = match config_maps.get_opt(&reference.name).await {
-        Ok(Some(cm)) => cm.data.and_then(|mut d| d.remove(&reference.key)),
-        Ok(None) => None,
-        Err(error) => {
-            warn!(%error, "cannot read the warm-up trace ConfigMap");
-            None
-        }
-    };
-    let Some(text) = text else {
-        warn!(configmap = %reference.name, key = %reference.key, "warm-up trace not found; starting cold");
-        return;
-    };
-    match trace::parse_mooncake_jsonl(&text) {
-        Ok(records) => {
-            let buckets = trace::bucketize(&records, interval.as_secs_f64());
-            info!(
-                intervals = buckets.len(),
-                "warmed the predictors up from the trace"
-            );
-            planner.warm_up(&buckets);
-        }
-        Err(error) => warn!(%error, "the warm-up trace cannot be read; starting cold"),
-    }
-}
-
-/// Replays recent intervals from Prometheus so a restart does not start the predictors cold.
-async fn restore(
-    policy: &PlannerPolicy,
-    ctx: &PlannerContext,
-    planner: &mut SlaPlanner,
-    model: &str,
-    interval: Duration,
+/// Applies settings that do not need a new state (targets, bounds, a new profile version).
+fn refresh(
+    state: &mut PlannerState,
+    spec: &planner_api::PlannerPolicySpec,
+    validated: &ValidatedPolicy,
+    new_model: Option<Arc<PerformanceModel>>,
 ) {
-    let spec = &policy.spec;
-    let url = spec
-        .metrics
-        .prometheus
-        .url
-        .clone()
-        .unwrap_or_else(|| ctx.default_prometheus_url.clone());
-    let Ok(client) = ctx.prometheus(&url) else { return };
-    let filter = SeriesFilter {
-        dynamo_namespace: resolve::metrics_namespace(policy, &spec.target_ref.name),
-        model: model.to_string(),
-    };
-    // End one interval ago: the current interval is observed by the first tick.
-    let end = unix_now() - interval.as_secs_f64();
-    match client
-        .history(&filter, interval.as_secs().max(1), HISTORY_INTERVALS, end)
-        .await
-    {
-        Ok(history) => {
-            info!(
-                intervals = history.len(),
-                "restored predictor history from Prometheus"
-            );
-            planner.replay(&history);
+    match state {
+        PlannerState::Sla { config, model, .. } => {
+            *config = config::sla_config(spec, validated);
+            if let Some(new_model) = new_model {
+                *model = new_model;
+            }
         }
-        Err(error) => info!(%error, "no Prometheus history to restore; starting cold"),
+        PlannerState::Load { config, .. } => *config = config::load_config(spec, validated),
     }
-}
-
-/// Loads (or reuses) the performance model of the policy's profile; the error is a message.
-async fn load_model(
-    policy: &PlannerPolicy,
-    ctx: &PlannerContext,
-) -> Result<(Arc<PerformanceModel>, String), String> {
-    let Some(profile) = &policy.spec.profile else {
-        return Err("spec.profile is required in sla and observe modes".into());
-    };
-    if let Some(builtin) = profile.builtin {
-        let key = format!("builtin:{}", builtin.name());
-        return cached_model(ctx, &key, || {
-            Profile::builtin(builtin.name()).map_err(|e| e.to_string())
-        })
-        .map(|m| (m, format!("builtin {}", builtin.name())));
-    }
-    let Some(reference) = &profile.config_map_ref else {
-        return Err("spec.profile must set builtin or configMapRef".into());
-    };
-    let namespace = policy.namespace().unwrap_or_default();
-    let config_maps: Api<ConfigMap> = Api::namespaced(ctx.base.client.clone(), &namespace);
-    let cm = config_maps
-        .get_opt(&reference.name)
-        .await
-        .map_err(|e| format!("cannot read ConfigMap {}: {e}", reference.name))?
-        .ok_or_else(|| {
-            format!(
-                "spec.profile.configMapRef: ConfigMap {:?} does not exist",
-                reference.name
-            )
-        })?;
-    // Cached until the ConfigMap changes.
-    let key = format!(
-        "configmap:{namespace}/{}@{}",
-        reference.name,
-        cm.resource_version().unwrap_or_default()
-    );
-    let source = format!("ConfigMap {}", reference.name);
-    cached_model(ctx, &key, || {
-        Profile::from_config_map_entries(
-            &format!("ConfigMap {}", reference.name),
-            |k| cm.data.as_ref().and_then(|d| d.get(k).cloned()),
-            |k| {
-                cm.binary_data
-                    .as_ref()
-                    .and_then(|d| d.get(k).map(|b| b.0.clone()))
-            },
-        )
-        .map_err(|e| e.to_string())
-    })
-    .map(|m| (m, source))
-}
-
-fn cached_model(
-    ctx: &PlannerContext,
-    key: &str,
-    load: impl FnOnce() -> Result<Profile, String>,
-) -> Result<Arc<PerformanceModel>, String> {
-    if let Some(model) = ctx.models.lock().ok().and_then(|m| m.get(key).cloned()) {
-        return Ok(model);
-    }
-    let profile = load()?;
-    let model = Arc::new(PerformanceModel::new(&profile).map_err(|e| e.to_string())?);
-    if let Ok(mut models) = ctx.models.lock() {
-        // Drop older versions of the same ConfigMap.
-        if let Some((prefix, _)) = key.split_once('@') {
-            models.retain(|k, _| !k.starts_with(prefix));
-        }
-        models.insert(key.to_string(), Arc::clone(&model));
-    }
-    Ok(model)
 }
 
 /// Available replicas of both pools from the DGD status (ready when available is not
 /// reported), else the spec's.
-fn current_replicas(dgd: &DynamoGraphDeployment, pools: &resolve::Pools) -> (u32, u32) {
+fn current_replicas(dgd: &DynamoGraphDeployment, target: &TargetPools) -> (u32, u32) {
     let of = |component: &str, spec: u32| {
         dgd.status
             .as_ref()
@@ -915,42 +547,124 @@ fn current_replicas(dgd: &DynamoGraphDeployment, pools: &resolve::Pools) -> (u32
             .map_or(spec, |n| u32::try_from(n).unwrap_or(0))
     };
     (
-        of(&pools.prefill, pools.prefill_replicas),
-        of(&pools.decode, pools.decode_replicas),
+        of(&target.prefill.component, target.prefill.replicas),
+        of(&target.decode.component, target.decode.replicas),
     )
 }
 
-fn is_ready(dgd: &DynamoGraphDeployment) -> bool {
-    dgd.status
-        .as_ref()
-        .and_then(|s| crate::controller::conditions::find(&s.conditions, DGD_READY))
-        .is_some_and(|c| c.status == "True")
+fn replicas((prefill, decode): (u32, u32)) -> PoolReplicas {
+    let to_i32 = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
+    PoolReplicas {
+        prefill: to_i32(prefill),
+        decode: to_i32(decode),
+    }
 }
 
-fn to_i32(n: u32) -> i32 {
-    i32::try_from(n).unwrap_or(i32::MAX)
+fn interval_report(outcome: &Outcome, desired: Option<(u32, u32)>, current: (u32, u32)) -> IntervalReport {
+    IntervalReport {
+        desired,
+        current: Some(current),
+        observed: outcome.observed.as_ref().map(|o| {
+            [
+                o.requests.unwrap_or(0.0),
+                o.isl.unwrap_or(0.0),
+                o.osl.unwrap_or(0.0),
+                o.ttft_ms.unwrap_or(0.0) / 1000.0,
+                o.itl_ms.unwrap_or(0.0) / 1000.0,
+            ]
+        }),
+        predicted: outcome.predicted.as_ref().map(|p| {
+            [
+                p.requests.unwrap_or(0.0),
+                p.isl.unwrap_or(0.0),
+                p.osl.unwrap_or(0.0),
+            ]
+        }),
+        correction: outcome
+            .correction
+            .as_ref()
+            .map(|c| (c.prefill.unwrap_or(1.0), c.decode.unwrap_or(1.0))),
+    }
 }
 
 fn unix_now() -> f64 {
     Timestamp::now().as_millisecond() as f64 / 1000.0
 }
 
+/// Reports a policy that the webhook's rules reject: `TargetResolved` (for errors about the
+/// target) or `Ready` (for the policy's own fields) with the webhook's message.
+async fn report_invalid(
+    policy: &PlannerPolicy,
+    ctx: &PlannerContext,
+    errors: &[PolicyError],
+) -> Result<Action, Error> {
+    let message = validation::describe(errors);
+    let condition = match errors.iter().find(|e| e.is_about_target()) {
+        Some(first) => DesiredCondition::unmet(TARGET_RESOLVED, first.reason(), &message),
+        None => DesiredCondition::unmet(READY, "InvalidSpec", &message),
+    };
+    report_blocked(policy, ctx, condition).await
+}
+
+/// Reports what keeps the planner from running, with a Warning Event when the status changes.
 async fn report_blocked(
     policy: &PlannerPolicy,
     ctx: &PlannerContext,
-    blocked: Blocked,
+    condition: DesiredCondition,
 ) -> Result<Action, Error> {
-    let message = blocked.condition.message.clone();
+    let message = condition.message.clone();
     let outcome = Outcome {
-        conditions: vec![blocked.condition],
-        message,
+        conditions: vec![condition],
+        message: message.clone(),
         ..Outcome::default()
     };
-    let changed = write_status(policy, ctx, &outcome).await?;
-    if changed && let Some((reason, note)) = blocked.event {
-        publish(ctx, policy, EventType::Warning, reason, &note).await;
+    if write_status(policy, ctx, &outcome).await? {
+        common::publish(
+            &ctx.base.recorder,
+            policy,
+            EventType::Warning,
+            "InvalidSpec",
+            "Plan",
+            &message,
+        )
+        .await;
     }
     Ok(Action::requeue(RETRY))
+}
+
+/// Warning Events for conditions that turned bad (or changed their message) this interval.
+async fn publish_transitions(policy: &PlannerPolicy, ctx: &PlannerContext, outcome: &Outcome) {
+    let previous = |type_: &str| {
+        policy
+            .status
+            .as_ref()
+            .and_then(|s| conditions::find(&s.conditions, type_))
+            .cloned()
+    };
+    for (type_, bad_status, reason) in [
+        (SCALING_LIMITED, "True", "ScalingLimited"),
+        (METRICS_AVAILABLE, "False", "MetricsUnavailable"),
+    ] {
+        let Some(now) = outcome
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_ && c.status == bad_status)
+        else {
+            continue;
+        };
+        let unchanged = previous(type_).is_some_and(|c| c.status == bad_status && c.message == now.message);
+        if !unchanged {
+            common::publish(
+                &ctx.base.recorder,
+                policy,
+                EventType::Warning,
+                reason,
+                "Plan",
+                &now.message,
+            )
+            .await;
+        }
+    }
 }
 
 /// Writes status when it changed; returns whether it did.
@@ -970,33 +684,31 @@ async fn write_status(
     }
     let api: Api<PlannerPolicy> =
         Api::namespaced(ctx.base.client.clone(), &policy.namespace().unwrap_or_default());
-    let patch = serde_json::json!({
-        "apiVersion": PlannerPolicy::api_version(&()),
-        "kind": PlannerPolicy::kind(&()),
-        "status": PlannerPolicyStatus { ..next },
-    });
-    api.patch_status(
-        &policy.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(|source| Error::Kube {
-        action: "write PlannerPolicy status".into(),
-        source,
-    })?;
+    common::apply_status(&api, &policy.name_any(), &next).await?;
     Ok(true)
 }
 
-async fn publish(ctx: &PlannerContext, policy: &PlannerPolicy, type_: EventType, reason: &str, note: &str) {
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note.chars().take(1000).collect()),
-        action: "Plan".into(),
-        secondary: None,
-    };
-    if let Err(error) = ctx.base.recorder.publish(&event, &policy.object_ref(&())).await {
-        warn!(%error, "cannot publish event");
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals_keep_their_cadence_and_restart_after_a_pause() {
+        let interval = Duration::from_secs(60);
+        let start = Instant::now();
+        let mut next = None;
+        assert_eq!(due(&mut next, interval, start), Some(None));
+        assert_eq!(next, Some(start + interval));
+        assert_eq!(due(&mut next, interval, start + Duration::from_secs(30)), None);
+        // Two seconds late: the next one is still on the minute.
+        assert_eq!(
+            due(&mut next, interval, start + Duration::from_secs(62)),
+            Some(Some(Duration::from_secs(2)))
+        );
+        assert_eq!(next, Some(start + 2 * interval));
+        // A pause longer than an interval starts over from now.
+        let later = start + Duration::from_secs(500);
+        assert!(due(&mut next, interval, later).is_some());
+        assert_eq!(next, Some(later + interval));
     }
 }

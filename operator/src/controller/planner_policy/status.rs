@@ -2,11 +2,11 @@
 
 use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 
-use crate::{
-    api::{CorrectionFactors, ObservedLoad, PlannerPolicyStatus, PoolReplicas, PredictedLoad},
-    controller::conditions::{self, DesiredCondition},
-    planner::sla::Limit,
-};
+use planner_api::{CorrectionFactors, ObservedLoad, PlannerPolicyStatus, PoolReplicas, PredictedLoad};
+
+use planner_core::sla::Limit;
+
+use crate::controller::conditions::{self, DesiredCondition};
 
 /// Condition types of a PlannerPolicy.
 pub const READY: &str = "Ready";
@@ -81,18 +81,21 @@ pub fn next(
     status.observed_generation = generation;
     // Ready follows the other conditions: the planner works when the target resolves, the
     // profile loads and metrics arrive.
+    // An outcome may also set Ready itself (a spec the planner cannot use).
     let mut wanted = outcome.conditions.clone();
-    let failing: Vec<&DesiredCondition> = wanted
-        .iter()
-        .filter(|c| {
-            [TARGET_RESOLVED, PROFILE_LOADED, METRICS_AVAILABLE].contains(&c.type_) && c.status != "True"
-        })
-        .collect();
-    let ready = match failing.first() {
-        Some(first) => DesiredCondition::unmet(READY, first.reason.clone(), first.message.clone()),
-        None => DesiredCondition::met(READY, "Planning", outcome.message.clone()),
-    };
-    wanted.push(ready);
+    if !wanted.iter().any(|c| c.type_ == READY) {
+        let failing: Vec<&DesiredCondition> = wanted
+            .iter()
+            .filter(|c| {
+                [TARGET_RESOLVED, PROFILE_LOADED, METRICS_AVAILABLE].contains(&c.type_) && c.status != "True"
+            })
+            .collect();
+        let ready = match failing.first() {
+            Some(first) => DesiredCondition::unmet(READY, first.reason.clone(), first.message.clone()),
+            None => DesiredCondition::met(READY, "Planning", outcome.message.clone()),
+        };
+        wanted.push(ready);
+    }
     status.conditions = conditions::merge(&status.conditions, &wanted, generation, now);
     if outcome.ticked {
         status.last_tick_time = Some(Time(now));
@@ -144,7 +147,7 @@ pub fn finite(value: f64) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::planner::sla::Pool;
+    use planner_core::sla::Pool;
 
     fn now() -> Timestamp {
         Timestamp::from_second(1_800_000_000).unwrap()

@@ -1,0 +1,117 @@
+//! Planner-core benchmarks: profile load and interpolator build, a 10,000-case `plan` run, and
+//! one full SLA planner interval per predictor on 480 intervals of history.
+//!
+//! `cargo bench -p planner-operator --bench planner`
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // benchmark code
+
+use std::hint::black_box;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use planner_core::{
+    case::{CaseFile, PlanCase},
+    interpolation::PerformanceModel,
+    predictor::{PredictorConfig, PredictorKind},
+    profile::Profile,
+    sla::{Limits, Observation, SlaTargets},
+    state::{IntervalMetrics, SlaPlanner, SlaPlannerConfig},
+};
+
+const PROFILE: &str = "h100-llama3.3-70b-tp4";
+
+fn model() -> PerformanceModel {
+    PerformanceModel::new(&Profile::builtin(PROFILE).unwrap()).unwrap()
+}
+
+fn profile_load_and_grid_build(c: &mut Criterion) {
+    c.bench_function("profile load + interpolator build (h100 70B TP4)", |b| {
+        b.iter(|| PerformanceModel::new(&Profile::builtin(black_box(PROFILE)).unwrap()).unwrap())
+    });
+}
+
+fn plan_10k_cases(c: &mut Criterion) {
+    let model = model();
+    let file: CaseFile = serde_json::from_str(include_str!(
+        "../tests/fixtures/golden/planner-h100-llama3.3-70b-tp4.json"
+    ))
+    .unwrap();
+    let cases: Vec<PlanCase> = file.cases.iter().cycle().take(10_000).cloned().collect();
+    c.bench_function("plan: 10,000 cases", |b| {
+        b.iter(|| {
+            cases
+                .iter()
+                .map(|case| case.evaluate(&model).decode_replicas)
+                .sum::<u32>()
+        })
+    });
+}
+
+/// A realistic series: requests per 60 s interval with a daily-like swell and noise.
+fn history(n: usize) -> Vec<Observation> {
+    (0..n)
+        .map(|i| {
+            let t = i as f64;
+            let swell = 1.0 + 0.5 * (t / 40.0).sin();
+            let noise = ((i * 7919) % 97) as f64 / 97.0 - 0.5;
+            Observation {
+                num_req: (600.0 * swell + 60.0 * noise).max(0.0),
+                isl: 3000.0 + 200.0 * noise,
+                osl: 300.0 + 30.0 * noise,
+                ttft_ms: 180.0,
+                itl_ms: 25.0,
+                request_duration_s: 12.0,
+            }
+        })
+        .collect()
+}
+
+fn one_interval_per_predictor(c: &mut Criterion) {
+    let model = model();
+    let past = history(481);
+    let mut group = c.benchmark_group("one SLA interval after 480 intervals");
+    group.sample_size(20);
+    for kind in [
+        PredictorKind::Constant,
+        PredictorKind::Kalman,
+        PredictorKind::Arima,
+        PredictorKind::Prophet,
+    ] {
+        let config = SlaPlannerConfig {
+            interval_s: 60.0,
+            sla: SlaTargets::new(500.0, 50.0),
+            limits: Limits {
+                min_replicas: 1,
+                max_replicas: None,
+                max_gpu_budget: None,
+                prefill_gpus_per_engine: 4,
+                decode_gpus_per_engine: 4,
+            },
+            correction: true,
+            predictor: PredictorConfig {
+                kind,
+                interval_seconds: 60.0,
+                ..PredictorConfig::default()
+            },
+        };
+        let mut planner = SlaPlanner::new(&config);
+        planner.replay(&past[..480]);
+        // Prime any fitted model so the figure is the steady-state cost of one interval.
+        planner.tick(&config, &model, IntervalMetrics::Observed(past[480]), (4, 8));
+        group.bench_function(format!("{kind:?}"), |b| {
+            b.iter_batched(
+                || planner.clone(),
+                |mut planner| planner.tick(&config, &model, IntervalMetrics::Observed(past[480]), (4, 8)),
+                criterion::BatchSize::SmallInput,
+            )
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    profile_load_and_grid_build,
+    plan_10k_cases,
+    one_interval_per_predictor
+);
+criterion_main!(benches);

@@ -1,0 +1,14 @@
+//! The planner core: profiling data, performance interpolation, correction factors, load
+//! prediction and replica decisions. Pure: no Kubernetes, no I/O beyond parsing what it is
+//! given, so the operator, the simulator and the benchmarks run the same code.
+
+pub mod case;
+pub mod clough_tocher;
+pub mod interpolation;
+pub mod latency;
+pub mod load;
+pub mod predictor;
+pub mod profile;
+pub mod sla;
+pub mod state;
+pub mod trace;

@@ -1,0 +1,28 @@
+//! Test tools of planner-operator, kept out of the operator's binary and image:
+//!
+//! - [`sim`]: the trace-driven simulator and the scaling-quality benchmark (`make bench`). It
+//!   runs the planner core the operator runs, against the latency model of `planner_core`.
+//! - [`frontend`]: a synthetic Dynamo frontend that replays a trace in real time against the
+//!   Ready prefill and decode pods and serves Dynamo's frontend metrics, for closed-loop tests.
+
+pub mod frontend;
+pub mod sim;
+
+use std::path::Path;
+
+use planner_core::profile::{Profile, ProfileError};
+
+/// Reads an upstream profile directory from the file system (NPZ layout first, then JSON).
+pub fn profile_from_dir(dir: &Path) -> Result<Profile, ProfileError> {
+    Profile::from_dir_files(&dir.display().to_string(), |relative| {
+        let path = dir.join(relative);
+        match std::fs::read(&path) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(ProfileError::Read {
+                file: path.display().to_string(),
+                source,
+            }),
+        }
+    })
+}

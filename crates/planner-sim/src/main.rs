@@ -1,0 +1,98 @@
+//! `planner-sim`: the simulator and the synthetic Dynamo frontend, for benchmarks and tests.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use planner_sim::{frontend, sim};
+
+/// Test tools of planner-operator: the trace-driven simulator and a synthetic Dynamo frontend.
+#[derive(Debug, Parser)]
+#[command(name = "planner-sim", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Replay request traces through the SLA planner and the other policies in the trace-driven
+    /// simulator; print a comparison table per trace and rate scale and draw the figures.
+    Simulate(Box<sim::command::SimulateArgs>),
+    /// Serve the metrics of a synthetic Dynamo frontend for tests: replay a request trace in
+    /// real time against the prefill and decode pods that are Ready (or fixed counts), with
+    /// TTFT and ITL from a profile.
+    SyntheticFrontend(Box<frontend::SyntheticFrontendArgs>),
+}
+
+/// Exit code for bad input files (profile, trace or suite).
+const EXIT_BAD_INPUT: u8 = 2;
+
+fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::Simulate(args) => match sim::command::simulate(&args) {
+            Ok(text) => write_stdout(text.trim_end()),
+            Err(error) => {
+                eprintln!("planner-sim simulate: {error}");
+                match error {
+                    sim::command::SimulateError::Input(_) => ExitCode::from(EXIT_BAD_INPUT),
+                    sim::command::SimulateError::Output(_) => ExitCode::FAILURE,
+                }
+            }
+        },
+        Command::SyntheticFrontend(args) => synthetic_frontend(*args),
+    }
+}
+
+fn synthetic_frontend(args: frontend::SyntheticFrontendArgs) -> ExitCode {
+    // One TLS provider for the process (the kube client).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    init_logging();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("planner-sim: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(frontend::run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error @ frontend::FrontendError::Input(_)) => {
+            eprintln!("planner-sim synthetic-frontend: {error}");
+            ExitCode::from(EXIT_BAD_INPUT)
+        }
+        Err(error) => {
+            eprintln!("planner-sim synthetic-frontend: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Human-readable logs on stderr, filtered by `RUST_LOG`.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("planner_sim=info,kube=warn,warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Prints a document; a closed pipe (`| head`) is not an error.
+fn write_stdout(text: &str) -> ExitCode {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match writeln!(stdout, "{text}").and_then(|()| stdout.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("planner-sim: cannot write the output: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,464 @@
+//! `planner-operator simulate`: replay traces through the policies, print the comparison
+//! tables, write the figures and optionally a Markdown report (what `make bench` commits as
+//! `bench/results.md`).
+
+use std::{
+    fmt::Write as _,
+    path::{Path, PathBuf},
+    time::Instant,
+};
+
+use clap::Args;
+use serde::Deserialize;
+
+use planner_core::{
+    interpolation::PerformanceModel,
+    profile::{Profile, builtin_names},
+    sla::{Limits, SlaTargets},
+};
+
+use super::{
+    compare,
+    latency::{EngineSpec, LatencyModel},
+    parallel_map,
+    plot::Figure,
+    policy::PolicySpec,
+    report,
+    run::{RunResult, SimConfig},
+    trace,
+};
+
+/// Arguments of `simulate`.
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    /// Request trace: Azure 2023 CSV or Mooncake JSONL (repeatable).
+    #[arg(long, value_name = "FILE", required_unless_present = "suite")]
+    trace: Vec<PathBuf>,
+    /// JSON suite `{"traces": [{"path": ..., "ttft_ms": ..., "itl_ms": ...}]}`; paths are
+    /// relative to the suite file, the targets override `--ttft-ms`/`--itl-ms` per trace.
+    #[arg(long, value_name = "FILE")]
+    suite: Option<PathBuf>,
+    /// Built-in profile.
+    #[arg(long, value_name = "NAME", required_unless_present = "profile_dir",
+          value_parser = clap::builder::PossibleValuesParser::new(builtin_names().collect::<Vec<_>>()))]
+    profile: Option<String>,
+    /// Upstream profile directory instead of a built-in profile.
+    #[arg(long, value_name = "DIR", conflicts_with = "profile")]
+    profile_dir: Option<PathBuf>,
+    /// Rate scale k: each request becomes k requests (repeatable; fractions allowed).
+    #[arg(long = "rate-scale", value_name = "K", default_value = "1")]
+    rate_scales: Vec<f64>,
+    /// Policies to compare (repeatable; default all). The oracle always runs.
+    #[arg(long = "policy", value_name = "NAME", value_parser = clap::builder::PossibleValuesParser::new(PolicySpec::names()))]
+    policies: Vec<String>,
+    /// Directory for the figures.
+    #[arg(long, value_name = "DIR", default_value = "sim-out")]
+    out: PathBuf,
+    /// Also write a Markdown report to this file (figures linked relative to it).
+    #[arg(long, value_name = "FILE")]
+    report: Option<PathBuf>,
+    /// Do not draw figures.
+    #[arg(long)]
+    no_plots: bool,
+    /// Planner adjustment interval and reporting interval (s).
+    #[arg(long, default_value_t = 60.0)]
+    interval_s: f64,
+    /// Simulation step (s).
+    #[arg(long, default_value_t = 1.0)]
+    step_s: f64,
+    /// Time from a replica being added to it serving (s).
+    #[arg(long, default_value_t = 60.0)]
+    scale_up_delay_s: f64,
+    /// TTFT target (ms).
+    #[arg(long, default_value_t = 500.0)]
+    ttft_ms: f64,
+    /// ITL target (ms).
+    #[arg(long, default_value_t = 50.0)]
+    itl_ms: f64,
+    /// Fewest replicas per pool.
+    #[arg(long, default_value_t = 1)]
+    min_replicas: u32,
+    /// Most replicas per pool (also the oracle's search bound).
+    #[arg(long, default_value_t = 64)]
+    max_replicas: u32,
+    /// GPU budget of both pools (none by default).
+    #[arg(long)]
+    max_gpu_budget: Option<u32>,
+    /// GPUs per prefill engine (default: the profile name's `-tpN`, else 1).
+    #[arg(long)]
+    prefill_gpus: Option<u32>,
+    /// GPUs per decode engine (default: the profile name's `-tpN`, else 1).
+    #[arg(long)]
+    decode_gpus: Option<u32>,
+    /// Arrival jitter of rate-scaled copies (s).
+    #[arg(long, default_value_t = 1.0)]
+    jitter_s: f64,
+    /// Threads (default: available cores).
+    #[arg(long)]
+    jobs: Option<usize>,
+}
+
+/// Why `simulate` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SimulateError {
+    /// A profile, trace or suite could not be read.
+    #[error("{0}")]
+    Input(String),
+    /// A figure or the report could not be written.
+    #[error("{0}")]
+    Output(String),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Suite {
+    traces: Vec<SuiteTrace>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SuiteTrace {
+    path: PathBuf,
+    #[serde(default)]
+    ttft_ms: Option<f64>,
+    #[serde(default)]
+    itl_ms: Option<f64>,
+}
+
+/// One trace to run, with its targets.
+struct TraceJob {
+    path: PathBuf,
+    name: String,
+    sla: SlaTargets,
+    requests: Vec<trace::Request>,
+}
+
+/// One (trace, rate scale) comparison.
+struct Comparison {
+    trace: usize,
+    k: f64,
+    requests: usize,
+    results: Vec<RunResult>,
+    seconds: f64,
+}
+
+/// Per run (name), per policy: (policy, GPU-hours relative to the oracle, interval
+/// attainment, request attainment).
+type Overview = Vec<(String, Vec<(String, f64, f64, f64)>)>;
+
+/// GPUs per engine from a profile name ending in `-tpN`.
+fn gpus_from_name(name: &str) -> Option<u32> {
+    name.rsplit_once("-tp").and_then(|(_, n)| n.parse().ok())
+}
+
+fn k_label(k: f64) -> String {
+    let text = format!("{k}");
+    text.trim_end_matches(".0").to_string()
+}
+
+/// Runs the command; returns the text printed on standard output.
+pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
+    let started = Instant::now();
+    let (profile, profile_name) = match (&args.profile_dir, &args.profile) {
+        (Some(dir), _) => (crate::profile_from_dir(dir), dir.display().to_string()),
+        (None, Some(name)) => (Profile::builtin(name), name.clone()),
+        (None, None) => return Err(SimulateError::Input("give --profile or --profile-dir".into())),
+    };
+    let profile = profile.map_err(|e| SimulateError::Input(e.to_string()))?;
+    let model = PerformanceModel::new(&profile).map_err(|e| SimulateError::Input(e.to_string()))?;
+    let latency = LatencyModel::new(&model, EngineSpec::from_profile(&profile));
+    let gpus = args.profile.as_deref().and_then(gpus_from_name).unwrap_or(1);
+    let limits = Limits {
+        min_replicas: args.min_replicas,
+        max_replicas: Some(args.max_replicas.max(args.min_replicas).max(1)),
+        max_gpu_budget: args.max_gpu_budget,
+        prefill_gpus_per_engine: args.prefill_gpus.unwrap_or(gpus).max(1),
+        decode_gpus_per_engine: args.decode_gpus.unwrap_or(gpus).max(1),
+    };
+    let default_sla = SlaTargets::new(args.ttft_ms, args.itl_ms);
+    let mut traces = Vec::new();
+    let mut add = |path: PathBuf, sla: SlaTargets| -> Result<(), SimulateError> {
+        let requests = trace::load(&path).map_err(|e| SimulateError::Input(e.to_string()))?;
+        let name = path
+            .file_stem()
+            .map_or_else(|| "trace".to_string(), |s| s.to_string_lossy().into_owned());
+        traces.push(TraceJob {
+            path,
+            name,
+            sla,
+            requests,
+        });
+        Ok(())
+    };
+    if let Some(suite_path) = &args.suite {
+        let text = std::fs::read_to_string(suite_path)
+            .map_err(|e| SimulateError::Input(format!("cannot read {}: {e}", suite_path.display())))?;
+        let suite: Suite = serde_json::from_str(&text)
+            .map_err(|e| SimulateError::Input(format!("{}: {e}", suite_path.display())))?;
+        let base = suite_path.parent().unwrap_or(Path::new("."));
+        for t in suite.traces {
+            let sla = SlaTargets::new(
+                t.ttft_ms.unwrap_or(default_sla.ttft_ms),
+                t.itl_ms.unwrap_or(default_sla.itl_ms),
+            );
+            add(base.join(t.path), sla)?;
+        }
+    }
+    for path in &args.trace {
+        add(path.clone(), default_sla)?;
+    }
+    let specs: Vec<PolicySpec> = if args.policies.is_empty() {
+        PolicySpec::standard()
+    } else {
+        let mut specs = vec![PolicySpec::Oracle];
+        specs.extend(args.policies.iter().filter_map(|n| PolicySpec::parse(n)));
+        specs
+    };
+    let jobs = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    let base_config = SimConfig {
+        interval_s: args.interval_s,
+        step_s: args.step_s,
+        scale_up_delay_s: args.scale_up_delay_s,
+        sla: default_sla,
+        limits,
+        ..SimConfig::default()
+    };
+
+    // Every (trace, k) pair; the pairs run in parallel, each pair's policies sequentially
+    // after its oracle (the pairs outnumber the cores in the standard comparison).
+    let pairs: Vec<(usize, f64)> = (0..traces.len())
+        .flat_map(|t| args.rate_scales.iter().map(move |&k| (t, k)))
+        .collect();
+    let inner_jobs = if pairs.len() >= jobs { 1 } else { jobs };
+    let comparisons: Vec<Comparison> = parallel_map(&pairs, jobs, |&(t, k)| {
+        let run_started = Instant::now();
+        let job = &traces[t];
+        let requests = trace::scale(&job.requests, k, args.jitter_s);
+        let config = SimConfig {
+            sla: job.sla,
+            ..base_config.clone()
+        };
+        let results = compare(&requests, &latency, &config, &specs, inner_jobs);
+        Comparison {
+            trace: t,
+            k,
+            requests: requests.len(),
+            results,
+            seconds: run_started.elapsed().as_secs_f64(),
+        }
+    });
+
+    let mut out = String::new();
+    let mut markdown = String::new();
+    let mut overview: Overview = Vec::new();
+    for c in &comparisons {
+        let job = &traces[c.trace];
+        let title = format!(
+            "{} at k={} ({} requests), {}, SLA TTFT {} ms / ITL {} ms",
+            job.name,
+            k_label(c.k),
+            c.requests,
+            profile_name,
+            job.sla.ttft_ms,
+            job.sla.itl_ms
+        );
+        let _ = writeln!(
+            out,
+            "== {title} ({:.1} s)\n{}",
+            c.seconds,
+            report::text_table(&c.results)
+        );
+        let stem = format!("{}-k{}", job.name, k_label(c.k));
+        let mut figure_links = String::new();
+        if !args.no_plots {
+            let figure = Figure {
+                title: title.clone(),
+                results: &c.results,
+                sla: job.sla,
+                interval_s: args.interval_s,
+            };
+            let (png, svg) = figure
+                .write(&args.out, &stem)
+                .map_err(|e| SimulateError::Output(e.to_string()))?;
+            let _ = writeln!(out, "figures: {} {}\n", png.display(), svg.display());
+            if let Some(report_path) = &args.report {
+                let rel = |p: &Path| relative(p, report_path.parent().unwrap_or(Path::new(".")));
+                figure_links = format!("![{stem}]({})\n\n[SVG]({})\n\n", rel(&png), rel(&svg));
+            }
+        }
+        let _ = write!(
+            markdown,
+            "### {} at k={}\n\n`{}`, {} requests, SLA TTFT {} ms / ITL {} ms; simulated in {:.1} s.\n\n{}\n{}",
+            job.name,
+            k_label(c.k),
+            job.path.display(),
+            c.requests,
+            job.sla.ttft_ms,
+            job.sla.itl_ms,
+            c.seconds,
+            report::markdown_table(&c.results),
+            figure_links
+        );
+        let oracle = c
+            .results
+            .iter()
+            .find(|r| r.policy == "oracle")
+            .map_or(0.0, |r| r.summary.gpu_hours);
+        overview.push((
+            format!("{} k={}", job.name, k_label(c.k)),
+            c.results
+                .iter()
+                .map(|r| {
+                    let ratio = if oracle > 0.0 {
+                        r.summary.gpu_hours / oracle
+                    } else {
+                        f64::NAN
+                    };
+                    (
+                        r.policy.clone(),
+                        ratio,
+                        r.summary.interval_attainment(),
+                        r.summary.request_attainment(),
+                    )
+                })
+                .collect(),
+        ));
+    }
+    let total = started.elapsed().as_secs_f64();
+    let _ = writeln!(out, "total: {total:.1} s on {jobs} threads");
+    if let Some(report_path) = &args.report {
+        let text = render_report(
+            args,
+            &profile_name,
+            &base_config,
+            &traces,
+            &overview,
+            &markdown,
+            total,
+            jobs,
+        );
+        if let Some(dir) = report_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| SimulateError::Output(format!("cannot create {}: {e}", dir.display())))?;
+        }
+        std::fs::write(report_path, text)
+            .map_err(|e| SimulateError::Output(format!("cannot write {}: {e}", report_path.display())))?;
+        let _ = writeln!(out, "report: {}", report_path.display());
+    }
+    Ok(out)
+}
+
+/// `path` relative to `base` when it lies under it, else as given.
+fn relative(path: &Path, base: &Path) -> String {
+    let shown = path.strip_prefix(base).unwrap_or(path);
+    shown.display().to_string()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn render_report(
+    args: &SimulateArgs,
+    profile: &str,
+    config: &SimConfig,
+    traces: &[TraceJob],
+    overview: &Overview,
+    sections: &str,
+    seconds: f64,
+    jobs: usize,
+) -> String {
+    let mut md = String::new();
+    let limits = &config.limits;
+    let _ = writeln!(md, "# Scaling-quality benchmark\n");
+    let _ = writeln!(
+        md,
+        "Generated by `make bench` (`planner-operator simulate`, release build) in {seconds:.0} s on {jobs} threads. \
+         Profile `{profile}` with {} GPU(s) per prefill and {} per decode engine; adjustment and reporting \
+         interval {} s; scale-up delay {} s (scale-down immediate); replicas {}..{} per pool{}; simulation step {} s; \
+         rate-scaled copies jittered by up to {} s.\n",
+        limits.prefill_gpus_per_engine,
+        limits.decode_gpus_per_engine,
+        config.interval_s,
+        config.scale_up_delay_s,
+        limits.min_replicas,
+        limits.max_replicas.unwrap_or(0),
+        limits
+            .max_gpu_budget
+            .map_or(", no GPU budget".to_string(), |b| format!(", GPU budget {b}")),
+        config.step_s,
+        args.jitter_s,
+    );
+    let _ = writeln!(md, "SLA per trace (mean TTFT / mean ITL):\n");
+    for t in traces {
+        let _ = writeln!(md, "- `{}`: {} ms / {} ms", t.name, t.sla.ttft_ms, t.sla.itl_ms);
+    }
+    let _ = writeln!(
+        md,
+        "\nHow to read the tables: **GPU-h** counts every replica asked for, from the request through its \
+         start-up delay to its removal. **vs oracle** divides by the oracle's GPU-hours (the oracle knows the next \
+         interval's load and picks the fewest replicas for which the simulator's latency model meets the SLA, \
+         with no start-up delay: the lower bound). **intervals OK**: share of intervals with arrivals whose \
+         arrivals met both targets on average (mean TTFT, token-weighted mean ITL). **requests OK**: share of \
+         requests whose own TTFT and mean ITL both met the targets (TTFT OK and ITL OK separately). \
+         **actions**: replica changes (per pool). **max P/D**: most prefill/decode replicas asked for. Every \
+         policy starts with the oracle's first-interval replicas. `perfect-prediction` is the SLA planner's \
+         formulas (corrections 1.0) fed the actual next-interval load; the gap between it and the oracle is what \
+         the formulas and the profile cost, the gap between it and `sla-*` is what prediction costs.\n"
+    );
+    if let Some((_, first)) = overview.first() {
+        let _ = writeln!(
+            md,
+            "## Overview: GPU-hours vs oracle / intervals meeting the SLA / requests meeting it\n"
+        );
+        let _ = write!(md, "| policy |");
+        for (run, _) in overview {
+            let _ = write!(md, " {run} |");
+        }
+        let _ = write!(md, "\n|---|");
+        for _ in overview {
+            let _ = write!(md, "---:|");
+        }
+        md.push('\n');
+        for (i, (policy, _, _, _)) in first.iter().enumerate() {
+            let _ = write!(md, "| {policy} |");
+            for (_, cells) in overview {
+                match cells.get(i) {
+                    Some((_, ratio, intervals, requests)) => {
+                        let ratio = if ratio.is_finite() {
+                            format!("{ratio:.2}x")
+                        } else {
+                            "-".into()
+                        };
+                        let _ = write!(
+                            md,
+                            " {ratio} / {:.0}% / {:.0}% |",
+                            intervals * 100.0,
+                            requests * 100.0
+                        );
+                    }
+                    None => md.push_str(" |"),
+                }
+            }
+            md.push('\n');
+        }
+        md.push('\n');
+    }
+    let _ = writeln!(md, "## Runs\n\n{sections}");
+    md
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn labels() {
+        assert_eq!(gpus_from_name("h100-llama3.3-70b-tp4"), Some(4));
+        assert_eq!(gpus_from_name("custom"), None);
+        assert_eq!(k_label(4.0), "4");
+        assert_eq!(k_label(1.5), "1.5");
+        assert_eq!(relative(Path::new("bench/a.png"), Path::new("bench")), "a.png");
+    }
+}

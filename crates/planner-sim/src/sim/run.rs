@@ -1,0 +1,698 @@
+//! The discrete-time simulation loop: replay a trace through the latency model while a policy
+//! decides replicas, with a scale-up delay, and account GPUs and SLA attainment.
+//!
+//! Each step (default 1 s) activates replicas whose scale-up delay has passed, adds the
+//! step's arrivals, advances the [`Cluster`], samples the load-based metrics and charges the
+//! GPUs of every replica asked for (a replica costs from the moment it is requested, through
+//! its start-up delay, until it is removed; removal is immediate). At the end of each policy
+//! period the policy sees the frontend metrics of the period (the [`Observation`] the SLA
+//! planner would read from Prometheus: completed requests, mean TTFT and ITL of tokens emitted
+//! in the period, and so on) and returns new replica counts.
+//!
+//! Attainment is judged per request (its TTFT and its mean ITL against the targets) and per
+//! reporting interval, by the cohort of requests that *arrived* in it (mean TTFT and
+//! token-weighted mean ITL of that cohort), so that delaying requests into the next interval
+//! cannot make an interval look good. Intervals without arrivals are not counted.
+
+use planner_core::{
+    interpolation::PerformanceCurves,
+    load::LoadSamples,
+    sla::{Limits, Load, Observation, SlaTargets},
+};
+
+use super::{
+    latency::{Cluster, Job, LatencyModel, Observer, Outcome},
+    trace::Request,
+};
+
+/// Settings shared by every policy of a comparison.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimConfig {
+    /// Adjustment interval of the SLA planner and the reporting interval (s).
+    pub interval_s: f64,
+    /// Simulation step (s); intervals and periods are rounded to whole steps.
+    pub step_s: f64,
+    /// Time from a replica being added to it serving (s); scale-down is immediate.
+    pub scale_up_delay_s: f64,
+    /// Latency targets.
+    pub sla: SlaTargets,
+    /// Replica bounds, GPU budget and GPUs per engine.
+    pub limits: Limits,
+    /// After the last interval, how long requests still in flight may take to finish (s);
+    /// the replicas of the last interval serve them and are not charged.
+    pub drain_limit_s: f64,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            interval_s: 60.0,
+            step_s: 1.0,
+            scale_up_delay_s: 60.0,
+            sla: SlaTargets::new(500.0, 50.0),
+            limits: Limits {
+                min_replicas: 1,
+                max_replicas: Some(64),
+                max_gpu_budget: None,
+                prefill_gpus_per_engine: 1,
+                decode_gpus_per_engine: 1,
+            },
+            drain_limit_s: 1800.0,
+        }
+    }
+}
+
+impl SimConfig {
+    /// Steps per interval (at least 1).
+    pub fn steps_per_interval(&self) -> u64 {
+        steps(self.interval_s, self.step_s)
+    }
+
+    /// The step actually used, so that an interval is a whole number of steps.
+    pub fn effective_step_s(&self) -> f64 {
+        self.interval_s / self.steps_per_interval() as f64
+    }
+
+    /// Largest replica count per pool the searching policies consider.
+    pub fn max_replicas(&self) -> u32 {
+        self.limits
+            .max_replicas
+            .unwrap_or(64)
+            .max(self.limits.min_replicas.max(1))
+    }
+}
+
+fn steps(period_s: f64, step_s: f64) -> u64 {
+    if !(period_s.is_finite() && step_s.is_finite() && step_s > 0.0) {
+        return 1;
+    }
+    (period_s / step_s).round().max(1.0) as u64
+}
+
+/// Everything a policy may look at when it decides. Policies use what they are entitled to:
+/// the SLA planner reads `window`, the load-based planner `samples`, the oracle and the
+/// perfect-prediction policy also look at `upcoming`.
+pub struct DecisionContext<'a, C> {
+    /// Decision time (s).
+    pub now_s: f64,
+    /// Replicas asked for (serving or starting).
+    pub target: (u32, u32),
+    /// Replicas serving.
+    pub serving: (u32, u32),
+    /// Whether a scale-up is still starting.
+    pub scaling_up: bool,
+    /// Frontend metrics over the policy's last period.
+    pub window: Observation,
+    /// Load-based planner samples over the last period, one per step.
+    pub samples: &'a LoadSamples,
+    /// Prefill utilisation over the last period: prefill work started / (engines * period).
+    pub prefill_utilisation: f64,
+    /// Requests not yet arrived, in arrival order; `upcoming[i]` has id `first_upcoming + i`.
+    pub upcoming: &'a [Request],
+    /// Trace index of `upcoming[0]`.
+    pub first_upcoming: usize,
+    /// The deployment's state (for what-if evaluation).
+    pub cluster: &'a Cluster,
+    /// The latency model.
+    pub model: &'a LatencyModel<'a, C>,
+    /// Shared settings.
+    pub config: &'a SimConfig,
+}
+
+impl<C> DecisionContext<'_, C> {
+    /// The actual load of the next `horizon_s` seconds (requests, mean ISL, mean OSL).
+    pub fn next_load(&self, horizon_s: f64) -> Load {
+        let end = self.now_s + horizon_s;
+        let cohort = self.upcoming.iter().take_while(|r| r.arrival_s < end);
+        let (mut n, mut isl, mut osl) = (0.0, 0.0, 0.0);
+        for r in cohort {
+            n += 1.0;
+            isl += r.isl;
+            osl += r.osl;
+        }
+        if n > 0.0 {
+            Load {
+                num_req: n,
+                isl: isl / n,
+                osl: osl / n,
+            }
+        } else {
+            Load {
+                num_req: 0.0,
+                isl: 0.0,
+                osl: 0.0,
+            }
+        }
+    }
+}
+
+/// A scaling policy.
+pub trait Policy<C> {
+    /// Name in tables and plots.
+    fn name(&self) -> String;
+    /// Seconds between decisions (infinite: never decides).
+    fn period_s(&self, config: &SimConfig) -> f64;
+    /// Replicas to run from now on, or `None` to keep the current target.
+    fn decide(&mut self, ctx: &DecisionContext<'_, C>) -> Option<(u32, u32)>;
+    /// Whether added replicas serve at once (only the oracle, which is a bound, not a policy
+    /// one could run).
+    fn ignores_scale_up_delay(&self) -> bool {
+        false
+    }
+    /// Replicas to start with, when the policy has its own (a fixed deployment).
+    fn initial(&self) -> Option<(u32, u32)> {
+        None
+    }
+}
+
+/// One reporting interval of a run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IntervalRecord {
+    /// Start (s).
+    pub start_s: f64,
+    /// Requests that arrived in it.
+    pub arrivals: usize,
+    /// Their mean input length.
+    pub mean_isl: f64,
+    /// Their mean output length.
+    pub mean_osl: f64,
+    /// Prefill replicas asked for, time-averaged.
+    pub prefill: f64,
+    /// Decode replicas asked for, time-averaged.
+    pub decode: f64,
+    /// GPUs asked for, time-averaged.
+    pub gpus: f64,
+    /// Prefill replicas serving, time-averaged.
+    pub prefill_serving: f64,
+    /// Decode replicas serving, time-averaged.
+    pub decode_serving: f64,
+    /// Mean TTFT of the cohort (ms); NaN without arrivals, infinite when some never got one.
+    pub ttft_ms: f64,
+    /// Token-weighted mean ITL of the cohort (ms); NaN when it generated no second token.
+    pub itl_ms: f64,
+}
+
+impl IntervalRecord {
+    /// Whether the cohort met both targets (`None` without arrivals).
+    pub fn meets(&self, sla: &SlaTargets) -> Option<bool> {
+        (self.arrivals > 0)
+            .then(|| self.ttft_ms <= sla.ttft_ms && (self.itl_ms.is_nan() || self.itl_ms <= sla.itl_ms))
+    }
+}
+
+/// Aggregates of a run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Summary {
+    /// GPU-hours of every replica asked for over the trace's intervals.
+    pub gpu_hours: f64,
+    /// Intervals with arrivals.
+    pub intervals: usize,
+    /// Of those, intervals whose cohort met both targets.
+    pub intervals_meeting: usize,
+    /// Requests in the trace.
+    pub requests: usize,
+    /// Requests whose TTFT met the target.
+    pub requests_meeting_ttft: usize,
+    /// Requests whose mean ITL met the target (single-token responses count as meeting).
+    pub requests_meeting_itl: usize,
+    /// Requests meeting both.
+    pub requests_meeting_both: usize,
+    /// Requests that never completed within the drain limit.
+    pub requests_unfinished: usize,
+    /// Replica changes (each pool that changed in a decision counts once).
+    pub scaling_actions: usize,
+    /// Most prefill replicas asked for.
+    pub max_prefill: u32,
+    /// Most decode replicas asked for.
+    pub max_decode: u32,
+    /// Mean TTFT over completed requests (ms).
+    pub mean_ttft_ms: f64,
+    /// 95th percentile TTFT over all requests (ms; unfinished count as infinite).
+    pub p95_ttft_ms: f64,
+    /// Token-weighted mean ITL (ms).
+    pub mean_itl_ms: f64,
+}
+
+impl Summary {
+    /// Share of intervals meeting the SLA (1 when none had traffic).
+    pub fn interval_attainment(&self) -> f64 {
+        ratio(self.intervals_meeting, self.intervals)
+    }
+    /// Share of requests meeting both targets (1 for an empty trace).
+    pub fn request_attainment(&self) -> f64 {
+        ratio(self.requests_meeting_both, self.requests)
+    }
+    /// Share of requests meeting the TTFT target.
+    pub fn ttft_attainment(&self) -> f64 {
+        ratio(self.requests_meeting_ttft, self.requests)
+    }
+    /// Share of requests meeting the ITL target.
+    pub fn itl_attainment(&self) -> f64 {
+        ratio(self.requests_meeting_itl, self.requests)
+    }
+}
+
+fn ratio(a: usize, b: usize) -> f64 {
+    if b == 0 { 1.0 } else { a as f64 / b as f64 }
+}
+
+/// A finished run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunResult {
+    /// The policy's name.
+    pub policy: String,
+    /// Per reporting interval.
+    pub intervals: Vec<IntervalRecord>,
+    /// Aggregates.
+    pub summary: Summary,
+    /// The replicas the policy started with.
+    pub initial: (u32, u32),
+    /// Decisions: time and the (prefill, decode) target after it.
+    pub decisions: Vec<(f64, (u32, u32))>,
+}
+
+/// Per-request outcomes, indexed by trace position.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Outcomes {
+    pub ttft_s: Vec<f64>,
+    pub itl_sum_s: Vec<f64>,
+    pub tokens: Vec<f64>,
+    pub done: Vec<bool>,
+}
+
+impl Outcomes {
+    pub(crate) fn new(n: usize) -> Self {
+        Self {
+            ttft_s: vec![f64::INFINITY; n],
+            itl_sum_s: vec![0.0; n],
+            tokens: vec![0.0; n],
+            done: vec![false; n],
+        }
+    }
+}
+
+/// Sums of what a frontend observes over a window.
+#[derive(Clone, Copy, Debug, Default)]
+struct Window {
+    completed: f64,
+    osl_sum: f64,
+    duration_sum: f64,
+    first_tokens: f64,
+    ttft_sum: f64,
+    isl_sum: f64,
+    tokens: f64,
+    itl_sum: f64,
+}
+
+impl Window {
+    fn observation(&self) -> Observation {
+        Observation {
+            num_req: self.completed,
+            isl: self.isl_sum / self.first_tokens,
+            osl: self.osl_sum / self.completed,
+            ttft_ms: self.ttft_sum / self.first_tokens * 1000.0,
+            itl_ms: self.itl_sum / self.tokens * 1000.0,
+            request_duration_s: self.duration_sum / self.completed,
+        }
+    }
+}
+
+/// The simulator's observer: frontend window sums and per-request outcomes.
+struct Recorder<'a> {
+    window: Window,
+    outcomes: &'a mut Outcomes,
+}
+
+impl Observer for Recorder<'_> {
+    fn first_token(&mut self, job: &Job, _at_s: f64, ttft_s: f64) {
+        self.window.first_tokens += 1.0;
+        self.window.ttft_sum += ttft_s;
+        self.window.isl_sum += job.isl;
+        if let Some(slot) = self.outcomes.ttft_s.get_mut(job.id) {
+            *slot = ttft_s;
+        }
+    }
+
+    fn tokens(&mut self, job: &Job, _at_s: f64, count: f64, itl_s: f64) {
+        self.window.tokens += count;
+        self.window.itl_sum += count * itl_s;
+        if let (Some(sum), Some(tokens)) = (
+            self.outcomes.itl_sum_s.get_mut(job.id),
+            self.outcomes.tokens.get_mut(job.id),
+        ) {
+            *sum += count * itl_s;
+            *tokens += count;
+        }
+    }
+
+    fn completed(&mut self, job: &Job, _at_s: f64, outcome: &Outcome) {
+        self.window.completed += 1.0;
+        self.window.osl_sum += job.osl;
+        self.window.duration_sum += outcome.duration_s;
+        if let Some(done) = self.outcomes.done.get_mut(job.id) {
+            *done = true;
+        }
+    }
+}
+
+/// Replicas of one pool: the target and the scale-ups still starting.
+#[derive(Clone, Debug)]
+struct PoolState {
+    target: u32,
+    serving: u32,
+    /// Activation times of replicas starting, oldest first.
+    starting: Vec<f64>,
+}
+
+impl PoolState {
+    fn new(replicas: u32) -> Self {
+        Self {
+            target: replicas,
+            serving: replicas,
+            starting: Vec::new(),
+        }
+    }
+
+    /// Applies a new target; returns whether it changed.
+    fn set(&mut self, target: u32, now: f64, delay: f64) -> bool {
+        if target == self.target {
+            return false;
+        }
+        if target > self.target {
+            for _ in self.target..target {
+                self.starting.push(now + delay);
+            }
+        } else {
+            let mut remove = self.target - target;
+            // Cancel the replicas still starting first (the newest), then stop serving ones.
+            while remove > 0 && self.starting.pop().is_some() {
+                remove -= 1;
+            }
+            self.serving = self.serving.saturating_sub(remove);
+        }
+        self.target = target;
+        true
+    }
+
+    /// Activates the replicas whose delay has passed by `now`; returns whether any did.
+    fn activate(&mut self, now: f64) -> bool {
+        let before = self.starting.len();
+        self.starting.retain(|&at| at > now + 1e-9);
+        let activated = before - self.starting.len();
+        self.serving += u32::try_from(activated).unwrap_or(0);
+        activated > 0
+    }
+}
+
+/// Runs `requests` (sorted by arrival) through `policy`. `initial` is the replicas at t=0;
+/// `None` asks the policy itself at t=0 (the oracle), falling back to the minimum.
+pub fn run<C: PerformanceCurves>(
+    requests: &[Request],
+    model: &LatencyModel<'_, C>,
+    config: &SimConfig,
+    policy: &mut dyn Policy<C>,
+    initial: Option<(u32, u32)>,
+) -> RunResult {
+    let step = config.effective_step_s();
+    let steps_per_interval = config.steps_per_interval();
+    let interval = config.interval_s;
+    let last_arrival = requests.last().map(|r| r.arrival_s);
+    let intervals = last_arrival.map_or(0, |t| (t / interval).floor() as u64 + 1);
+    let total_steps = intervals * steps_per_interval;
+    let period = policy.period_s(config);
+    let steps_per_period = if period.is_finite() {
+        steps(period, step)
+    } else {
+        u64::MAX
+    };
+    let delay = if policy.ignores_scale_up_delay() {
+        0.0
+    } else {
+        config.scale_up_delay_s.max(0.0)
+    };
+    let min = config.limits.min_replicas;
+    let (p_gpus, d_gpus) = (
+        f64::from(config.limits.prefill_gpus_per_engine.max(1)),
+        f64::from(config.limits.decode_gpus_per_engine.max(1)),
+    );
+
+    let mut outcomes = Outcomes::new(requests.len());
+    let empty_samples = LoadSamples::default();
+    let start_cluster = Cluster::new(0.0, 0, 0);
+    let initial = policy.initial().or(initial).unwrap_or_else(|| {
+        let ctx = DecisionContext {
+            now_s: 0.0,
+            target: (min, min),
+            serving: (min, min),
+            scaling_up: false,
+            window: Window::default().observation(),
+            samples: &empty_samples,
+            prefill_utilisation: 0.0,
+            upcoming: requests,
+            first_upcoming: 0,
+            cluster: &start_cluster,
+            model,
+            config,
+        };
+        policy.decide(&ctx).unwrap_or((min, min))
+    });
+    let mut prefill = PoolState::new(initial.0);
+    let mut decode = PoolState::new(initial.1);
+    let mut cluster = Cluster::new(0.0, initial.0, initial.1);
+    let mut recorder = Recorder {
+        window: Window::default(),
+        outcomes: &mut outcomes,
+    };
+    let mut samples = LoadSamples::default();
+    let mut work_at_period_start = 0.0;
+    let mut next = 0usize;
+    let mut gpu_seconds = 0.0;
+    let mut actions = 0usize;
+    let mut decisions = Vec::new();
+    let (mut max_prefill, mut max_decode) = (initial.0, initial.1);
+    let mut records: Vec<IntervalRecord> = Vec::with_capacity(intervals as usize);
+    let mut sums = (0.0, 0.0);
+    let mut serving_sums = (0.0, 0.0);
+
+    for k in 0..total_steps {
+        let t0 = k as f64 * step;
+        let t1 = (k + 1) as f64 * step;
+        if prefill.activate(t0) {
+            cluster.set_prefill_engines(prefill.serving);
+        }
+        if decode.activate(t0) {
+            cluster.set_decode_engines(decode.serving);
+        }
+        while let Some(r) = requests.get(next).filter(|r| r.arrival_s < t1) {
+            cluster.arrive(job(next, r));
+            next += 1;
+        }
+        cluster.advance(model, t1, &mut recorder);
+        let snapshot = cluster.snapshot();
+        samples.prefill_queue.push(snapshot.prefill_queue as f64);
+        samples.decode_kv_usage.push(snapshot.kv_usage);
+        gpu_seconds += (f64::from(prefill.target) * p_gpus + f64::from(decode.target) * d_gpus) * step;
+        sums.0 += f64::from(prefill.target) * step;
+        sums.1 += f64::from(decode.target) * step;
+        serving_sums.0 += f64::from(cluster.prefill_engines()) * step;
+        serving_sums.1 += f64::from(cluster.decode_engines()) * step;
+
+        if (k + 1) % steps_per_period == 0 {
+            let period = steps_per_period as f64 * step;
+            let work = snapshot.prefill_work_started_s - work_at_period_start;
+            work_at_period_start = snapshot.prefill_work_started_s;
+            let ctx = DecisionContext {
+                now_s: t1,
+                target: (prefill.target, decode.target),
+                serving: (prefill.serving, decode.serving),
+                scaling_up: !prefill.starting.is_empty() || !decode.starting.is_empty(),
+                window: recorder.window.observation(),
+                samples: &samples,
+                prefill_utilisation: if prefill.serving > 0 {
+                    (work / (f64::from(prefill.serving) * period)).min(1.0)
+                } else {
+                    0.0
+                },
+                upcoming: &requests[next..],
+                first_upcoming: next,
+                cluster: &cluster,
+                model,
+                config,
+            };
+            let decision = policy.decide(&ctx);
+            recorder.window = Window::default();
+            samples = LoadSamples::default();
+            if let Some((p, d)) = decision {
+                let changed_p = prefill.set(p, t1, delay);
+                let changed_d = decode.set(d, t1, delay);
+                actions += usize::from(changed_p) + usize::from(changed_d);
+                if changed_p || changed_d {
+                    decisions.push((t1, (p, d)));
+                    max_prefill = max_prefill.max(p);
+                    max_decode = max_decode.max(d);
+                }
+                // Scale-downs are immediate; a zero delay activates at once as well.
+                if prefill.activate(t1) || changed_p {
+                    cluster.set_prefill_engines(prefill.serving);
+                }
+                if decode.activate(t1) || changed_d {
+                    cluster.set_decode_engines(decode.serving);
+                }
+            }
+        }
+
+        if (k + 1) % steps_per_interval == 0 {
+            let span = steps_per_interval as f64 * step;
+            records.push(IntervalRecord {
+                start_s: t1 - span,
+                arrivals: 0,
+                mean_isl: f64::NAN,
+                mean_osl: f64::NAN,
+                prefill: sums.0 / span,
+                decode: sums.1 / span,
+                gpus: (sums.0 * p_gpus + sums.1 * d_gpus) / span,
+                prefill_serving: serving_sums.0 / span,
+                decode_serving: serving_sums.1 / span,
+                ttft_ms: f64::NAN,
+                itl_ms: f64::NAN,
+            });
+            sums = (0.0, 0.0);
+            serving_sums = (0.0, 0.0);
+        }
+    }
+
+    // Drain: the last replicas finish what is in flight (not charged, no decisions).
+    let mut t = total_steps as f64 * step;
+    let drain_end = t + config.drain_limit_s.max(0.0);
+    while !cluster.is_idle() && t < drain_end {
+        t += step;
+        if prefill.activate(t - step) {
+            cluster.set_prefill_engines(prefill.serving);
+        }
+        if decode.activate(t - step) {
+            cluster.set_decode_engines(decode.serving);
+        }
+        cluster.advance(model, t, &mut recorder);
+    }
+
+    let summary = summarize(requests, &outcomes, &mut records, config, interval);
+    RunResult {
+        policy: policy.name(),
+        intervals: records,
+        summary: Summary {
+            gpu_hours: gpu_seconds / 3600.0,
+            scaling_actions: actions,
+            max_prefill,
+            max_decode,
+            ..summary
+        },
+        initial,
+        decisions,
+    }
+}
+
+pub(crate) fn job(id: usize, r: &Request) -> Job {
+    Job {
+        id,
+        arrival_s: r.arrival_s,
+        isl: r.isl,
+        osl: r.osl,
+    }
+}
+
+/// Fills the cohort statistics of `records` and computes the request-level aggregates.
+fn summarize(
+    requests: &[Request],
+    outcomes: &Outcomes,
+    records: &mut [IntervalRecord],
+    config: &SimConfig,
+    interval: f64,
+) -> Summary {
+    let sla = &config.sla;
+    #[derive(Default, Clone, Copy)]
+    struct Cohort {
+        n: usize,
+        isl: f64,
+        osl: f64,
+        ttft: f64,
+        itl_sum: f64,
+        tokens: f64,
+    }
+    let mut cohorts = vec![Cohort::default(); records.len()];
+    let (mut meet_ttft, mut meet_itl, mut meet_both, mut unfinished) = (0, 0, 0, 0);
+    let (mut ttft_sum, mut ttft_n, mut itl_sum, mut tokens) = (0.0, 0.0, 0.0, 0.0);
+    let mut ttfts = Vec::with_capacity(requests.len());
+    for (i, r) in requests.iter().enumerate() {
+        let ttft = outcomes.ttft_s[i];
+        let ok_ttft = ttft * 1000.0 <= sla.ttft_ms;
+        let mean_itl = if outcomes.tokens[i] > 0.0 {
+            outcomes.itl_sum_s[i] / outcomes.tokens[i]
+        } else {
+            0.0
+        };
+        let ok_itl = outcomes.done[i] && mean_itl * 1000.0 <= sla.itl_ms;
+        meet_ttft += usize::from(ok_ttft);
+        meet_itl += usize::from(ok_itl);
+        meet_both += usize::from(ok_ttft && ok_itl);
+        unfinished += usize::from(!outcomes.done[i]);
+        if ttft.is_finite() {
+            ttft_sum += ttft;
+            ttft_n += 1.0;
+        }
+        ttfts.push(ttft);
+        itl_sum += outcomes.itl_sum_s[i];
+        tokens += outcomes.tokens[i];
+        let index = (r.arrival_s / interval).floor() as usize;
+        if let Some(c) = cohorts.get_mut(index) {
+            c.n += 1;
+            c.isl += r.isl;
+            c.osl += r.osl;
+            c.ttft += ttft;
+            c.itl_sum += outcomes.itl_sum_s[i];
+            c.tokens += outcomes.tokens[i];
+        }
+    }
+    for (record, c) in records.iter_mut().zip(&cohorts) {
+        record.arrivals = c.n;
+        if c.n > 0 {
+            let n = c.n as f64;
+            record.mean_isl = c.isl / n;
+            record.mean_osl = c.osl / n;
+            record.ttft_ms = c.ttft / n * 1000.0;
+            record.itl_ms = c.itl_sum / c.tokens * 1000.0;
+        }
+    }
+    let intervals = records.iter().filter(|r| r.arrivals > 0).count();
+    let intervals_meeting = records.iter().filter(|r| r.meets(sla) == Some(true)).count();
+    ttfts.sort_by(f64::total_cmp);
+    let p95 = if ttfts.is_empty() {
+        f64::NAN
+    } else {
+        let rank = ((0.95 * ttfts.len() as f64).ceil() as usize).clamp(1, ttfts.len());
+        ttfts[rank - 1] * 1000.0
+    };
+    Summary {
+        gpu_hours: 0.0,
+        intervals,
+        intervals_meeting,
+        requests: requests.len(),
+        requests_meeting_ttft: meet_ttft,
+        requests_meeting_itl: meet_itl,
+        requests_meeting_both: meet_both,
+        requests_unfinished: unfinished,
+        scaling_actions: 0,
+        max_prefill: 0,
+        max_decode: 0,
+        mean_ttft_ms: if ttft_n > 0.0 {
+            ttft_sum / ttft_n * 1000.0
+        } else {
+            f64::NAN
+        },
+        p95_ttft_ms: p95,
+        mean_itl_ms: if tokens > 0.0 {
+            itl_sum / tokens * 1000.0
+        } else {
+            f64::NAN
+        },
+    }
+}

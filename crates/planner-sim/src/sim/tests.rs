@@ -1,0 +1,300 @@
+//! Hand-computable simulations: constant load, a step, an empty trace, a trace with gaps, and
+//! the scale-up delay. The curves are flat so every number can be worked out on paper:
+//! prefill takes 100 ms per request on one engine (10 requests/s per engine), every output
+//! token after the first takes 10 ms, whatever the load.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::float_cmp)]
+
+use super::{
+    compare,
+    latency::{EngineSpec, LatencyModel},
+    policy::{Fixed, PolicySpec},
+    run::{DecisionContext, Policy, RunResult, SimConfig, run},
+    trace::Request,
+};
+use planner_core::{
+    interpolation::{DecodeOperatingPoint, PerformanceCurves},
+    predictor::PredictorKind,
+    sla::Observation,
+};
+
+/// Flat curves, consistent with the planner's formulas: prefill throughput is `isl / 0.1 s`
+/// per GPU, decode delivers 1000 tokens/s per GPU (10 requests at 10 ms).
+struct Flat;
+
+impl PerformanceCurves for Flat {
+    fn prefill_ttft_ms(&self, _: f64) -> f64 {
+        100.0
+    }
+    fn prefill_thpt_per_gpu(&self, isl: f64) -> f64 {
+        isl / 0.1
+    }
+    fn decode_itl_ms(&self, _: f64, _: f64) -> f64 {
+        10.0
+    }
+    fn decode_best_point(&self, itl_ms: f64, _: f64) -> DecodeOperatingPoint {
+        DecodeOperatingPoint {
+            thpt_per_gpu: 1000.0,
+            itl_ms: itl_ms.min(10.0),
+            kv_usage: 0.5,
+        }
+    }
+}
+
+const SPEC: EngineSpec = EngineSpec {
+    max_kv_tokens: 1e7,
+    max_profiled_isl: 1e6,
+};
+
+fn model() -> LatencyModel<'static, Flat> {
+    LatencyModel::new(&Flat, SPEC)
+}
+
+/// `rate` requests/s of 1000 prompt and 11 output tokens (100 ms TTFT, 10 gaps of 10 ms),
+/// evenly spaced over `[from, to)`.
+fn constant(rate: f64, from: f64, to: f64) -> Vec<Request> {
+    let n = ((to - from) * rate).round() as usize;
+    (0..n)
+        .map(|i| Request {
+            arrival_s: from + i as f64 / rate,
+            isl: 1000.0,
+            osl: 11.0,
+        })
+        .collect()
+}
+
+fn config() -> SimConfig {
+    SimConfig::default()
+}
+
+fn by_name<'a>(results: &'a [RunResult], name: &str) -> &'a RunResult {
+    results.iter().find(|r| r.policy == name).unwrap()
+}
+
+fn specs() -> Vec<PolicySpec> {
+    vec![
+        PolicySpec::Oracle,
+        PolicySpec::PerfectPrediction,
+        PolicySpec::Sla {
+            predictor: PredictorKind::Constant,
+            correction: true,
+            headroom: false,
+        },
+        PolicySpec::Sla {
+            predictor: PredictorKind::Kalman,
+            correction: false,
+            headroom: false,
+        },
+        PolicySpec::LoadBased,
+        PolicySpec::Hpa,
+        PolicySpec::FixedPeak,
+    ]
+}
+
+/// Records what the planner would read from Prometheus, and never scales.
+struct Spy(Vec<Observation>);
+
+impl<C> Policy<C> for Spy {
+    fn name(&self) -> String {
+        "spy".into()
+    }
+    fn period_s(&self, config: &SimConfig) -> f64 {
+        config.interval_s
+    }
+    fn decide(&mut self, ctx: &DecisionContext<'_, C>) -> Option<(u32, u32)> {
+        self.0.push(ctx.window);
+        None
+    }
+}
+
+#[test]
+fn constant_load_every_policy_holds_one_replica_each_and_meets_the_sla() {
+    // 2 requests/s for 10 minutes: one prefill engine is 20 % busy, no request waits.
+    let requests = constant(2.0, 0.0, 600.0);
+    let results = compare(&requests, &model(), &config(), &specs(), 2);
+    assert_eq!(results.len(), 7);
+    for r in &results {
+        let s = &r.summary;
+        assert_eq!(r.initial, (1, 1), "{}", r.policy);
+        assert_eq!(s.scaling_actions, 0, "{}", r.policy);
+        assert_eq!((s.max_prefill, s.max_decode), (1, 1), "{}", r.policy);
+        // Two GPUs for ten minutes.
+        assert!(
+            (s.gpu_hours - 2.0 * 600.0 / 3600.0).abs() < 1e-9,
+            "{}: {}",
+            r.policy,
+            s.gpu_hours
+        );
+        assert_eq!((s.intervals, s.intervals_meeting), (10, 10), "{}", r.policy);
+        assert_eq!(s.requests, 1200);
+        assert_eq!(s.requests_meeting_both, 1200, "{}", r.policy);
+        assert!((s.mean_ttft_ms - 100.0).abs() < 1e-6, "{}", s.mean_ttft_ms);
+        assert!((s.mean_itl_ms - 10.0).abs() < 1e-6);
+    }
+    // Every interval's cohort: 120 arrivals, TTFT 100 ms, ITL 10 ms.
+    let oracle = by_name(&results, "oracle");
+    for i in &oracle.intervals {
+        assert_eq!(i.arrivals, 120);
+        assert!((i.ttft_ms - 100.0).abs() < 1e-6 && (i.itl_ms - 10.0).abs() < 1e-6);
+        assert_eq!((i.prefill, i.decode, i.gpus), (1.0, 1.0, 2.0));
+    }
+}
+
+#[test]
+fn constant_load_the_planner_reads_the_frontend_means() {
+    let requests = constant(2.0, 0.0, 600.0);
+    let mut spy = Spy(Vec::new());
+    run(&requests, &model(), &config(), &mut spy, Some((1, 1)));
+    assert_eq!(spy.0.len(), 10);
+    // Second interval: a request completes 200 ms after it arrives, so 120 complete in each
+    // full interval; means are exact.
+    let o = spy.0[1];
+    assert_eq!(o.num_req, 120.0);
+    assert_eq!((o.isl, o.osl), (1000.0, 11.0));
+    assert!((o.ttft_ms - 100.0).abs() < 1e-9);
+    assert!((o.itl_ms - 10.0).abs() < 1e-9);
+    assert!((o.request_duration_s - 0.2).abs() < 1e-9);
+}
+
+#[test]
+fn a_step_up_shows_as_ttft_growth_and_the_oracle_sizes_for_it() {
+    // 2 requests/s for 5 minutes, then 25/s (one every 40 ms) for 5 minutes.
+    let mut requests = constant(2.0, 0.0, 300.0);
+    requests.extend(constant(25.0, 300.0, 600.0));
+    let config = config();
+
+    // One prefill engine serves 10/s: after the step the i-th request starts at 300 + 0.1 i
+    // and arrived at 300 + 0.04 i, so its TTFT is 0.1 + 0.06 i s. The first post-step
+    // interval holds i = 0..1500: mean 0.1 + 0.06 * 749.5 = 45.07 s; the next 135.07 s.
+    let mut fixed = Fixed {
+        replicas: (1, 1),
+        name: "one-each".into(),
+    };
+    let small = run(&requests, &model(), &config, &mut fixed, None);
+    assert!((small.intervals[4].ttft_ms - 100.0).abs() < 1e-6);
+    assert!(
+        (small.intervals[5].ttft_ms - 45_070.0).abs() < 1.0,
+        "{}",
+        small.intervals[5].ttft_ms
+    );
+    assert!(
+        (small.intervals[6].ttft_ms - 135_070.0).abs() < 1.0,
+        "{}",
+        small.intervals[6].ttft_ms
+    );
+    assert_eq!(small.summary.intervals_meeting, 5);
+    assert_eq!(
+        small.summary.requests_unfinished, 0,
+        "drained after the last interval"
+    );
+
+    let results = compare(&requests, &model(), &config, &specs(), 2);
+    // The oracle: one prefill engine before the step, three after (three engines take every
+    // third request, 120 ms apart: no queueing; two would fall behind by 5 requests/s).
+    let oracle = by_name(&results, "oracle");
+    let prefill: Vec<f64> = oracle.intervals.iter().map(|i| i.prefill).collect();
+    assert_eq!(prefill, vec![1.0, 1.0, 1.0, 1.0, 1.0, 3.0, 3.0, 3.0, 3.0, 3.0]);
+    assert!(oracle.intervals.iter().all(|i| i.decode == 1.0));
+    assert_eq!(oracle.summary.interval_attainment(), 1.0);
+    assert_eq!(oracle.summary.request_attainment(), 1.0);
+    // (5 intervals * 2 GPUs + 5 * 4) * 60 s.
+    assert!((oracle.summary.gpu_hours - 0.5).abs() < 1e-9);
+
+    // Sized for the peak: 3 + 1 replicas all along, every request on time.
+    let fixed = by_name(&results, "fixed-peak");
+    assert!((fixed.summary.gpu_hours - 4.0 * 600.0 / 3600.0).abs() < 1e-9);
+    assert_eq!(fixed.summary.request_attainment(), 1.0);
+
+    // Perfect prediction asks for ceil(25 * 1000 / 10000) = 3 prefill replicas at t=300, but
+    // they serve only from t=360: the first post-step interval misses its TTFT target.
+    let perfect = by_name(&results, "perfect-prediction");
+    assert_eq!(perfect.decisions.first(), Some(&(300.0, (3, 1))));
+    assert_eq!(perfect.intervals[5].prefill, 3.0);
+    assert_eq!(perfect.intervals[5].prefill_serving, 1.0);
+    assert_eq!(perfect.intervals[6].prefill_serving, 3.0);
+    assert!(perfect.intervals[5].ttft_ms > 500.0);
+    assert!(perfect.summary.interval_attainment() < 1.0);
+
+    // The SLA planner counts *completed* requests (Dynamo increments requests_total when a
+    // request ends), so an overloaded prefill pool reports its own throughput, 598 requests in
+    // the first post-step interval, not the demand: 598 * 1000 / 60 / 10000 < 1 replica. It
+    // never scales up, and every post-step interval misses the SLA.
+    let sla = by_name(&results, "sla-constant");
+    assert_eq!(sla.summary.scaling_actions, 0);
+    assert_eq!(sla.summary.intervals_meeting, 5);
+}
+
+#[test]
+fn an_empty_trace_costs_nothing_and_breaks_nothing() {
+    let results = compare(&[], &model(), &config(), &PolicySpec::standard(), 2);
+    assert_eq!(results.len(), 17);
+    for r in &results {
+        assert!(r.intervals.is_empty());
+        assert_eq!(r.summary.gpu_hours, 0.0);
+        assert_eq!(r.summary.requests, 0);
+        assert_eq!(r.summary.interval_attainment(), 1.0);
+        assert_eq!(r.summary.request_attainment(), 1.0);
+        assert!(r.summary.mean_ttft_ms.is_nan());
+    }
+}
+
+#[test]
+fn a_trace_with_gaps_holds_replicas_through_them() {
+    // Traffic in [0, 120) and [300, 420); nothing in between.
+    let mut requests = constant(2.0, 0.0, 120.0);
+    requests.extend(constant(2.0, 300.0, 420.0));
+    let mut spy = Spy(Vec::new());
+    run(&requests, &model(), &config(), &mut spy, Some((1, 1)));
+    // The idle intervals (ending at 180, 240 and 300) see no completed request: NaN means,
+    // which the SLA planner skips.
+    for o in &spy.0[2..5] {
+        assert_eq!(o.num_req, 0.0);
+        assert!(!o.is_complete());
+    }
+    let results = compare(&requests, &model(), &config(), &specs(), 2);
+    for r in &results {
+        let s = &r.summary;
+        // 7 intervals, 4 of them with traffic; 2 GPUs for 420 s.
+        assert_eq!(r.intervals.len(), 7, "{}", r.policy);
+        assert_eq!((s.intervals, s.intervals_meeting), (4, 4), "{}", r.policy);
+        assert!((s.gpu_hours - 2.0 * 420.0 / 3600.0).abs() < 1e-9, "{}", r.policy);
+        assert_eq!(s.scaling_actions, 0, "{}", r.policy);
+        assert!(r.intervals[3].ttft_ms.is_nan());
+    }
+}
+
+/// Asks for a number of prefill replicas at every decision.
+struct Ask(u32);
+
+impl<C> Policy<C> for Ask {
+    fn name(&self) -> String {
+        "ask".into()
+    }
+    fn period_s(&self, config: &SimConfig) -> f64 {
+        config.interval_s
+    }
+    fn decide(&mut self, ctx: &DecisionContext<'_, C>) -> Option<(u32, u32)> {
+        Some((self.0, ctx.target.1))
+    }
+}
+
+#[test]
+fn scale_up_costs_from_the_request_and_serves_after_the_delay() {
+    let requests = constant(1.0, 0.0, 300.0);
+    let config = SimConfig {
+        scale_up_delay_s: 90.0,
+        ..config()
+    };
+    let result = run(&requests, &model(), &config, &mut Ask(2), Some((1, 1)));
+    let gpus: Vec<f64> = result.intervals.iter().map(|i| i.gpus).collect();
+    assert_eq!(gpus, vec![2.0, 3.0, 3.0, 3.0, 3.0]);
+    // Asked for at t=60, serving from t=150: half of the third interval.
+    let serving: Vec<f64> = result.intervals.iter().map(|i| i.prefill_serving).collect();
+    assert_eq!(serving, vec![1.0, 1.0, 1.5, 2.0, 2.0]);
+    assert_eq!(result.summary.scaling_actions, 1);
+    // Scale-down is immediate, for the bill and the serving engines alike.
+    let down = run(&requests, &model(), &config, &mut Ask(1), Some((3, 1)));
+    let gpus: Vec<f64> = down.intervals.iter().map(|i| i.gpus).collect();
+    assert_eq!(gpus, vec![4.0, 2.0, 2.0, 2.0, 2.0]);
+    assert_eq!(down.intervals[1].prefill_serving, 1.0);
+}

@@ -1,0 +1,111 @@
+//! Translation of a validated PlannerPolicy into the planner core's configuration (pure).
+
+use planner_api::{PlannerPolicySpec, PredictorKind};
+use planner_core::{
+    load::LoadConfig,
+    predictor::{self, KalmanConfig, PredictorConfig},
+    sla::{Limits, SlaTargets},
+    state::SlaPlannerConfig,
+};
+
+use crate::validation::ValidatedPolicy;
+
+/// The SLA planner's configuration.
+pub fn sla_config(spec: &PlannerPolicySpec, validated: &ValidatedPolicy) -> SlaPlannerConfig {
+    let interval_s = validated.interval.as_secs_f64();
+    let predictor = &spec.predictor;
+    SlaPlannerConfig {
+        interval_s,
+        sla: SlaTargets {
+            ttft_ms: spec.sla.ttft_ms,
+            itl_ms: spec.sla.itl_ms,
+            prefill_utilization: spec.sla.prefill_utilization,
+        },
+        limits: limits(spec, validated),
+        correction: spec.correction.enabled,
+        predictor: PredictorConfig {
+            kind: match predictor.kind {
+                PredictorKind::Constant => predictor::PredictorKind::Constant,
+                PredictorKind::Arima => predictor::PredictorKind::Arima,
+                PredictorKind::Kalman => predictor::PredictorKind::Kalman,
+                PredictorKind::Prophet => predictor::PredictorKind::Prophet,
+            },
+            log1p: predictor.log1p,
+            kalman: KalmanConfig {
+                q_level: predictor.kalman.q_level,
+                q_trend: predictor.kalman.q_trend,
+                r: predictor.kalman.r,
+                min_points: usize::try_from(predictor.kalman.min_points).unwrap_or(1),
+            },
+            prophet_window_size: usize::try_from(predictor.prophet.window_size).unwrap_or(50),
+            interval_seconds: interval_s,
+        },
+    }
+}
+
+fn limits(spec: &PlannerPolicySpec, validated: &ValidatedPolicy) -> Limits {
+    Limits {
+        min_replicas: u32::try_from(spec.bounds.min_replicas).unwrap_or(1),
+        max_replicas: spec.bounds.max_replicas.and_then(|m| u32::try_from(m).ok()),
+        max_gpu_budget: u32::try_from(spec.bounds.max_gpu_budget).ok(),
+        prefill_gpus_per_engine: validated.target.prefill.gpus,
+        decode_gpus_per_engine: validated.target.decode.gpus,
+    }
+}
+
+/// The load-based planner's configuration.
+pub fn load_config(spec: &PlannerPolicySpec, validated: &ValidatedPolicy) -> LoadConfig {
+    let limits = limits(spec, validated);
+    let load = &spec.load;
+    LoadConfig {
+        kv_scale_up: load.decode_kv_scale_up_threshold,
+        kv_scale_down: load.decode_kv_scale_down_threshold,
+        queue_scale_up: load.prefill_queue_scale_up_threshold,
+        queue_scale_down: load.prefill_queue_scale_down_threshold,
+        decode_grace_intervals: u32::try_from(load.decode_grace_period_intervals).unwrap_or(0),
+        prefill_buffer_intervals: u32::try_from(load.prefill_queue_buffer_intervals).unwrap_or(0),
+        min_replicas: limits.min_replicas,
+        max_replicas: limits.max_replicas,
+        max_gpu_budget: limits.max_gpu_budget,
+        prefill_gpus_per_engine: limits.prefill_gpus_per_engine,
+        decode_gpus_per_engine: limits.decode_gpus_per_engine,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use planner_api::{DynamoGraphDeployment, PlannerPolicy};
+
+    use super::*;
+    use crate::validation;
+
+    fn dgd() -> DynamoGraphDeployment {
+        serde_yaml::from_str(include_str!("../../../../config/samples/dgd-disagg.yaml")).unwrap()
+    }
+
+    fn policy(file: &str) -> PlannerPolicy {
+        let text = match file {
+            "sla" => include_str!("../../../../config/samples/plannerpolicy-sla.yaml"),
+            _ => include_str!("../../../../config/samples/plannerpolicy-load.yaml"),
+        };
+        serde_yaml::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn configs_carry_the_spec() {
+        let spec = policy("sla").spec;
+        let validated = validation::validate(&spec, "llm", &dgd()).unwrap();
+        let config = sla_config(&spec, &validated);
+        assert_eq!(config.interval_s, 180.0);
+        assert_eq!(config.limits.max_gpu_budget, Some(16));
+        assert_eq!(config.limits.max_replicas, Some(8));
+        assert_eq!(config.predictor.kind, predictor::PredictorKind::Arima);
+        let load_spec = policy("load").spec;
+        let load = load_config(
+            &load_spec,
+            &validation::validate(&load_spec, "llm", &dgd()).unwrap(),
+        );
+        assert_eq!((load.kv_scale_up, load.queue_scale_down), (0.9, 0.2));
+        assert_eq!(validated.dynamo_namespace, "llm-llama-disagg");
+    }
+}

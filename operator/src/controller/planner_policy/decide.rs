@@ -1,0 +1,375 @@
+//! The decide step (pure): one interval's observation through the policy's planner, and what the
+//! status should say about it. No client, no clock: the reconciler hands in what it observed.
+
+use std::sync::Arc;
+
+use planner_api::{CorrectionFactors, ObservedLoad, PredictedLoad};
+use planner_core::{
+    interpolation::PerformanceModel,
+    load::{LoadConfig, LoadDecision, LoadPlanner, LoadSamples, LoadSkip},
+    state::{Hold, IntervalMetrics, SlaPlanner, SlaPlannerConfig},
+};
+
+use super::status::{METRICS_AVAILABLE, finite, scaling_limited};
+use crate::controller::conditions::DesiredCondition;
+
+/// A policy's planner between intervals, with what it plans with.
+pub enum PlannerState {
+    /// The SLA planner (modes `sla` and `observe`), its configuration and the performance
+    /// model of its profile.
+    Sla {
+        /// Predictor histories and correction factors.
+        planner: Box<SlaPlanner>,
+        /// Targets, limits and predictor settings.
+        config: SlaPlannerConfig,
+        /// The profile's interpolated curves.
+        model: Arc<PerformanceModel>,
+    },
+    /// The load-based planner (mode `load`).
+    Load {
+        /// Its state (grace periods, trend).
+        planner: LoadPlanner,
+        /// Thresholds and limits.
+        config: LoadConfig,
+    },
+}
+
+/// What the observe step read for an interval.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Observed {
+    /// The frontend's interval metrics (SLA planner).
+    Sla(IntervalMetrics),
+    /// Queue and KV-cache samples (load-based planner), or why they are missing.
+    Load(Result<LoadSamples, String>),
+}
+
+/// Where the metrics came from, for messages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MetricsOrigin {
+    /// The Dynamo namespace the series are filtered by.
+    pub dynamo_namespace: String,
+    /// The Prometheus URL, credentials removed.
+    pub url: String,
+}
+
+/// One interval's decision and its report.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Decision {
+    /// Replicas to run (prefill, decode), or `None` to keep the current ones.
+    pub target: Option<(u32, u32)>,
+    /// Conditions the interval sets (`MetricsAvailable`, `ScalingLimited`).
+    pub conditions: Vec<DesiredCondition>,
+    /// What was observed.
+    pub observed: Option<ObservedLoad>,
+    /// What is predicted for the next interval.
+    pub predicted: Option<PredictedLoad>,
+    /// Correction factors after the interval.
+    pub correction: Option<CorrectionFactors>,
+    /// One line on why.
+    pub message: String,
+}
+
+/// Runs one interval of `state`'s planner on `observed`, with `current` (prefill, decode)
+/// replicas serving.
+pub fn decide(
+    state: &mut PlannerState,
+    observed: Observed,
+    current: (u32, u32),
+    origin: &MetricsOrigin,
+) -> Decision {
+    match (state, observed) {
+        (
+            PlannerState::Sla {
+                planner,
+                config,
+                model,
+            },
+            Observed::Sla(metrics),
+        ) => decide_sla(planner, config, model, metrics, current, origin),
+        (PlannerState::Load { planner, config }, Observed::Load(samples)) => {
+            decide_load(planner, config, samples, current, origin)
+        }
+        // The observe step reads what the state's planner needs; a mismatch keeps replicas.
+        _ => Decision {
+            message: "keeping replicas: the observation does not match the planner's mode".into(),
+            ..Decision::default()
+        },
+    }
+}
+
+fn decide_sla(
+    planner: &mut SlaPlanner,
+    config: &SlaPlannerConfig,
+    model: &PerformanceModel,
+    metrics: IntervalMetrics,
+    current: (u32, u32),
+    origin: &MetricsOrigin,
+) -> Decision {
+    let tick = planner.tick(config, model, metrics, current);
+    let mut decision = Decision {
+        message: tick.explanation(),
+        ..Decision::default()
+    };
+    decision.conditions.push(match &tick.hold {
+        Some(Hold::MetricsUnavailable { reason }) => {
+            DesiredCondition::unmet(METRICS_AVAILABLE, "MetricsUnavailable", reason.clone())
+        }
+        Some(Hold::NoTraffic) => DesiredCondition::met(
+            METRICS_AVAILABLE,
+            "NoTraffic",
+            "no request completed in the last interval",
+        ),
+        None => DesiredCondition::met(
+            METRICS_AVAILABLE,
+            "Observed",
+            format!(
+                "frontend metrics of {} from {}",
+                origin.dynamo_namespace, origin.url
+            ),
+        ),
+    });
+    if tick.plan.is_some() {
+        decision.conditions.push(scaling_limited(tick.limits()));
+    }
+    decision.observed = tick.observed.as_ref().map(|o| ObservedLoad {
+        requests: finite(o.num_req),
+        isl: finite(o.isl),
+        osl: finite(o.osl),
+        ttft_ms: finite(o.ttft_ms),
+        itl_ms: finite(o.itl_ms),
+    });
+    decision.predicted = tick.predicted.as_ref().map(|load| PredictedLoad {
+        requests: finite(load.num_req),
+        isl: finite(load.isl),
+        osl: finite(load.osl),
+    });
+    decision.correction = Some(CorrectionFactors {
+        prefill: finite(tick.corrections.prefill),
+        decode: finite(tick.corrections.decode),
+    });
+    decision.target = tick.target();
+    decision
+}
+
+fn decide_load(
+    planner: &mut LoadPlanner,
+    config: &LoadConfig,
+    samples: Result<LoadSamples, String>,
+    current: (u32, u32),
+    origin: &MetricsOrigin,
+) -> Decision {
+    let samples = match samples {
+        Ok(samples) => samples,
+        Err(reason) => {
+            return Decision {
+                conditions: vec![DesiredCondition::unmet(
+                    METRICS_AVAILABLE,
+                    "MetricsUnavailable",
+                    reason.clone(),
+                )],
+                message: format!("keeping replicas: metrics unavailable ({reason})"),
+                ..Decision::default()
+            };
+        }
+    };
+    let tick: LoadDecision = planner.tick(config, current.0, current.1, &samples);
+    let condition = if tick.skipped == Some(LoadSkip::NoSamples) {
+        DesiredCondition::unmet(
+            METRICS_AVAILABLE,
+            "NoSamples",
+            format!(
+                "no queue or KV-cache samples for {} in the last interval",
+                origin.dynamo_namespace
+            ),
+        )
+    } else {
+        DesiredCondition::met(METRICS_AVAILABLE, "Observed", "load metrics sampled")
+    };
+    Decision {
+        target: tick.skipped.is_none().then_some((tick.prefill, tick.decode)),
+        conditions: vec![condition],
+        message: format!(
+            "load mode: prefill {:?}, decode {:?}{}",
+            tick.prefill_reason,
+            tick.decode_reason,
+            tick.skipped
+                .as_ref()
+                .map(|s| format!(" (skipped: {s:?})"))
+                .unwrap_or_default()
+        ),
+        ..Decision::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use planner_core::{
+        predictor::{PredictorConfig, PredictorKind},
+        profile::Profile,
+        sla::{Limits, Observation, SlaTargets},
+    };
+
+    use super::*;
+
+    fn origin() -> MetricsOrigin {
+        MetricsOrigin {
+            dynamo_namespace: "llm-llama".into(),
+            url: "http://prometheus:9090".into(),
+        }
+    }
+
+    fn sla_state() -> PlannerState {
+        let config = SlaPlannerConfig {
+            interval_s: 60.0,
+            sla: SlaTargets::new(500.0, 50.0),
+            limits: Limits {
+                min_replicas: 1,
+                max_replicas: Some(3),
+                max_gpu_budget: None,
+                prefill_gpus_per_engine: 1,
+                decode_gpus_per_engine: 1,
+            },
+            correction: true,
+            predictor: PredictorConfig {
+                kind: PredictorKind::Constant,
+                interval_seconds: 60.0,
+                ..PredictorConfig::default()
+            },
+        };
+        let profile = Profile::builtin("h200-llama3.1-8b-tp1").unwrap();
+        PlannerState::Sla {
+            planner: Box::new(SlaPlanner::new(&config)),
+            config,
+            model: Arc::new(PerformanceModel::new(&profile).unwrap()),
+        }
+    }
+
+    fn observed(num_req: f64) -> Observation {
+        Observation {
+            num_req,
+            isl: 3000.0,
+            osl: 300.0,
+            ttft_ms: 100.0,
+            itl_ms: 20.0,
+            request_duration_s: 8.0,
+        }
+    }
+
+    #[test]
+    fn missing_metrics_keep_replicas_and_say_why() {
+        let mut state = sla_state();
+        let decision = decide(
+            &mut state,
+            Observed::Sla(IntervalMetrics::Unavailable {
+                reason: "Prometheus at http://prometheus:9090 did not answer".into(),
+            }),
+            (2, 2),
+            &origin(),
+        );
+        assert_eq!(decision.target, None);
+        assert_eq!(
+            decision.conditions,
+            [DesiredCondition::unmet(
+                METRICS_AVAILABLE,
+                "MetricsUnavailable",
+                "Prometheus at http://prometheus:9090 did not answer"
+            )]
+        );
+        assert!(
+            decision
+                .message
+                .starts_with("keeping replicas: metrics unavailable")
+        );
+        assert_eq!(decision.observed, None);
+    }
+
+    #[test]
+    fn a_busy_interval_scales_within_the_maximum_and_reports_the_limit() {
+        let mut state = sla_state();
+        let decision = decide(
+            &mut state,
+            Observed::Sla(IntervalMetrics::Observed(observed(60_000.0))),
+            (1, 1),
+            &origin(),
+        );
+        assert_eq!(decision.target, Some((3, 3)));
+        let limited = decision
+            .conditions
+            .iter()
+            .find(|c| c.type_ == super::super::status::SCALING_LIMITED)
+            .unwrap();
+        assert_eq!((limited.status, limited.reason.as_str()), ("True", "MaxReplicas"));
+        assert!(
+            decision.conditions.iter().any(|c| c.type_ == METRICS_AVAILABLE
+                && c.status == "True"
+                && c.message == "frontend metrics of llm-llama from http://prometheus:9090"),
+            "{:?}",
+            decision.conditions
+        );
+        assert_eq!(decision.observed.unwrap().requests, Some(60_000.0));
+        assert_eq!(decision.predicted.unwrap().requests, Some(60_000.0));
+        assert!(
+            decision.message.contains("capped at the maximum of 3"),
+            "{}",
+            decision.message
+        );
+    }
+
+    #[test]
+    fn an_idle_interval_holds_without_failing_the_metrics() {
+        let mut state = sla_state();
+        let idle = Observation {
+            ttft_ms: f64::NAN,
+            itl_ms: f64::NAN,
+            ..observed(0.0)
+        };
+        let decision = decide(
+            &mut state,
+            Observed::Sla(IntervalMetrics::Observed(idle)),
+            (1, 1),
+            &origin(),
+        );
+        assert_eq!(decision.target, None);
+        assert_eq!(decision.conditions[0].reason, "NoTraffic");
+        assert_eq!(decision.conditions[0].status, "True");
+        // NaN means are not written to status.
+        assert_eq!(decision.observed.unwrap().ttft_ms, None);
+    }
+
+    #[test]
+    fn load_mode_without_samples_keeps_replicas() {
+        let mut state = PlannerState::Load {
+            planner: LoadPlanner::default(),
+            config: LoadConfig::default(),
+        };
+        let decision = decide(
+            &mut state,
+            Observed::Load(Err("no answer".into())),
+            (2, 2),
+            &origin(),
+        );
+        assert_eq!(decision.target, None);
+        assert_eq!(decision.conditions[0].reason, "MetricsUnavailable");
+        let decision = decide(
+            &mut state,
+            Observed::Load(Ok(LoadSamples::default())),
+            (2, 2),
+            &origin(),
+        );
+        assert_eq!(decision.target, None);
+        assert_eq!(decision.conditions[0].reason, "NoSamples");
+        assert!(decision.conditions[0].message.contains("llm-llama"));
+    }
+
+    #[test]
+    fn a_mismatched_observation_changes_nothing() {
+        let mut state = sla_state();
+        let decision = decide(
+            &mut state,
+            Observed::Load(Ok(LoadSamples::default())),
+            (1, 1),
+            &origin(),
+        );
+        assert_eq!(decision.target, None);
+    }
+}

@@ -1,0 +1,185 @@
+//! The dereference step: read what a policy points at, in its own namespace: the target DGD,
+//! the profile (a built-in one, or a ConfigMap) and, once per planner state, the warm-up trace
+//! and Prometheus history the predictors start from.
+
+use std::{collections::HashMap, sync::Arc, sync::Mutex, time::Duration};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::{Api, Client, ResourceExt};
+use tracing::{info, warn};
+
+use planner_api::{DynamoGraphDeployment, PlannerPolicy};
+use planner_core::{interpolation::PerformanceModel, profile::Profile, state::SlaPlanner, trace};
+
+use crate::{
+    controller::common::{KubeError, chain},
+    sources::prometheus::{PrometheusClient, SeriesFilter},
+};
+
+/// Intervals of Prometheus history replayed into the predictors after a restart.
+pub const HISTORY_INTERVALS: usize = 50;
+
+/// Reads the policy's target DGD; `None` when it does not exist.
+pub async fn target(
+    client: &Client,
+    policy: &PlannerPolicy,
+) -> Result<Option<DynamoGraphDeployment>, KubeError> {
+    let namespace = policy.namespace().unwrap_or_default();
+    let name = &policy.spec.target_ref.name;
+    let dgds: Api<DynamoGraphDeployment> = Api::namespaced(client.clone(), &namespace);
+    dgds.get_opt(name)
+        .await
+        .map_err(KubeError::on(format!("get DynamoGraphDeployment {name}")))
+}
+
+/// Why the profile cannot be used; the message is shown in `ProfileLoaded`.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileLoadError {
+    /// The spec names no profile.
+    #[error("spec.profile is required in sla and observe modes: set builtin or configMapRef")]
+    Missing,
+    /// The ConfigMap does not exist.
+    #[error("spec.profile.configMapRef: ConfigMap {0:?} does not exist in the policy's namespace")]
+    NotFound(String),
+    /// The ConfigMap cannot be read.
+    #[error(transparent)]
+    Read(#[from] KubeError),
+    /// The data is not a usable profile.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Performance models by profile, shared by the policies that use the same one. A ConfigMap's
+/// model is keyed by its resourceVersion, so an edit builds a new one.
+#[derive(Default)]
+pub struct ModelCache {
+    models: Mutex<HashMap<String, Arc<PerformanceModel>>>,
+}
+
+impl ModelCache {
+    /// The performance model of the policy's profile, and a description of its source.
+    pub async fn model(
+        &self,
+        client: &Client,
+        policy: &PlannerPolicy,
+    ) -> Result<(Arc<PerformanceModel>, String), ProfileLoadError> {
+        let Some(profile) = &policy.spec.profile else {
+            return Err(ProfileLoadError::Missing);
+        };
+        if let Some(builtin) = profile.builtin {
+            let name = builtin.name();
+            let model = self.cached(&format!("builtin:{name}"), || {
+                Profile::builtin(name).map_err(|e| e.to_string())
+            })?;
+            return Ok((model, format!("builtin {name}")));
+        }
+        let Some(reference) = &profile.config_map_ref else {
+            return Err(ProfileLoadError::Missing);
+        };
+        let namespace = policy.namespace().unwrap_or_default();
+        let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
+        let cm = config_maps
+            .get_opt(&reference.name)
+            .await
+            .map_err(KubeError::on(format!("read ConfigMap {}", reference.name)))?
+            .ok_or_else(|| ProfileLoadError::NotFound(reference.name.clone()))?;
+        let key = format!(
+            "configmap:{namespace}/{}@{}",
+            reference.name,
+            cm.resource_version().unwrap_or_default()
+        );
+        let source = format!("ConfigMap {}", reference.name);
+        let model = self.cached(&key, || {
+            Profile::from_config_map_entries(
+                &source,
+                |k| cm.data.as_ref().and_then(|d| d.get(k).cloned()),
+                |k| {
+                    cm.binary_data
+                        .as_ref()
+                        .and_then(|d| d.get(k).map(|b| b.0.clone()))
+                },
+            )
+            .map_err(|e| e.to_string())
+        })?;
+        Ok((model, source))
+    }
+
+    fn cached(
+        &self,
+        key: &str,
+        load: impl FnOnce() -> Result<Profile, String>,
+    ) -> Result<Arc<PerformanceModel>, ProfileLoadError> {
+        if let Some(model) = self.models.lock().ok().and_then(|m| m.get(key).cloned()) {
+            return Ok(model);
+        }
+        let profile = load().map_err(ProfileLoadError::Invalid)?;
+        let model =
+            Arc::new(PerformanceModel::new(&profile).map_err(|e| ProfileLoadError::Invalid(e.to_string()))?);
+        if let Ok(mut models) = self.models.lock() {
+            // Older versions of the same ConfigMap are not needed any more.
+            if let Some((prefix, _)) = key.split_once('@') {
+                models.retain(|k, _| !k.starts_with(prefix));
+            }
+            models.insert(key.to_string(), Arc::clone(&model));
+        }
+        Ok(model)
+    }
+}
+
+/// Feeds the policy's warm-up trace, if any, to a new planner.
+pub async fn warm_up(client: &Client, policy: &PlannerPolicy, planner: &mut SlaPlanner, interval: Duration) {
+    let Some(warmup) = &policy.spec.predictor.warmup_trace else {
+        return;
+    };
+    let namespace = policy.namespace().unwrap_or_default();
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
+    let reference = &warmup.config_map_ref;
+    let text = match config_maps.get_opt(&reference.name).await {
+        Ok(Some(cm)) => cm.data.and_then(|mut d| d.remove(&reference.key)),
+        Ok(None) => None,
+        Err(error) => {
+            warn!(error = %chain(&error), "cannot read the warm-up trace ConfigMap");
+            None
+        }
+    };
+    let Some(text) = text else {
+        warn!(configmap = %reference.name, key = %reference.key, "warm-up trace not found; starting cold");
+        return;
+    };
+    match trace::parse_mooncake_jsonl(&text) {
+        Ok(records) => {
+            let buckets = trace::bucketize(&records, interval.as_secs_f64());
+            info!(
+                intervals = buckets.len(),
+                "warmed the predictors up from the trace"
+            );
+            planner.warm_up(&buckets);
+        }
+        Err(error) => warn!(%error, "the warm-up trace cannot be read; starting cold"),
+    }
+}
+
+/// Replays recent intervals from Prometheus so a restart does not start the predictors cold.
+pub async fn restore(
+    client: &PrometheusClient,
+    filter: &SeriesFilter,
+    planner: &mut SlaPlanner,
+    interval: Duration,
+    now_unix_s: f64,
+) {
+    // End one interval ago: the current interval is observed by the first tick.
+    let end = now_unix_s - interval.as_secs_f64();
+    match client
+        .history(filter, interval.as_secs().max(1), HISTORY_INTERVALS, end)
+        .await
+    {
+        Ok(history) => {
+            info!(
+                intervals = history.len(),
+                "restored predictor history from Prometheus"
+            );
+            planner.replay(&history);
+        }
+        Err(error) => info!(%error, "no Prometheus history to restore; starting cold"),
+    }
+}

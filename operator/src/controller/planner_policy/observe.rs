@@ -1,0 +1,77 @@
+//! The observe step: read what the policy's planner needs from Prometheus. A failure becomes an
+//! observation of missing metrics (which never scales anything), never an error of the
+//! reconcile.
+
+use std::time::Duration;
+
+use planner_core::state::IntervalMetrics;
+
+use super::decide::{Observed, PlannerState};
+use crate::{
+    metrics::policy::PolicyMetrics,
+    sources::prometheus::{PrometheusClient, SeriesFilter},
+};
+
+/// Where and what to read.
+pub struct MetricsQuery<'a> {
+    /// The client for the policy's Prometheus, or why there is none.
+    pub client: Result<&'a PrometheusClient, String>,
+    /// The Dynamo namespace of the graph.
+    pub dynamo_namespace: &'a str,
+    /// The model (SLA planner).
+    pub model: &'a str,
+    /// The interval (the query window).
+    pub interval: Duration,
+    /// Sampling step of the load-based planner.
+    pub pulling_interval: Duration,
+    /// The end of the window, Unix seconds.
+    pub now_unix_s: f64,
+}
+
+/// Reads one interval's metrics for `state`'s planner; failures are counted in `metrics`.
+pub async fn observe(state: &PlannerState, query: &MetricsQuery<'_>, metrics: &PolicyMetrics) -> Observed {
+    let window_s = query.interval.as_secs().max(1);
+    let client = match query.client {
+        Ok(client) => client,
+        Err(ref reason) => {
+            metrics.metrics_unavailable("client");
+            return match state {
+                PlannerState::Sla { .. } => Observed::Sla(IntervalMetrics::Unavailable {
+                    reason: reason.clone(),
+                }),
+                PlannerState::Load { .. } => Observed::Load(Err(reason.clone())),
+            };
+        }
+    };
+    match state {
+        PlannerState::Sla { .. } => {
+            let filter = SeriesFilter {
+                dynamo_namespace: query.dynamo_namespace.to_string(),
+                model: query.model.to_string(),
+            };
+            Observed::Sla(match client.observe(&filter, window_s).await {
+                Ok(observation) => IntervalMetrics::Observed(observation),
+                Err(error) => {
+                    metrics.metrics_unavailable(error.kind());
+                    IntervalMetrics::Unavailable {
+                        reason: error.to_string(),
+                    }
+                }
+            })
+        }
+        PlannerState::Load { .. } => Observed::Load(
+            client
+                .load_samples(
+                    query.dynamo_namespace,
+                    window_s as f64,
+                    query.pulling_interval.as_secs_f64().max(1.0),
+                    query.now_unix_s,
+                )
+                .await
+                .map_err(|error| {
+                    metrics.metrics_unavailable(error.kind());
+                    error.to_string()
+                }),
+        ),
+    }
+}

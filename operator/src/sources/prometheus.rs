@@ -1,0 +1,621 @@
+//! The frontend metrics the SLA planner reads from Prometheus (reference 2.3 and 8).
+//!
+//! Each quantity is one instant query over the adjustment interval. Unlike upstream, which
+//! fetches every series and filters in Python, the Dynamo namespace is matched in PromQL (so a
+//! thousand policies do not each download every frontend's series); the model is still
+//! compared case-insensitively on the client, as upstream does. Means are unweighted means of
+//! the per-series ratios, as upstream computes them; the request count is a sum.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use planner_core::sla::Observation;
+
+/// Metric name prefix of Dynamo frontends.
+pub const FRONTEND_PREFIX: &str = "dynamo_frontend";
+
+/// Which series of the frontend metrics belong to one graph and model.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeriesFilter {
+    /// Value of the `dynamo_namespace` label (added by the frontend PodMonitor).
+    pub dynamo_namespace: String,
+    /// Model name, compared case-insensitively with the `model` label.
+    pub model: String,
+}
+
+/// The histogram means the planner reads, and how each is scaled.
+const MEANS: [(&str, &str, f64); 5] = [
+    ("ttft_ms", "time_to_first_token_seconds", 1000.0),
+    ("itl_ms", "inter_token_latency_seconds", 1000.0),
+    ("request_duration_s", "request_duration_seconds", 1.0),
+    ("isl", "input_sequence_tokens", 1.0),
+    ("osl", "output_sequence_tokens", 1.0),
+];
+
+/// A PromQL label matcher value: backslashes and quotes escaped.
+fn quote(value: &str) -> String {
+    format!("\"{}\"", value.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// The PromQL mean of a frontend histogram over the window, per series.
+pub fn mean_query(histogram: &str, filter: &SeriesFilter, window_s: u64) -> String {
+    let selector = format!("{{dynamo_namespace={}}}", quote(&filter.dynamo_namespace));
+    format!(
+        "increase({FRONTEND_PREFIX}_{histogram}_sum{selector}[{window_s}s])/increase({FRONTEND_PREFIX}_{histogram}_count{selector}[{window_s}s])"
+    )
+}
+
+/// The PromQL request count over the window, per series.
+pub fn requests_query(filter: &SeriesFilter, window_s: u64) -> String {
+    format!(
+        "increase({FRONTEND_PREFIX}_requests_total{{dynamo_namespace={}}}[{window_s}s])",
+        quote(&filter.dynamo_namespace)
+    )
+}
+
+/// Why metrics could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    /// Prometheus did not answer, or answered with an HTTP error.
+    #[error("cannot query Prometheus at {url}: {reason}")]
+    Http {
+        /// The server.
+        url: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// Prometheus answered with an error status or a document that is not a query result.
+    #[error("Prometheus rejected the query `{query}`: {reason}")]
+    Query {
+        /// The query.
+        query: String,
+        /// Prometheus's explanation.
+        reason: String,
+    },
+    /// No series matched the graph and model.
+    #[error("no {metric} series for dynamo_namespace {dynamo_namespace:?} and model {model:?}")]
+    NoSeries {
+        /// The metric.
+        metric: String,
+        /// The namespace filter.
+        dynamo_namespace: String,
+        /// The model filter.
+        model: String,
+    },
+}
+
+impl MetricsError {
+    /// A bounded category for metrics: `http`, `query` or `no_series`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Http { .. } => "http",
+            Self::Query { .. } => "query",
+            Self::NoSeries { .. } => "no_series",
+        }
+    }
+}
+
+/// One sample of an instant-query result.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sample {
+    /// `model` label, if any.
+    pub model: Option<String>,
+    /// The value (`NaN` when Prometheus says so).
+    pub value: f64,
+}
+
+#[derive(Deserialize)]
+struct Response {
+    status: String,
+    #[serde(default)]
+    data: Option<ResponseData>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ResponseData {
+    #[serde(rename = "resultType")]
+    result_type: String,
+    result: Vec<VectorSample>,
+}
+
+#[derive(Deserialize)]
+struct RangeResponse {
+    status: String,
+    #[serde(default)]
+    data: Option<RangeData>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RangeData {
+    #[serde(rename = "resultType")]
+    result_type: String,
+    result: Vec<MatrixSeries>,
+}
+
+#[derive(Deserialize)]
+struct MatrixSeries {
+    #[serde(default)]
+    metric: std::collections::BTreeMap<String, String>,
+    values: Vec<(f64, String)>,
+}
+
+/// One series of a range query.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Series {
+    /// `model` label, if any.
+    pub model: Option<String>,
+    /// `(unix seconds, value)` pairs, oldest first.
+    pub points: Vec<(f64, f64)>,
+}
+
+/// Parses a range-query response body.
+pub fn parse_matrix(query: &str, body: &str) -> Result<Vec<Series>, MetricsError> {
+    let response: RangeResponse = serde_json::from_str(body).map_err(|e| MetricsError::Query {
+        query: query.into(),
+        reason: format!("unreadable response: {e}"),
+    })?;
+    if response.status != "success" {
+        return Err(MetricsError::Query {
+            query: query.into(),
+            reason: response
+                .error
+                .unwrap_or_else(|| format!("status {}", response.status)),
+        });
+    }
+    let data = response.data.ok_or_else(|| MetricsError::Query {
+        query: query.into(),
+        reason: "no data in the response".into(),
+    })?;
+    if data.result_type != "matrix" {
+        return Err(MetricsError::Query {
+            query: query.into(),
+            reason: format!("expected a matrix result, got {}", data.result_type),
+        });
+    }
+    Ok(data
+        .result
+        .into_iter()
+        .map(|series| Series {
+            model: series.metric.get("model").cloned(),
+            points: series
+                .values
+                .into_iter()
+                .filter_map(|(t, v)| match v.as_str() {
+                    "NaN" => Some((t, f64::NAN)),
+                    other => other.parse::<f64>().ok().map(|v| (t, v)),
+                })
+                .collect(),
+        })
+        .collect())
+}
+
+/// Combines series point by point: `(timestamp, values of the series that have that timestamp)`,
+/// for the series whose model matches (`None` matches every series).
+fn by_timestamp(series: &[Series], model: Option<&str>) -> Vec<(f64, Vec<f64>)> {
+    let model = model.map(str::to_lowercase);
+    let mut points: std::collections::BTreeMap<i64, (f64, Vec<f64>)> = std::collections::BTreeMap::new();
+    for s in series {
+        if let Some(model) = &model
+            && s.model.as_deref().map(str::to_lowercase).as_ref() != Some(model)
+        {
+            continue;
+        }
+        for &(t, v) in &s.points {
+            points
+                .entry((t * 1000.0).round() as i64)
+                .or_insert_with(|| (t, Vec::new()))
+                .1
+                .push(v);
+        }
+    }
+    points.into_values().collect()
+}
+
+#[derive(Deserialize)]
+struct VectorSample {
+    #[serde(default)]
+    metric: std::collections::BTreeMap<String, String>,
+    value: (f64, String),
+}
+
+/// Parses an instant-query response body into samples. Entries that are not numbers are
+/// skipped, as upstream's validation skips them; `NaN` is kept.
+pub fn parse_vector(query: &str, body: &str) -> Result<Vec<Sample>, MetricsError> {
+    let response: Response = serde_json::from_str(body).map_err(|e| MetricsError::Query {
+        query: query.into(),
+        reason: format!("unreadable response: {e}"),
+    })?;
+    if response.status != "success" {
+        return Err(MetricsError::Query {
+            query: query.into(),
+            reason: response
+                .error
+                .unwrap_or_else(|| format!("status {}", response.status)),
+        });
+    }
+    let data = response.data.ok_or_else(|| MetricsError::Query {
+        query: query.into(),
+        reason: "no data in the response".into(),
+    })?;
+    if data.result_type != "vector" {
+        return Err(MetricsError::Query {
+            query: query.into(),
+            reason: format!("expected a vector result, got {}", data.result_type),
+        });
+    }
+    Ok(data
+        .result
+        .into_iter()
+        .filter_map(|sample| {
+            let value = match sample.value.1.as_str() {
+                "NaN" => f64::NAN,
+                other => other.parse::<f64>().ok()?,
+            };
+            Some(Sample {
+                model: sample.metric.get("model").cloned(),
+                value,
+            })
+        })
+        .collect())
+}
+
+/// Samples whose model matches (case-insensitively).
+fn matching<'a>(samples: &'a [Sample], model: &str) -> impl Iterator<Item = f64> + 'a {
+    let model = model.to_lowercase();
+    samples
+        .iter()
+        .filter(move |s| s.model.as_deref().is_some_and(|m| m.to_lowercase() == model))
+        .map(|s| s.value)
+}
+
+/// Unweighted mean over matching series (`NaN` propagates, as upstream's mean does); `None`
+/// when no series matches.
+pub fn mean_of(samples: &[Sample], model: &str) -> Option<f64> {
+    let values: Vec<f64> = matching(samples, model).collect();
+    (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+}
+
+/// Sum over matching series; `None` when no series matches.
+pub fn sum_of(samples: &[Sample], model: &str) -> Option<f64> {
+    let values: Vec<f64> = matching(samples, model).collect();
+    (!values.is_empty()).then(|| values.iter().sum())
+}
+
+/// An HTTP error with its causes (DNS, connection refused, timeout), without the query URL.
+fn describe(error: reqwest::Error) -> String {
+    let error = error.without_url();
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(&error);
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    text
+}
+
+/// Reads the frontend metrics of one interval.
+#[derive(Clone, Debug)]
+pub struct PrometheusClient {
+    http: reqwest::Client,
+    base_url: String,
+}
+
+impl PrometheusClient {
+    /// A client for the Prometheus at `base_url`, with a per-request timeout.
+    pub fn new(base_url: &str, timeout: Duration) -> Result<Self, MetricsError> {
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .build()
+            .map_err(|e| MetricsError::Http {
+                url: base_url.into(),
+                reason: e.to_string(),
+            })?;
+        Ok(Self {
+            http,
+            base_url: base_url.trim_end_matches('/').to_string(),
+        })
+    }
+
+    /// The base URL.
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    /// Runs an instant query.
+    pub async fn query(&self, query: &str) -> Result<Vec<Sample>, MetricsError> {
+        let url = format!("{}/api/v1/query", self.base_url);
+        let response = self
+            .http
+            .get(&url)
+            .query(&[("query", query)])
+            .send()
+            .await
+            .map_err(|e| MetricsError::Http {
+                url: self.base_url.clone(),
+                reason: describe(e),
+            })?;
+        let status = response.status();
+        let body = response.text().await.map_err(|e| MetricsError::Http {
+            url: self.base_url.clone(),
+            reason: describe(e),
+        })?;
+        if !status.is_success() && !body.contains("\"status\"") {
+            return Err(MetricsError::Http {
+                url: self.base_url.clone(),
+                reason: format!("HTTP {status}"),
+            });
+        }
+        parse_vector(query, &body)
+    }
+
+    /// Runs a range query from `end - window` to `end` (unix seconds) at `step` seconds.
+    pub async fn query_range(
+        &self,
+        query: &str,
+        end: f64,
+        window_s: f64,
+        step_s: f64,
+    ) -> Result<Vec<Series>, MetricsError> {
+        let url = format!("{}/api/v1/query_range", self.base_url);
+        let (start, end, step) = ((end - window_s).to_string(), end.to_string(), step_s.to_string());
+        let response = self
+            .http
+            .get(&url)
+            .query(&[
+                ("query", query),
+                ("start", start.as_str()),
+                ("end", end.as_str()),
+                ("step", step.as_str()),
+            ])
+            .send()
+            .await
+            .map_err(|e| MetricsError::Http {
+                url: self.base_url.clone(),
+                reason: describe(e),
+            })?;
+        let status = response.status();
+        let body = response.text().await.map_err(|e| MetricsError::Http {
+            url: self.base_url.clone(),
+            reason: describe(e),
+        })?;
+        if !status.is_success() && !body.contains("\"status\"") {
+            return Err(MetricsError::Http {
+                url: self.base_url.clone(),
+                reason: format!("HTTP {status}"),
+            });
+        }
+        parse_matrix(query, &body)
+    }
+
+    /// Past intervals' observations (oldest first), to restore the predictors after a restart:
+    /// one point per interval over the last `intervals` intervals, ending at `end`.
+    pub async fn history(
+        &self,
+        filter: &SeriesFilter,
+        window_s: u64,
+        intervals: usize,
+        end: f64,
+    ) -> Result<Vec<Observation>, MetricsError> {
+        let span = window_s as f64 * intervals.saturating_sub(1) as f64;
+        let step = window_s as f64;
+        let requests = self
+            .query_range(&requests_query(filter, window_s), end, span, step)
+            .await?;
+        let totals: Vec<(f64, f64)> = by_timestamp(&requests, Some(&filter.model))
+            .into_iter()
+            .map(|(t, values)| (t, values.iter().sum()))
+            .collect();
+        let mut means: Vec<std::collections::BTreeMap<i64, f64>> = Vec::new();
+        for (_, histogram, scale) in MEANS {
+            let series = self
+                .query_range(&mean_query(histogram, filter, window_s), end, span, step)
+                .await?;
+            means.push(
+                by_timestamp(&series, Some(&filter.model))
+                    .into_iter()
+                    .map(|(t, values)| {
+                        (
+                            (t * 1000.0).round() as i64,
+                            values.iter().sum::<f64>() / values.len() as f64 * scale,
+                        )
+                    })
+                    .collect(),
+            );
+        }
+        Ok(totals
+            .into_iter()
+            .map(|(t, num_req)| {
+                let at = |i: usize| {
+                    means[i]
+                        .get(&((t * 1000.0).round() as i64))
+                        .copied()
+                        .unwrap_or(f64::NAN)
+                };
+                Observation {
+                    num_req,
+                    ttft_ms: at(0),
+                    itl_ms: at(1),
+                    request_duration_s: at(2),
+                    isl: at(3),
+                    osl: at(4),
+                }
+            })
+            .collect())
+    }
+
+    /// Samples of the load-based planner's metrics over the last `window_s` seconds, one every
+    /// `step_s`: queued prefill requests (summed over frontends) and decode KV-cache usage
+    /// (active decode blocks per worker over the KV blocks of one engine).
+    pub async fn load_samples(
+        &self,
+        dynamo_namespace: &str,
+        window_s: f64,
+        step_s: f64,
+        end: f64,
+    ) -> Result<planner_core::load::LoadSamples, MetricsError> {
+        let ns = quote(dynamo_namespace);
+        let queue = format!(
+            "sum({FRONTEND_PREFIX}_router_queue_pending_requests{{dynamo_namespace={ns},worker_type=\"prefill\"}})"
+        );
+        let kv = format!(
+            "avg({FRONTEND_PREFIX}_worker_active_decode_blocks{{dynamo_namespace={ns},worker_type=\"decode\"}}) / max({FRONTEND_PREFIX}_model_total_kv_blocks{{dynamo_namespace={ns}}})"
+        );
+        let flatten = |series: Vec<Series>| -> Vec<f64> {
+            by_timestamp(&series, None)
+                .into_iter()
+                .map(|(_, values)| values.iter().sum())
+                .collect()
+        };
+        Ok(planner_core::load::LoadSamples {
+            prefill_queue: flatten(self.query_range(&queue, end, window_s, step_s).await?),
+            decode_kv_usage: flatten(self.query_range(&kv, end, window_s, step_s).await?),
+        })
+    }
+
+    /// The interval's observation. Missing series are an error (never read as zero load);
+    /// means of an interval without completed requests are `NaN`.
+    pub async fn observe(&self, filter: &SeriesFilter, window_s: u64) -> Result<Observation, MetricsError> {
+        let no_series = |metric: &str| MetricsError::NoSeries {
+            metric: format!("{FRONTEND_PREFIX}_{metric}"),
+            dynamo_namespace: filter.dynamo_namespace.clone(),
+            model: filter.model.clone(),
+        };
+        let requests_samples = self.query(&requests_query(filter, window_s)).await?;
+        let num_req = sum_of(&requests_samples, &filter.model).ok_or_else(|| no_series("requests_total"))?;
+        let mut means = [0.0; MEANS.len()];
+        for (slot, (_, histogram, scale)) in means.iter_mut().zip(MEANS) {
+            let samples = self.query(&mean_query(histogram, filter, window_s)).await?;
+            *slot = mean_of(&samples, &filter.model).ok_or_else(|| no_series(histogram))? * scale;
+        }
+        let [ttft_ms, itl_ms, request_duration_s, isl, osl] = means;
+        Ok(Observation {
+            num_req,
+            isl,
+            osl,
+            ttft_ms,
+            itl_ms,
+            request_duration_s,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn filter() -> SeriesFilter {
+        SeriesFilter {
+            dynamo_namespace: "llm-llama-disagg".into(),
+            model: "Llama-3.1-8B".into(),
+        }
+    }
+
+    #[test]
+    fn queries_match_the_namespace_in_promql() {
+        assert_eq!(
+            mean_query("time_to_first_token_seconds", &filter(), 180),
+            "increase(dynamo_frontend_time_to_first_token_seconds_sum{dynamo_namespace=\"llm-llama-disagg\"}[180s])/increase(dynamo_frontend_time_to_first_token_seconds_count{dynamo_namespace=\"llm-llama-disagg\"}[180s])"
+        );
+        assert_eq!(
+            requests_query(&filter(), 60),
+            "increase(dynamo_frontend_requests_total{dynamo_namespace=\"llm-llama-disagg\"}[60s])"
+        );
+        let tricky = SeriesFilter {
+            dynamo_namespace: "a\"b\\c".into(),
+            model: "m".into(),
+        };
+        assert!(requests_query(&tricky, 60).contains("dynamo_namespace=\"a\\\"b\\\\c\""));
+    }
+
+    #[test]
+    fn parses_nan_skips_garbage_and_keeps_partial_labels() {
+        let body = r#"{"status":"success","data":{"resultType":"vector","result":[
+            {"metric":{"model":"llama-3.1-8b","instance":"a"},"value":[1.0,"0.25"]},
+            {"metric":{"model":"llama-3.1-8b"},"value":[1.0,"NaN"]},
+            {"metric":{},"value":[1.0,"3"]},
+            {"metric":{"model":"other"},"value":[1.0,"oops"]}
+        ]}}"#;
+        let samples = parse_vector("q", body).unwrap();
+        assert_eq!(samples.len(), 3);
+        assert!(samples[1].value.is_nan());
+        assert_eq!(samples[2].model, None);
+    }
+
+    #[test]
+    fn several_frontends_average_unweighted_and_requests_sum() {
+        let samples = vec![
+            Sample {
+                model: Some("LLAMA-3.1-8B".into()),
+                value: 0.1,
+            },
+            Sample {
+                model: Some("llama-3.1-8b".into()),
+                value: 0.3,
+            },
+            Sample {
+                model: Some("other".into()),
+                value: 100.0,
+            },
+            Sample {
+                model: None,
+                value: 100.0,
+            },
+        ];
+        assert!((mean_of(&samples, "Llama-3.1-8B").unwrap() - 0.2).abs() < 1e-12);
+        assert!((sum_of(&samples, "llama-3.1-8b").unwrap() - 0.4).abs() < 1e-12);
+        assert_eq!(mean_of(&samples, "missing"), None);
+        let with_nan = vec![
+            Sample {
+                model: Some("m".into()),
+                value: f64::NAN,
+            },
+            Sample {
+                model: Some("m".into()),
+                value: 1.0,
+            },
+        ];
+        assert!(mean_of(&with_nan, "m").unwrap().is_nan());
+    }
+
+    #[test]
+    fn matrix_points_are_grouped_by_time_across_series() {
+        let body = r#"{"status":"success","data":{"resultType":"matrix","result":[
+            {"metric":{"model":"m"},"values":[[100,"1"],[160,"2"]]},
+            {"metric":{"model":"M"},"values":[[160,"3"],[220,"NaN"]]},
+            {"metric":{"model":"x"},"values":[[100,"50"]]}
+        ]}}"#;
+        let series = parse_matrix("q", body).unwrap();
+        assert_eq!(series.len(), 3);
+        let grouped = by_timestamp(&series, Some("m"));
+        assert_eq!(grouped.len(), 3);
+        assert_eq!(grouped[1], (160.0, vec![2.0, 3.0]));
+        assert!(grouped[2].1[0].is_nan());
+        assert_eq!(by_timestamp(&series, None)[0].1, vec![1.0, 50.0]);
+    }
+
+    #[test]
+    fn errors_say_what_prometheus_said() {
+        let error = parse_vector(
+            "bad(",
+            r#"{"status":"error","errorType":"bad_data","error":"parse error"}"#,
+        )
+        .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "Prometheus rejected the query `bad(`: parse error"
+        );
+        let matrix = r#"{"status":"success","data":{"resultType":"matrix","result":[]}}"#;
+        assert!(
+            parse_vector("q", matrix)
+                .unwrap_err()
+                .to_string()
+                .contains("expected a vector")
+        );
+        assert!(parse_vector("q", "<html>").is_err());
+    }
+}
