@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # shellcheck source-path=SCRIPTDIR
 # Builds the local control plane's binaries (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl, kwok, helm) from the Go modules under tools/, through the Go module
-# proxy, into a cache outside the repo keyed by the modules' go.mod/go.sum. A cache hit is a
-# no-op. Prints nothing but progress on stderr; the bin directory is `tools/env.sh`'s TOOLS_BIN.
+# kube-scheduler, kubectl, kwok, helm) and Prometheus (demo and e2e) from the Go modules under
+# tools/, through the Go module proxy, into a cache outside the repo keyed by the modules'
+# go.mod/go.sum. A cache hit is a no-op. Prints nothing but progress on stderr; the bin
+# directory is `tools/env.sh`'s TOOLS_BIN.
 set -euo pipefail
 cd "$(dirname "$0")"
 source ./env.sh
@@ -47,7 +48,7 @@ build() {
 total=$SECONDS
 # Download first, so that an unreachable proxy is told apart from a compile error.
 log "downloading Go modules (GOPROXY=$(go env GOPROXY)) ..."
-for dir in kube etcd kwok helm; do
+for dir in kube etcd kwok helm prometheus; do
   (cd "$dir" && "${NICE[@]}" go mod download) >>"$logs/download.log" 2>&1 ||
     fail_with_log "downloading the Go modules of tools/$dir failed" "$logs/download.log"
 done
@@ -73,6 +74,21 @@ build kwok kwok -ldflags "-s -w" -o "$stage/bin/kwok" sigs.k8s.io/kwok/cmd/kwok
 helm_version="$(cd helm && go list -m -f '{{.Version}}' helm.sh/helm/v4)"
 build helm helm -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$helm_version" \
   -o "$stage/bin/helm" helm.sh/helm/v4/cmd/helm
+# Prometheus as its release is built (.promu.yml: the version ldflags, so that `prometheus
+# --version` and its build_info metric tell the real version), but with remove_all_sd: of the
+# service-discovery plugins only file and http stay (static_configs need none), a third fewer
+# packages to compile. Without builtinassets: the web UI's assets come from an npm build that the
+# Go module does not ship, so the UI pages answer 500; the HTTP API (/api/v1/..., /-/ready), which
+# the operator, the demo and the tests use, is all there.
+prom_module="$(cd prometheus && go list -m -f '{{.Version}}' github.com/prometheus/prometheus)"
+prom_version="$(cd prometheus && cat "$(go list -m -f '{{.Dir}}' github.com/prometheus/prometheus)/VERSION")"
+prom_ldflags="-s -w"
+for kv in "Version=$prom_version" "Revision=$prom_module" Branch=HEAD BuildUser=planner-operator@tools \
+  BuildDate=19700101-00:00:00; do
+  prom_ldflags+=" -X github.com/prometheus/common/version.$kv"
+done
+build prometheus prometheus -tags remove_all_sd -ldflags "$prom_ldflags" -o "$stage/bin/prometheus" \
+  github.com/prometheus/prometheus/cmd/prometheus
 
 # kwok needs Stage definitions (how fake nodes and pods change state). Take upstream's from the
 # module source in the module cache; they live in the cache entry, not in the repo.
@@ -91,7 +107,7 @@ touch "$stage/.complete"
 rm -rf "$TOOLS_DIR"
 mv "$stage" "$TOOLS_DIR"
 trap - EXIT
-# Each entry is about 500 MB: keep this one and the one used before it (another branch).
+# Each entry is about 550 MB: keep this one and the one used before it (another branch).
 find "$TOOLS_CACHE" -mindepth 1 -maxdepth 1 -type d -regextype posix-extended -regex '.*/[0-9a-f]{16}' \
   -printf '%T@ %p\n' | sort -rn | tail -n +3 | cut -d' ' -f2- | xargs -r rm -rf
 log "tools built in $((SECONDS - total))s: $TOOLS_BIN"

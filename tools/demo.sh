@@ -27,7 +27,8 @@
 #   DEMO_PROMETHEUS_PORT, DEMO_FRONTEND_PORT, DEMO_METRICS_PORT
 #                              loopback ports of Prometheus (19090), the synthetic frontend (19000)
 #                              and the operator's /metrics (19080)
-#   PROMETHEUS                 the prometheus binary (default: `prometheus` on PATH)
+#   PROMETHEUS                 the prometheus binary (default: PROMETHEUS_BIN, else `prometheus` on
+#                              PATH, else the one `make tools` builds; see prometheus_bin in env.sh)
 #   CARGO                      cargo (default: cargo)
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -60,9 +61,6 @@ stamp() { printf '[%4ds]' "$SECONDS"; }
 step() { printf '%s %s\n' "$(stamp)" "$*" >&2; }
 
 # --- Requirements, before anything is started ------------------------------------------------
-PROMETHEUS="${PROMETHEUS:-$(command -v prometheus || true)}"
-[[ -n "$PROMETHEUS" && -x "$PROMETHEUS" ]] ||
-  fail "prometheus not found: the demo runs a real Prometheus. Install the Debian/Ubuntu package \`prometheus\` (sudo apt-get install prometheus; the demo starts its own instance on 127.0.0.1:$PROM_PORT, the system service is not needed) or set PROMETHEUS=/path/to/prometheus"
 for cmd in curl awk; do
   command -v "$cmd" >/dev/null 2>&1 || fail "$cmd not found on PATH: the demo needs it"
 done
@@ -73,11 +71,17 @@ for entry in "Prometheus:$PROM_PORT:DEMO_PROMETHEUS_PORT" "the synthetic fronten
 done
 
 # kubectl and helm: the ones `make tools` builds; with KUBECONFIG set, ones on PATH do too.
-if [[ -z "${KUBECONFIG:-}" || ! -f "$TOOLS_DIR/.complete" ]] &&
-  ! { [[ -n "${KUBECONFIG:-}" ]] && command -v kubectl >/dev/null && command -v helm >/dev/null; }; then
-  step "building the local control plane's tools (make tools; a no-op once cached)"
+# Prometheus: an installed one, else the one `make tools` builds (prometheus_bin, env.sh).
+PROMETHEUS="${PROMETHEUS:-$(prometheus_bin || true)}"
+if { [[ -z "${KUBECONFIG:-}" || ! -f "$TOOLS_DIR/.complete" ]] &&
+  ! { [[ -n "${KUBECONFIG:-}" ]] && command -v kubectl >/dev/null && command -v helm >/dev/null; }; } ||
+  [[ -z "$PROMETHEUS" ]]; then
+  step "building the local control plane's tools and Prometheus (make tools; a no-op once cached)"
   bash ./build.sh
+  PROMETHEUS="${PROMETHEUS:-$(prometheus_bin || true)}"
 fi
+[[ -n "$PROMETHEUS" && -f "$PROMETHEUS" && -x "$PROMETHEUS" ]] ||
+  fail "prometheus not found: the demo runs a real Prometheus, which \`make tools\` builds (or set PROMETHEUS=/path/to/prometheus)"
 if [[ -f "$TOOLS_DIR/.complete" ]]; then
   KUBECTL="$TOOLS_BIN/kubectl"
   HELM="$TOOLS_BIN/helm"
@@ -293,7 +297,8 @@ policy_created=$SECONDS
 # shellcheck disable=SC2031 # the admin kubeconfig, not the operator's
 cat >&2 <<EOF
 $(stamp) the loop runs. Look around while it does:
-         Prometheus  http://127.0.0.1:$PROM_PORT  (dynamo_frontend_*, planner_operator_*)
+         Prometheus  http://127.0.0.1:$PROM_PORT/api/v1/query?query=dynamo_frontend_requests_total
+                     (dynamo_frontend_*, planner_operator_*; the one \`make tools\` builds has the API, no web UI)
          kubectl     KUBECONFIG=$KUBECONFIG $KUBECTL -n $NS get dgd,ppol,pods
          logs        $LOGS/{operator,frontend,prometheus}.log
          $(if [[ -n "$DEMO_SECONDS" ]]; then echo "stopping after ${DEMO_SECONDS}s (DEMO_SECONDS)"; else echo "Ctrl-C stops the demo and cleans up"; fi)

@@ -17,6 +17,22 @@ fi
 if [[ -z "${HELM:-}" && -x "$TOOLS_BIN/helm" ]]; then
   export HELM="$TOOLS_BIN/helm"
 fi
+# The closed-loop test runs a real Prometheus, `prometheus` from PATH: make that the one
+# prometheus_bin (env.sh) picks, an installed one or else the one `make tools` builds, through a
+# directory of its own first on PATH (so nothing else on PATH changes). Exported as PROMETHEUS_BIN.
+if PROMETHEUS_BIN="$(prometheus_bin)"; then
+  export PROMETHEUS_BIN
+  if [[ "$(command -v prometheus || true)" != "$PROMETHEUS_BIN" ]]; then
+    prometheus_dir="$(mktemp -d "${TMPDIR:-/tmp}/planner-operator-e2e-prometheus.XXXXXX")"
+    trap 'rm -rf "$prometheus_dir"' EXIT
+    ln -s "$PROMETHEUS_BIN" "$prometheus_dir/prometheus"
+    export PATH="$prometheus_dir:$PATH"
+  fi
+  log "Prometheus for the closed-loop test: $PROMETHEUS_BIN"
+else
+  unset PROMETHEUS_BIN
+  log "warning: no prometheus installed and none built (make tools builds one): the closed-loop test will fail"
+fi
 log "e2e tests against KUBECONFIG=$KUBECONFIG"
 cd "$TOOLS_SRC/.."
 # Tests that run the operator as separate processes (leader election) use this binary, and the

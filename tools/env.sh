@@ -5,7 +5,7 @@
 TOOLS_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 # Bump when the build recipe (flags, binary list) changes, so cached binaries are rebuilt.
-TOOLS_RECIPE=2
+TOOLS_RECIPE=3
 
 TOOLS_CACHE="${PLANNER_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/planner-operator/tools}"
 TOOLS_KEY="$(
@@ -49,4 +49,32 @@ need_go() {
   if [[ -z "$major" || -z "$minor" ]] || ((major < 1 || (major == 1 && minor < 26))); then
     fail "Go ${version:-unknown} found at $(command -v go), but building the control plane needs Go >= 1.26"
   fi
+}
+
+# prometheus_bin: the one place that decides which Prometheus the demo and the e2e tests run.
+# PROMETHEUS_BIN when set; else an installed `prometheus` on PATH (a Debian package, say), the
+# tools cache's own bin directory skipped, since `make cluster-up` puts it first on PATH; else the
+# one `make tools` builds from tools/prometheus. Prints its path; fails when there is none.
+prometheus_bin() {
+  if [[ -n "${PROMETHEUS_BIN:-}" ]]; then
+    [[ -f "$PROMETHEUS_BIN" && -x "$PROMETHEUS_BIN" ]] || fail "PROMETHEUS_BIN=$PROMETHEUS_BIN is not an executable file"
+    printf '%s\n' "$PROMETHEUS_BIN"
+    return 0
+  fi
+  local dir
+  local -a dirs
+  IFS=: read -ra dirs <<<"$PATH"
+  for dir in "${dirs[@]}"; do
+    [[ -n "$dir" && "$dir" != "$TOOLS_BIN" ]] || continue
+    # -f: a binary hidden by tools/without-system-packages.sh is /dev/null, not a file.
+    if [[ -f "$dir/prometheus" && -x "$dir/prometheus" ]]; then
+      printf '%s\n' "$dir/prometheus"
+      return 0
+    fi
+  done
+  if [[ -f "$TOOLS_BIN/prometheus" && -x "$TOOLS_BIN/prometheus" ]]; then
+    printf '%s\n' "$TOOLS_BIN/prometheus"
+    return 0
+  fi
+  return 1
 }
