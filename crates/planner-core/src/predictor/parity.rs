@@ -228,6 +228,7 @@ fn arima_predictor_matches_upstream_runs() {
     );
 }
 
+#[cfg(feature = "prophet")]
 #[test]
 fn prophet_matches_python_prophet() {
     let fx = fixture();

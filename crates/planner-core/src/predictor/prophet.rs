@@ -16,9 +16,12 @@
 //!
 //! Deviation: the forecast is clamped at 0 in raw mode too (as upstream does since 2026-03).
 
+#[cfg(feature = "prophet")]
 use std::sync::OnceLock;
 
+#[cfg(feature = "prophet")]
 use augurs_prophet::wasmstan::WasmstanOptimizer;
+#[cfg(feature = "prophet")]
 use augurs_prophet::{
     Algorithm, PredictionData, Prophet, ProphetOptions, TrainingData, optimizer::OptimizeOpts,
 };
@@ -29,13 +32,16 @@ use super::{Fallback, Forecast, PredictorConfig};
 /// Fewest points upstream fits Prophet on.
 const MIN_POINTS: usize = 5;
 /// 2024-01-01T00:00:00Z, upstream's first timestamp.
+#[cfg(feature = "prophet")]
 const START_TIMESTAMP: i64 = 1_704_067_200;
 /// Python prophet's optimizer iteration limit.
+#[cfg(feature = "prophet")]
 const OPTIMIZER_ITERATIONS: u32 = 10_000;
 
 /// The process-wide optimizer. Building it compiles the WebAssembly module (about 0.5 s), so it
 /// is built once, on first use, and cloned (cheaply) for each fit. `Err` holds why it could not
 /// be built; Prophet forecasts then fall back to the last value.
+#[cfg(feature = "prophet")]
 fn shared_optimizer() -> Result<WasmstanOptimizer, String> {
     static OPTIMIZER: OnceLock<Result<WasmstanOptimizer, String>> = OnceLock::new();
     OPTIMIZER
@@ -50,8 +56,12 @@ fn shared_optimizer() -> Result<WasmstanOptimizer, String> {
 
 /// Build the shared optimizer now rather than on the first Prophet forecast (the operator calls
 /// this at start-up when Prophet is configured, so the first interval is not 0.5 s late).
+/// `false` when it cannot be built, or this build has no Prophet backend.
 pub fn warm_up_optimizer() -> bool {
-    shared_optimizer().is_ok()
+    #[cfg(feature = "prophet")]
+    return shared_optimizer().is_ok();
+    #[cfg(not(feature = "prophet"))]
+    false
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -61,6 +71,7 @@ pub(super) struct ProphetState {
     steps: u64,
 }
 
+#[cfg(feature = "prophet")]
 fn interval_seconds(config: &PredictorConfig) -> i64 {
     if config.interval_seconds.is_finite() && config.interval_seconds >= 1.0 {
         config.interval_seconds.round() as i64
@@ -69,12 +80,14 @@ fn interval_seconds(config: &PredictorConfig) -> i64 {
     }
 }
 
+#[cfg(feature = "prophet")]
 fn timestamp(step: u64, interval: i64) -> i64 {
     START_TIMESTAMP.saturating_add(i64::try_from(step).unwrap_or(i64::MAX).saturating_mul(interval))
 }
 
 /// The first line of an error (optimizer errors carry a WebAssembly backtrace that is no use
 /// in a status message).
+#[cfg(feature = "prophet")]
 fn first_line(context: &str, error: &dyn std::fmt::Display) -> String {
     let text = error.to_string();
     format!("{context}: {}", text.lines().next().unwrap_or_default())
@@ -109,6 +122,13 @@ impl ProphetState {
         }
     }
 
+    /// Without the `prophet` feature there is no Stan backend: every forecast falls back.
+    #[cfg(not(feature = "prophet"))]
+    fn fit_and_forecast(&self, _: &PredictorConfig, _: &[f64]) -> Result<f64, String> {
+        Err("this build has no Prophet backend (planner-core's `prophet` feature)".into())
+    }
+
+    #[cfg(feature = "prophet")]
     fn fit_and_forecast(&self, config: &PredictorConfig, window: &[f64]) -> Result<f64, String> {
         let optimizer = shared_optimizer()?;
         let interval = interval_seconds(config);

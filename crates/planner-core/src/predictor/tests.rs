@@ -269,6 +269,7 @@ fn prophet_window_is_bounded() {
     assert_eq!(p.history()[9], trend(25)[24]);
 }
 
+#[cfg(feature = "prophet")]
 #[test]
 fn prophet_follows_a_noisy_trend() {
     let y = trend(40);
@@ -280,6 +281,7 @@ fn prophet_follows_a_noisy_trend() {
     assert!((f.value - expected).abs() < 10.0, "{f:?} vs {expected}");
 }
 
+#[cfg(feature = "prophet")]
 #[test]
 fn prophet_optimizer_failure_falls_back_to_the_last_value() {
     // A perfectly smooth sine is known to make Stan's line search fail; whatever the optimizer
