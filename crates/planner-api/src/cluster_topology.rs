@@ -1,5 +1,5 @@
 //! `ClusterTopology` (`grove.io/v1alpha1`, cluster-scoped): Grove's mapping of topology domains to
-//! node labels. This operator only reads it; the CRD here is a copy written from seed 004 so that
+//! node labels. This operator only reads it; the CRD here reproduces its relevant fields so that
 //! clusters without Grove (and the tests) can install it.
 
 use kube::{CustomResource, KubeSchema};

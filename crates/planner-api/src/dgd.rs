@@ -1,5 +1,5 @@
 //! `DynamoGraphDeployment` (`nvidia.com/v1beta1`): the fields of upstream Dynamo's v1beta1 API
-//! that this operator reads or renders, plus `kvCacheTransferTopology` (seed 004).
+//! that this operator reads or renders, plus the frontend's `kvCacheTransferTopology`.
 //!
 //! Every other upstream field is kept as it is (`x-kubernetes-preserve-unknown-fields`), so a DGD
 //! written for Dynamo's own operator round-trips through this one unchanged.
@@ -215,7 +215,7 @@ pub struct TopologyConstraint {
     pub other: BTreeMap<String, Value>,
 }
 
-/// Constraint on KV-cache transfers between prefill and decode workers (seed 004).
+/// Constraint on KV-cache transfers between prefill and decode workers.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct KvCacheTransferTopology {

@@ -1,7 +1,7 @@
 //! `PlannerPolicy` (`planner.dynamo.io/v1alpha1`): how one DynamoGraphDeployment is autoscaled.
 //!
-//! Defaults are those of the upstream Dynamo SLA planner (`shared/notes/dynamo-reference.md`
-//! 2.1) and, for `mode: load`, of the original load-based planner (seed 001).
+//! Defaults are those of the upstream Dynamo SLA planner (`planner/defaults.py`) and, for
+//! `mode: load`, of Dynamo's original load-based planner.
 
 use std::fmt;
 

@@ -6,7 +6,7 @@
 //! `shared/data/traces/` beside the repository; a synthetic series stands in when it is absent.
 //! ARIMA's cost depends on the order it selects, so it is also measured on the ServeGen m-large
 //! 10-minute request counts in log1p mode, where it selects a larger model.
-//! Targets (issue 3): constant and Kalman under 50 us, ARIMA under 20 ms.
+//! Targets: constant and Kalman under 50 us, ARIMA under 20 ms.
 //!
 //! Run: `cargo bench -p planner-operator --bench predictors`.
 

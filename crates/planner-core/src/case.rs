@@ -1,4 +1,4 @@
-//! One planner interval described as data: the case format of `shared/golden/` and of
+//! One planner interval described as data: the case format of the golden files (`tests/fixtures/golden/`) and of
 //! `planner-operator plan --cases FILE`, and its evaluation with the planner core.
 
 use serde::{Deserialize, Serialize};

@@ -1,4 +1,4 @@
-//! The load-based planner of Dynamo's first planner (seed 001, reference section 5): every
+//! The load-based planner of Dynamo's first planner: every
 //! interval, compare the prefill queue per worker and the decode KV-cache usage with thresholds
 //! and move each pool by at most one replica, with a grace period after a decode scale-up and
 //! a trend check before a prefill scale-up.

@@ -1,5 +1,5 @@
 //! The SLA planner's arithmetic (upstream `prefill_planner.py`, `decode_planner.py`,
-//! `planner_core._apply_global_gpu_budget`; reference sections 2.5, 2.6 and 2.6b): correction
+//! `planner_core._apply_global_gpu_budget`): correction
 //! factors, replica counts, replica bounds and the GPU budget. Pure functions.
 
 use serde::{Deserialize, Serialize};
@@ -256,7 +256,7 @@ fn replicas_for(need: f64) -> u32 {
     }
 }
 
-/// Replicas for the predicted load (reference 2.6), then min/max bounds and the GPU budget.
+/// Replicas for the predicted load (upstream's `_compute_replica_requirements`), then min/max bounds and the GPU budget.
 ///
 /// The prefill correction is used as `min(1, factor)`: queueing (factor above 1) must not
 /// inflate the load, while prefix-cache hits (below 1) shrink it. The decode correction divides
@@ -342,7 +342,7 @@ pub fn plan_replicas(
     }
 }
 
-/// The disaggregated GPU budget (reference 2.6b): scale both pools by `budget / total`
+/// The disaggregated GPU budget (upstream's `_apply_global_gpu_budget`): scale both pools by `budget / total`
 /// (floor), keep the prefill share within what leaves the decode minimum room, give decode the
 /// rest, but no more than decode asked for; zero replicas when the budget cannot fit both
 /// minimums.

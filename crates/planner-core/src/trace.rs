@@ -1,5 +1,5 @@
 //! Mooncake JSONL request traces, used to warm the load predictors up before live traffic
-//! (upstream `--load-predictor-warmup-trace`, reference section 2.8).
+//! (upstream `--load-predictor-warmup-trace`).
 //!
 //! One JSON object per line with `timestamp` (milliseconds), `input_length` and
 //! `output_length`; other fields (`hash_ids`) are ignored. Requests are grouped into intervals

@@ -1,4 +1,4 @@
-//! Every golden case of `shared/golden/` (copied to `tests/fixtures/golden/`) through the planner
+//! Every golden case of `tests/fixtures/golden/` (upstream's planner on upstream's data) through the planner
 //! core: replica counts equal in at least 99% of each file's cases, throughputs within 1%.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code

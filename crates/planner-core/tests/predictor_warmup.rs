@@ -1,4 +1,4 @@
-//! Warm-up from Mooncake traces through the public API (reference section 2.8).
+//! Warm-up from Mooncake traces through the public API.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 

@@ -650,7 +650,7 @@ async fn the_dashboard_plots_every_planner_metric() -> Result<()> {
         .ok_or("no planner-operator.json in the ConfigMap")?;
     let parsed: Value = serde_json::from_str(json)?;
     check(parsed["uid"] == "planner-operator", || "dashboard uid".into())?;
-    // DESIGN.md section 8.
+    // The operator's metric names (crate::metrics).
     for metric in [
         "planner_operator_desired_replicas",
         "planner_operator_current_replicas",

@@ -1,4 +1,4 @@
-//! The planner end to end (issue 6): a DGD on kwok nodes, the synthetic Dynamo frontend
+//! The planner end to end: a DGD on kwok nodes, the synthetic Dynamo frontend
 //! replaying the Azure conversation trace against the DGD's Ready pods, a real Prometheus
 //! scraping it, and the operator planning every 10 s. A load step up raises the replicas, a
 //! step down lowers them, and while Prometheus is down nothing is scaled down.

@@ -1,4 +1,4 @@
-//! The DynamoGraphDeployment reconciler against the real API server (issue 5): workloads and
+//! The DynamoGraphDeployment reconciler against the real API server: workloads and
 //! status follow the spec, invalid specs are reported, deletion cleans up; and two operator
 //! processes elect one leader that hands over when killed.
 

@@ -1,4 +1,4 @@
-//! Topology-aware KV-cache transfer on kwok nodes in two zones (seed 004): the operator, run in
+//! Topology-aware KV-cache transfer on kwok nodes in two zones: the operator, run in
 //! this process, renders the topology env and Downward API volume into worker and frontend
 //! pods, copies each worker pod's node zone and rack onto it once scheduled, reports per-zone
 //! counts in the DGD's `TopologyResolved` condition, warns about nodes without a label, and

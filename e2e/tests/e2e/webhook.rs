@@ -1,6 +1,6 @@
 //! The validating webhook through the real API server: the operator runs in this process with a
 //! generated certificate, registered by `clientConfig.url` for the test's namespace; every
-//! fixture of `operator/tests/fixtures/webhook/` (seed 004's admission table and the
+//! fixture of `operator/tests/fixtures/webhook/` (the topology admission rules and the
 //! PlannerPolicy rules) is rejected with its message, and the samples are accepted.
 
 use std::path::Path;

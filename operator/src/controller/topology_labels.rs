@@ -1,5 +1,5 @@
-//! The topology label controller (seed 004, "explicit label field", and the fallback for pods
-//! Grove has not labelled): once a worker pod of a DGD with `kvCacheTransferTopology` is
+//! The topology label controller (for the explicit `label` field, and for pods Grove has not
+//! labelled): once a worker pod of a DGD with `kvCacheTransferTopology` is
 //! scheduled, copy its node's topology labels onto the pod, so that the Downward API files under
 //! `/etc/podinfo/topology/` get their values.
 //!

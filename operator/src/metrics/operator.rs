@@ -1,4 +1,4 @@
-//! The operator's own metrics, prefix `planner_operator_` (DESIGN 8). Labels are bounded: the
+//! The operator's own metrics, prefix `planner_operator_`. Labels are bounded: the
 //! controller name, a result, an error kind; never an object's name on a counter that grows.
 
 use std::{sync::Arc, time::Instant};

@@ -1,4 +1,4 @@
-//! Per-PlannerPolicy metrics (DESIGN 8), labelled by namespace and policy name (and pool), so
+//! Per-PlannerPolicy metrics, labelled by namespace and policy name (and pool), so
 //! their number is bounded by the number of policies; a deleted policy's series are removed.
 
 use std::sync::atomic::AtomicU64;

@@ -1,4 +1,5 @@
-//! The frontend metrics the SLA planner reads from Prometheus (reference 2.3 and 8).
+//! The frontend metrics the SLA planner reads from Prometheus: the queries of Dynamo's planner
+//! (`prometheus.py`) over the frontend's `dynamo_frontend_*` metrics.
 //!
 //! Each quantity is one instant query over the adjustment interval. Unlike upstream, which
 //! fetches every series and filters in Python, the Dynamo namespace is matched in PromQL (so a

@@ -1,4 +1,4 @@
-//! Topology-aware KV-cache transfer (seed 004), the pure part: validating a DGD's
+//! Topology-aware KV-cache transfer, the pure part: validating a DGD's
 //! `kvCacheTransferTopology` against Grove's `ClusterTopology`, rendering what worker and frontend
 //! pods need, and summarising where the worker pods landed. No I/O here: the callers (the DGD
 //! reconciler, the topology label controller and the admission webhook) fetch the

@@ -84,7 +84,7 @@ pub enum TopologyError {
         /// Position of the frontend in `spec.components`.
         index: usize,
     },
-    /// Grove's CRD is absent, so the ClusterTopology cannot be read (seed 004, row 1).
+    /// Grove's CRD is absent, so the ClusterTopology cannot be read.
     #[error(
         "spec.topologyConstraint.clusterTopologyName: ClusterTopology {name:?} cannot be read because Grove's ClusterTopology CRD ({crd}) is not installed; install Grove, or set spec.components[{index}].kvCacheTransferTopology.label to a node label key such as topology.kubernetes.io/zone"
     )]
@@ -96,7 +96,7 @@ pub enum TopologyError {
         /// The CRD name.
         crd: &'static str,
     },
-    /// The named ClusterTopology does not exist (seed 004, row 2).
+    /// The named ClusterTopology does not exist.
     #[error(
         "spec.topologyConstraint.clusterTopologyName: ClusterTopology {name:?} not found; create it, name an existing one (kubectl get clustertopologies), or set spec.components[{index}].kvCacheTransferTopology.label to a node label key"
     )]
@@ -106,7 +106,7 @@ pub enum TopologyError {
         /// Position of the frontend in `spec.components`.
         index: usize,
     },
-    /// `level` is not one of the ClusterTopology's domains (seed 004, row 3).
+    /// `level` is not one of the ClusterTopology's domains.
     #[error(
         "spec.components[{index}].kvCacheTransferTopology.level: {level:?} is not a level of ClusterTopology {name:?}; allowed: {allowed}"
     )]

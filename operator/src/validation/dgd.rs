@@ -1,4 +1,4 @@
-//! DynamoGraphDeployment rules beyond the schema: seed 004's admission table for
+//! DynamoGraphDeployment rules beyond the schema, for
 //! `kvCacheTransferTopology` (Grove absent, ClusterTopology absent, level not one of its domains,
 //! the field on a non-frontend component). The schema's CEL rules check the last one and the
 //! presence of `clusterTopologyName` too; they are repeated here so that objects admitted before

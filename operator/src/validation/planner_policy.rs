@@ -4,7 +4,7 @@
 //! - `sla` and `observe`: 10s to 24h. Below 10s the Prometheus rates over the interval are
 //!   mostly noise; above a day the predictor sees too few points to be useful.
 //! - `load`: 10s to 1h, and at least twice `load.metricPullingInterval`, which must itself be
-//!   100ms to 60s: the load planner averages several samples per interval (seed 001) and moves
+//!   100ms to 60s: the load planner averages several samples per interval and moves
 //!   one replica per interval, so a longer interval makes it too slow to follow load.
 //! - `connector.decisionTimeout` (virtual connector): 1s to 24h.
 

@@ -55,7 +55,7 @@ pub struct KalmanConfig {
     /// Measurement noise (floored at 1e-9).
     pub r: f64,
     /// Observations needed before the filter's forecast is used. Upstream stores this but never
-    /// checks it (reference 2.13); here it is honoured.
+    /// checks it; here it is honoured.
     pub min_points: usize,
 }
 

@@ -1,4 +1,5 @@
-//! The `dynamo_frontend_*` metrics of a Dynamo frontend (reference section 8), fed by the
+//! The `dynamo_frontend_*` metrics of a Dynamo frontend, with the names, labels and buckets of Dynamo's
+//! `lib/runtime/src/metrics/prometheus_names.rs`, fed by the
 //! latency model through [`Observer`].
 //!
 //! Names, label names and histogram buckets are upstream's (`lib/llm/src/http/service/metrics.rs`;

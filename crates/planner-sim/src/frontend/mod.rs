@@ -1,4 +1,4 @@
-//! A synthetic Dynamo frontend for tests without GPUs (issue 6 item 6): it replays a request
+//! A synthetic Dynamo frontend for tests without GPUs: it replays a request
 //! trace in real time (optionally faster, and at a rate scale that can be changed while it
 //! runs), counts the prefill and decode pods that are Ready (or takes fixed counts), derives
 //! TTFT and ITL from a profile and that capacity with the simulator's latency model

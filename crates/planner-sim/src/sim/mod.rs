@@ -1,5 +1,5 @@
 //! Trace-driven simulator of one disaggregated deployment, and the scaling-quality benchmark
-//! (issue 9). Pure: no Kubernetes, no async runtime; it runs the planner core the operator
+//! Pure: no Kubernetes, no async runtime; it runs the planner core the operator
 //! runs.
 //!
 //! - [`trace`]: Azure CSV and Mooncake JSONL request traces, rate scaling with jitter.

@@ -35,7 +35,7 @@ pub enum PolicySpec {
         /// saturation (upstream).
         headroom: bool,
     },
-    /// The load-based planner (seed 001 thresholds).
+    /// The load-based planner (the thresholds of Dynamo's first, load-based planner).
     LoadBased,
     /// A Kubernetes HPA on utilisation with 300 s scale-down stabilisation.
     Hpa,
@@ -209,7 +209,7 @@ impl<C: PerformanceCurves> Policy<C> for PerfectPrediction {
     }
 }
 
-/// The load-based planner (seed 001): prefill queue per worker and decode KV usage against
+/// The load-based planner of Dynamo's first planner: prefill queue per worker and decode KV usage against
 /// thresholds, one replica per pool per interval. Adjustments are blocking, as upstream: no
 /// decision while a scale-up is still starting.
 pub struct LoadBased {
