@@ -909,4 +909,92 @@ mod tests {
             "spec.components: prefill and decode both resolve to component \"prefill\" of DynamoGraphDeployment \"llama-disagg\"; allowed: two different components"
         );
     }
+
+    #[test]
+    fn gpus_from_limits_then_requests() {
+        let mut dgd = dgd();
+        let set_requests = |dgd: &mut DynamoGraphDeployment, value: &str| {
+            let main = &mut dgd.spec.components[2]
+                .pod_template
+                .as_mut()
+                .unwrap()
+                .spec
+                .as_mut()
+                .unwrap()
+                .containers[0];
+            let resources = main.resources.as_mut().unwrap();
+            resources.limits = None;
+            resources.requests = Some([(GPU_RESOURCE.to_string(), Quantity(value.into()))].into());
+        };
+        set_requests(&mut dgd, "4");
+        assert_eq!(gpus_per_engine(&dgd.spec.components[2]).unwrap(), 4);
+        set_requests(&mut dgd, "half");
+        assert_eq!(gpus_per_engine(&dgd.spec.components[2]), Err("half".to_string()));
+        assert_eq!(gpus_per_engine(&dgd.spec.components[0]).unwrap(), 1);
+        let errors = validate_target(&policy("plannerpolicy-sla.yaml"), &dgd).unwrap_err();
+        assert_eq!(
+            errors[0].to_string(),
+            "spec.components.decode: component \"decode\" asks for \"half\" nvidia.com/gpu in its main container; allowed: a whole number of GPUs, 1 or more"
+        );
+    }
+
+    #[test]
+    fn model_name_from_policy_then_worker_args() {
+        let dgd = dgd();
+        let mut spec = policy("plannerpolicy-load.yaml");
+        assert_eq!(model_name(&spec, &dgd, "decode").unwrap(), "llama-3.1-8b");
+        spec.metrics.model_name = Some("Custom".into());
+        assert_eq!(model_name(&spec, &dgd, "decode").unwrap(), "custom");
+        assert_eq!(
+            flag_value(&["--model=meta/Llama".into()], "--model").as_deref(),
+            Some("meta/Llama")
+        );
+        assert_eq!(
+            flag_value(&["python3 -m dynamo.vllm --model m1".into()], "--model").as_deref(),
+            Some("m1")
+        );
+        // Without a model name anywhere, the SLA planner cannot filter the metrics.
+        let mut bare = dgd.clone();
+        for component in &mut bare.spec.components {
+            if let Some(main) = component
+                .pod_template
+                .as_mut()
+                .and_then(|t| t.spec.as_mut())
+                .and_then(|s| s.containers.first_mut())
+            {
+                main.args = None;
+                main.command = None;
+            }
+        }
+        let mut sla = policy("plannerpolicy-sla.yaml");
+        sla.metrics.model_name = None;
+        let errors = validate_target(&sla, &bare).unwrap_err();
+        assert_eq!(
+            errors,
+            [PolicyError::NoModelName {
+                component: "decode".into()
+            }]
+        );
+        // The load-based planner reads no per-model metrics.
+        assert!(validate_target(&policy("plannerpolicy-load.yaml"), &bare).is_ok());
+    }
+
+    #[test]
+    fn validated_policies_carry_parsed_settings() {
+        let validated = validate(&policy("plannerpolicy-virtual.yaml"), "llm", &dgd()).unwrap();
+        assert_eq!(validated.target.prefill.component, "prefill");
+        assert_eq!(validated.target.model_name.as_deref(), Some("llama-3.1-8b"));
+        assert_eq!(validated.dynamo_namespace, "llm-llama-disagg");
+        let mut spec = policy("plannerpolicy-sla.yaml");
+        spec.adjustment_interval = "5s".into();
+        spec.components = Some(PoolComponents {
+            prefill: Some("nope".into()),
+            decode: None,
+        });
+        let errors = validate(&spec, "llm", &dgd()).unwrap_err();
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert_eq!(errors[0].reason(), "InvalidSpec");
+        assert_eq!(errors[1].reason(), "ComponentsUnresolved");
+        assert!(describe(&errors).contains("; spec.components.prefill: \"nope\""));
+    }
 }
