@@ -482,3 +482,23 @@ pub fn describe(object: &Value) -> String {
         object["metadata"]["name"].as_str().unwrap_or("?")
     )
 }
+
+/// `GET http://<addr><path>` over plain HTTP/1.0; the status code and the body.
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| format!("not an HTTP response: {:?}", response.lines().next()))?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}

@@ -107,7 +107,7 @@ pub const PERMISSIONS: &[Permission] = &[
         named_by: None,
         scope: Scope::Watched,
         needed: Needed::Always,
-        used_by: "list+watch: the DGD controller (controller/dgd) and the startup check (runtime::preflight); \
+        used_by: "list+watch: the DGD controller (controller/dgd) and the startup wait for the CRDs (runtime::wait_for_crds); \
                   get: the PlannerPolicy reconciler reads its target, the webhook checks a PlannerPolicy's \
                   targetRef, the topology label controller refers its events to the DGD (controller/lookup)",
     },

@@ -119,16 +119,6 @@ pub enum RunError {
     /// No usable kubeconfig or in-cluster config.
     #[error("cannot configure a Kubernetes client (set KUBECONFIG or run in a pod): {0}")]
     Client(#[source] kube::Error),
-    /// The CRDs are not installed or not readable.
-    #[error(
-        "cannot list {kind}: {source}. Is the CRD installed? `planner-operator crd | kubectl apply --server-side -f -`"
-    )]
-    MissingCrd {
-        /// The kind.
-        kind: &'static str,
-        /// The API error.
-        source: kube::Error,
-    },
     /// The health and metrics server could not bind.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -174,8 +164,6 @@ pub async fn run_until(
     client: Client,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
-    preflight(&client, args.namespace.as_deref()).await?;
-
     let metrics = Arc::new(OperatorMetrics::new());
     let ready = Arc::new(AtomicBool::new(false));
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -246,10 +234,16 @@ pub async fn run_until(
         }
     });
     info!(addr = %args.metrics_addr, "serving /metrics, /healthz and /readyz");
-    ready.store(true, Ordering::Relaxed);
+    // Not ready until the CRDs are served: `kubectl apply` of the CRDs returns before they are
+    // Established, and a chart's pod may start first.
+    if wait_for_crds(&client, args.namespace.as_deref(), shutdown_rx.clone()).await {
+        ready.store(true, Ordering::Relaxed);
+    }
 
     let identity = args.identity.clone().unwrap_or_else(default_identity);
-    if args.leader_election {
+    if *shutdown_rx.borrow() {
+        // Stopped while waiting for the CRDs.
+    } else if args.leader_election {
         let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &args.lease_name)
             .with_namespace(&lease_namespace)
             .with_identity(&identity)
@@ -433,30 +427,48 @@ fn trim_pod(pod: &mut Pod) {
     pod.status = None;
 }
 
-/// Fails early, with a hint, when the CRDs this operator needs are missing.
-async fn preflight(client: &Client, namespace: Option<&str>) -> Result<(), RunError> {
+/// First and longest wait between checks for the CRDs.
+const CRD_RETRY: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(30));
+
+/// Waits, with backoff, until the API server serves the CRDs this operator reads; `false` when
+/// shutdown was requested first.
+async fn wait_for_crds(
+    client: &Client,
+    namespace: Option<&str>,
+    mut shutdown: watch::Receiver<bool>,
+) -> bool {
+    let mut delay = CRD_RETRY.0;
+    loop {
+        let missing = match crds_served(client, namespace).await {
+            Ok(()) => return true,
+            Err(missing) => missing,
+        };
+        warn!(
+            crd = missing.0,
+            error = %crate::controller::common::chain(&missing.1),
+            retry_in = ?delay,
+            "waiting for the CRD to be served (install the CRDs: `planner-operator crd | kubectl apply --server-side -f -`); not ready until then"
+        );
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {},
+            _ = shutdown.wait_for(|stop| *stop) => return false,
+        }
+        delay = (delay * 2).min(CRD_RETRY.1);
+    }
+}
+
+/// Lists one object of each CRD the controllers watch; the error names the CRD that failed.
+async fn crds_served(client: &Client, namespace: Option<&str>) -> Result<(), (&'static str, kube::Error)> {
     let params = ListParams::default().limit(1);
-    let dgds: Api<DynamoGraphDeployment> = match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
+    let dgds: Api<DynamoGraphDeployment> = crate::controller::common::scoped_api(client.clone(), namespace);
     dgds.list_metadata(&params)
         .await
-        .map_err(|source| RunError::MissingCrd {
-            kind: "DynamoGraphDeployments",
-            source,
-        })?;
-    let policies: Api<PlannerPolicy> = match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
+        .map_err(|e| ("dynamographdeployments.nvidia.com", e))?;
+    let policies: Api<PlannerPolicy> = crate::controller::common::scoped_api(client.clone(), namespace);
     policies
         .list_metadata(&params)
         .await
-        .map_err(|source| RunError::MissingCrd {
-            kind: "PlannerPolicies",
-            source,
-        })?;
+        .map_err(|e| ("plannerpolicies.planner.dynamo.io", e))?;
     Ok(())
 }
 

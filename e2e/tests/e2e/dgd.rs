@@ -27,7 +27,7 @@ const WAIT: Duration = Duration::from_secs(90);
 const GRAPH_LABEL: &str = "nvidia.com/dynamo-graph-deployment-name";
 
 /// The disaggregated sample without its topology settings (those are the topology tests').
-fn graph(name: &str) -> Result<DynamoGraphDeployment> {
+pub(crate) fn graph(name: &str) -> Result<DynamoGraphDeployment> {
     let mut value: Value = serde_yaml::from_str(&std::fs::read_to_string(
         repo_root().join("config/samples/dgd-disagg.yaml"),
     )?)?;
