@@ -516,7 +516,10 @@ async fn certificate_files_are_reloaded_when_they_change() {
     let client = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(maintain(
-        CertSource::Files(FileCerts::new(dir.clone())),
+        CertSource::Files(FileCerts::with_check_interval(
+            dir.clone(),
+            Duration::from_millis(100),
+        )),
         client,
         None,
         Arc::clone(&resolver),
@@ -548,7 +551,7 @@ async fn certificate_files_are_reloaded_when_they_change() {
     // A later certificate (renewed a day later, so it expires later) replaces it on the next check.
     let second = issue(Plan::Serving, Some(&first), &settings, unix_now() + 86_400).unwrap();
     write(&second);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(25);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while expiry() == first_expiry {
         assert!(
             tokio::time::Instant::now() < deadline,

@@ -846,9 +846,19 @@ async fn the_chart_rbac_is_enough_namespace_scoped() -> Result<()> {
             check_webhook(&watched).await?;
             exercise(&place, &watched, &prometheus, &topology_name).await?;
             // Nothing outside the watched namespace: a DGD in the release namespace is neither
-            // validated (the webhook's namespaceSelector) nor reconciled.
+            // validated (the webhook's namespaceSelector) nor reconciled. A DGD created after it
+            // in the watched namespace is reconciled: the operator did have its chance.
             ns.accepts(&graph("no-such-topology")).await?;
-            tokio::time::sleep(Duration::from_secs(3)).await;
+            let mut marker = graph(&topology_name);
+            marker["metadata"]["name"] = json!("marker");
+            watched.accepts(&marker).await?;
+            let watched_deployments: Api<Deployment> = watched.api();
+            poll_until(
+                "the DGD created later in the watched namespace to be reconciled",
+                WAIT,
+                || async { Ok(watched_deployments.get_opt("marker-frontend").await?.is_some()) },
+            )
+            .await?;
             let deployments: Api<Deployment> = ns.api();
             check(
                 deployments.get_opt(&format!("{GRAPH}-frontend")).await?.is_none(),

@@ -223,12 +223,27 @@ async fn replicas_follow_the_load_and_missing_metrics_never_scale_down() -> Resu
                 },
             )
             .await?;
-            tokio::time::sleep(Duration::from_secs(2 * INTERVAL_S)).await;
-            let during_outage = replicas(&dgds.get("llama").await?);
-            assert!(
-                during_outage.0 >= peak.0 && during_outage.1 >= peak.1,
-                "scaled down on missing metrics: {peak:?} -> {during_outage:?}"
-            );
+            // Two more intervals planned (lastTickTime moves) without a scale-down: the planner
+            // keeps ticking and holds.
+            let tick = |policy: &PlannerPolicy| policy.status.as_ref().and_then(|s| s.last_tick_time.clone());
+            let outage_tick = tick(&policies.get("llama-sla").await?);
+            let ticks = std::sync::Mutex::new(Vec::new());
+            poll_until("two intervals planned during the outage", WAIT, || async {
+                let policy = policies.get("llama-sla").await?;
+                let during_outage = replicas(&dgds.get("llama").await?);
+                assert!(
+                    during_outage.0 >= peak.0 && during_outage.1 >= peak.1,
+                    "scaled down on missing metrics: {peak:?} -> {during_outage:?}"
+                );
+                let mut ticks = ticks.lock().map_err(|_| "lock")?;
+                if let Some(now) = tick(&policy).filter(|t| Some(t) != outage_tick.as_ref())
+                    && !ticks.contains(&now)
+                {
+                    ticks.push(now);
+                }
+                Ok(ticks.len() >= 2)
+            })
+            .await?;
 
             // Back, at the original rate: the pools shrink again.
             post(&frontend.control, "/control/rate-scale/1").await?;

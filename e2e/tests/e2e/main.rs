@@ -12,6 +12,7 @@ mod crds;
 mod dgd;
 mod fake_prometheus;
 mod operator;
+mod policy_rules;
 mod prometheus;
 mod topology;
 mod virtual_connector;

@@ -144,8 +144,20 @@ async fn virtual_connector_publishes_decisions_and_waits_for_the_orchestrator() 
         restarted.publish(4, 4).await?,
         Published::Waiting { decision_id: 1 }
     );
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    assert_eq!(restarted.publish(4, 4).await?, Published::Decision(2));
+    let held_since = std::time::Instant::now();
+    let mut published = restarted.publish(4, 4).await?;
+    while published == (Published::Waiting { decision_id: 1 })
+        && held_since.elapsed() < Duration::from_secs(30)
+    {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        published = restarted.publish(4, 4).await?;
+    }
+    assert_eq!(published, Published::Decision(2));
+    assert!(
+        held_since.elapsed() >= Duration::from_secs(2),
+        "published after {:?}, before the 3 s timeout",
+        held_since.elapsed()
+    );
     assert_eq!(
         read(&mut orchestrator, "decision_id").await?.as_deref(),
         Some("2")

@@ -612,15 +612,22 @@ pub fn validate_target(
     }
 }
 
-/// Every rule, for a policy in `namespace` whose target is `dgd`: the checks of
-/// [`validate_spec`] and [`validate_target`] (the webhook runs the same two), and the parsed
-/// durations. Returns all violations.
+/// Every rule, for a policy in `namespace` whose target is `dgd` (`None`: it does not exist):
+/// the checks of [`validate_spec`] and [`validate_target`], which the webhook runs too, in the
+/// same order, and the parsed durations. Returns all violations.
 pub fn validate(
     spec: &PlannerPolicySpec,
     namespace: &str,
-    dgd: &DynamoGraphDeployment,
+    dgd: Option<&DynamoGraphDeployment>,
 ) -> Result<ValidatedPolicy, Vec<PolicyError>> {
     let mut errors = validate_spec(spec);
+    let Some(dgd) = dgd else {
+        errors.push(PolicyError::TargetNotFound {
+            name: spec.target_ref.name.clone(),
+            namespace: namespace.to_string(),
+        });
+        return Err(errors);
+    };
     let target = match validate_target(spec, dgd) {
         Ok(target) => Some(target),
         Err(target_errors) => {
@@ -981,7 +988,7 @@ mod tests {
 
     #[test]
     fn validated_policies_carry_parsed_settings() {
-        let validated = validate(&policy("plannerpolicy-virtual.yaml"), "llm", &dgd()).unwrap();
+        let validated = validate(&policy("plannerpolicy-virtual.yaml"), "llm", Some(&dgd())).unwrap();
         assert_eq!(validated.target.prefill.component, "prefill");
         assert_eq!(validated.target.model_name.as_deref(), Some("llama-3.1-8b"));
         assert_eq!(validated.dynamo_namespace, "llm-llama-disagg");
@@ -991,7 +998,11 @@ mod tests {
             prefill: Some("nope".into()),
             decode: None,
         });
-        let errors = validate(&spec, "llm", &dgd()).unwrap_err();
+        let errors = validate(&spec, "llm", Some(&dgd())).unwrap_err();
+        assert!(matches!(
+            validate(&spec, "llm", None).unwrap_err().last(),
+            Some(PolicyError::TargetNotFound { .. })
+        ));
         assert_eq!(errors.len(), 2, "{errors:?}");
         assert_eq!(errors[0].reason(), "InvalidSpec");
         assert_eq!(errors[1].reason(), "ComponentsUnresolved");

@@ -481,6 +481,7 @@ impl SecretCerts {
 /// Certificates read from files.
 pub struct FileCerts {
     dir: PathBuf,
+    check_interval: Duration,
 }
 
 /// What was read from the files.
@@ -495,9 +496,15 @@ pub struct FileBundle {
 }
 
 impl FileCerts {
-    /// Reads `tls.crt`, `tls.key` and, when present, `ca.crt` from `dir`.
+    /// Reads `tls.crt`, `tls.key` and, when present, `ca.crt` from `dir`, every
+    /// [`FILES_CHECK_INTERVAL`].
     pub fn new(dir: PathBuf) -> Self {
-        Self { dir }
+        Self::with_check_interval(dir, FILES_CHECK_INTERVAL)
+    }
+
+    /// The same, checking for changes every `check_interval`.
+    pub fn with_check_interval(dir: PathBuf, check_interval: Duration) -> Self {
+        Self { dir, check_interval }
     }
 
     /// Reads the files.
@@ -622,7 +629,7 @@ pub async fn maintain(
                 }
                 match &source {
                     CertSource::Generated(_) => GENERATED_CHECK_INTERVAL,
-                    CertSource::Files(_) => FILES_CHECK_INTERVAL,
+                    CertSource::Files(files) => files.check_interval,
                 }
             }
             Err(error) => {

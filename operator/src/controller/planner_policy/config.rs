@@ -94,7 +94,7 @@ mod tests {
     #[test]
     fn configs_carry_the_spec() {
         let spec = policy("sla").spec;
-        let validated = validation::validate(&spec, "llm", &dgd()).unwrap();
+        let validated = validation::validate(&spec, "llm", Some(&dgd())).unwrap();
         let config = sla_config(&spec, &validated);
         assert_eq!(config.interval_s, 180.0);
         assert_eq!(config.limits.max_gpu_budget, Some(16));
@@ -103,7 +103,7 @@ mod tests {
         let load_spec = policy("load").spec;
         let load = load_config(
             &load_spec,
-            &validation::validate(&load_spec, "llm", &dgd()).unwrap(),
+            &validation::validate(&load_spec, "llm", Some(&dgd())).unwrap(),
         );
         assert_eq!((load.kv_scale_up, load.queue_scale_down), (0.9, 0.2));
         assert_eq!(validated.dynamo_namespace, "llm-llama-disagg");

@@ -238,18 +238,16 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
     let client = &ctx.base.client;
 
     // 1. Dereference the target.
-    let Some(dgd) = dereference::target(client, policy).await? else {
-        let missing = PolicyError::TargetNotFound {
-            name: policy.spec.target_ref.name.clone(),
-            namespace,
-        };
-        return report_invalid(policy, ctx, &[missing]).await;
-    };
+    let dgd = dereference::target(client, policy).await?;
 
     // 2. Validate, with the webhook's rules.
-    let validated = match validation::validate(&policy.spec, &namespace, &dgd) {
+    let validated = match validation::validate(&policy.spec, &namespace, dgd.as_ref()) {
         Ok(validated) => validated,
         Err(errors) => return report_invalid(policy, ctx, &errors).await,
+    };
+    let Some(dgd) = dgd else {
+        // validate() reports a missing target; this is not reached.
+        return Ok(Action::requeue(RETRY));
     };
     let mut outcome = Outcome::default();
     outcome.conditions.push(DesiredCondition::met(
