@@ -5,7 +5,7 @@ CARGO ?= cargo
 # Two cores on our machines: one job per core, no incremental cache in CI.
 export CARGO_BUILD_JOBS ?= 2
 
-.PHONY: build test lint fmt manifests check-manifests tools cluster-up cluster-down e2e e2e-kind chart-test demo bench help
+.PHONY: build test lint fmt manifests check-manifests tools image cluster-up cluster-down e2e e2e-kind chart-test demo bench help
 
 ## build: compile the operator and crd-gen (debug)
 build:
@@ -32,10 +32,15 @@ manifests:
 check-manifests:
 	$(CARGO) run --quiet --locked -p crd-gen -- --check
 
-## tools: build etcd, kube-apiserver, -controller-manager, -scheduler, kubectl, kwok and helm from
-##        tools/ into a cache outside the repo (a no-op when cached; needs Go >= 1.26)
+## tools: build etcd, kube-apiserver, -controller-manager, -scheduler, kubectl, kwok, helm, Prometheus and
+##        the image writer from tools/ into a cache outside the repo (a no-op when cached; needs Go >= 1.26)
 tools:
 	@bash tools/build.sh
+
+## image: the release image without a container runtime: release build, distroless-like root filesystem,
+##        target/image/planner-operator-<version>.tar (docker load -i); runs its entrypoint to check it
+image: tools
+	@CARGO="$(CARGO)" bash tools/image.sh
 
 ## cluster-up: start the local control plane with fake GPU nodes; eval "$(make -s cluster-up)"
 cluster-up: tools

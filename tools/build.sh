@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # shellcheck source-path=SCRIPTDIR
 # Builds the local control plane's binaries (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl, kwok, helm) and Prometheus (demo and e2e) from the Go modules under
-# tools/, through the Go module proxy, into a cache outside the repo keyed by the modules'
-# go.mod/go.sum. A cache hit is a no-op. Prints nothing but progress on stderr; the bin
-# directory is `tools/env.sh`'s TOOLS_BIN.
+# kube-scheduler, kubectl, kwok, helm), Prometheus (demo and e2e) and the image writer of
+# `make image` from the Go modules under tools/, through the Go module proxy, into a cache
+# outside the repo keyed by the modules' go.mod/go.sum (and tools/image's source). A cache hit
+# is a no-op. Prints nothing but progress on stderr; the bin directory is `tools/env.sh`'s
+# TOOLS_BIN.
 set -euo pipefail
 cd "$(dirname "$0")"
 source ./env.sh
@@ -48,7 +49,7 @@ build() {
 total=$SECONDS
 # Download first, so that an unreachable proxy is told apart from a compile error.
 log "downloading Go modules (GOPROXY=$(go env GOPROXY)) ..."
-for dir in kube etcd kwok helm prometheus; do
+for dir in kube etcd kwok helm prometheus image; do
   (cd "$dir" && "${NICE[@]}" go mod download) >>"$logs/download.log" 2>&1 ||
     fail_with_log "downloading the Go modules of tools/$dir failed" "$logs/download.log"
 done
@@ -89,6 +90,8 @@ for kv in "Version=$prom_version" "Revision=$prom_module" Branch=HEAD BuildUser=
 done
 build prometheus prometheus -tags remove_all_sd -ldflags "$prom_ldflags" -o "$stage/bin/prometheus" \
   github.com/prometheus/prometheus/cmd/prometheus
+# The image writer of `make image` (tools/image.sh); its source is part of the cache key.
+build image image -ldflags "-s -w" -o "$stage/bin/image" .
 
 # kwok needs Stage definitions (how fake nodes and pods change state). Take upstream's from the
 # module source in the module cache; they live in the cache entry, not in the repo.

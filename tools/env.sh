@@ -10,7 +10,7 @@ TOOLS_RECIPE=3
 TOOLS_CACHE="${PLANNER_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/planner-operator/tools}"
 TOOLS_KEY="$(
   cd "$TOOLS_SRC" &&
-    { echo "recipe $TOOLS_RECIPE"; cat ./*/go.mod ./*/go.sum; } | sha256sum | cut -c1-16
+    { echo "recipe $TOOLS_RECIPE"; cat ./*/go.mod ./*/go.sum ./image/*.go; } | sha256sum | cut -c1-16
 )"
 TOOLS_DIR="$TOOLS_CACHE/$TOOLS_KEY"
 TOOLS_BIN="$TOOLS_DIR/bin"
