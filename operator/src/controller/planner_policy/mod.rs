@@ -399,7 +399,7 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
         )
         .await;
     }
-    publish_transitions(policy, ctx, &outcome).await;
+    publish_warnings(policy, ctx, &outcome).await;
     ctx.base.metrics.policies.record(
         &namespace,
         &policy.name_any(),
@@ -630,37 +630,30 @@ async fn report_blocked(
     Ok(Action::requeue(RETRY))
 }
 
-/// Warning Events for conditions that turned bad (or changed their message) this interval.
-async fn publish_transitions(policy: &PlannerPolicy, ctx: &PlannerContext, outcome: &Outcome) {
-    let previous = |type_: &str| {
-        policy
-            .status
-            .as_ref()
-            .and_then(|s| conditions::find(&s.conditions, type_))
-            .cloned()
-    };
-    for (type_, bad_status, reason) in [
-        (SCALING_LIMITED, "True", "ScalingLimited"),
-        (METRICS_AVAILABLE, "False", "MetricsUnavailable"),
-    ] {
-        let Some(now) = outcome
+/// Warning Events. Missing metrics are a fault: reported every interval they last, which the
+/// Event recorder counts in one series (as the HPA reports `FailedGetResourceMetric`). A bound or
+/// the budget limiting a decision is a state, mirrored by the `ScalingLimited` condition: reported
+/// when it starts or changes.
+async fn publish_warnings(policy: &PlannerPolicy, ctx: &PlannerContext, outcome: &Outcome) {
+    let bad = |type_: &str, status: &str| {
+        outcome
             .conditions
             .iter()
-            .find(|c| c.type_ == type_ && c.status == bad_status)
-        else {
-            continue;
-        };
-        let unchanged = previous(type_).is_some_and(|c| c.status == bad_status && c.message == now.message);
+            .find(|c| c.type_ == type_ && c.status == status)
+    };
+    if let Some(unavailable) = bad(METRICS_AVAILABLE, "False") {
+        let note = &unavailable.message;
+        common::publish(&ctx.base.recorder, policy, EventType::Warning, "MetricsUnavailable", "Plan", note).await;
+    }
+    if let Some(limited) = bad(SCALING_LIMITED, "True") {
+        let unchanged = policy
+            .status
+            .as_ref()
+            .and_then(|s| conditions::find(&s.conditions, SCALING_LIMITED))
+            .is_some_and(|c| c.status == "True" && c.message == limited.message);
         if !unchanged {
-            common::publish(
-                &ctx.base.recorder,
-                policy,
-                EventType::Warning,
-                reason,
-                "Plan",
-                &now.message,
-            )
-            .await;
+            let note = &limited.message;
+            common::publish(&ctx.base.recorder, policy, EventType::Warning, "ScalingLimited", "Plan", note).await;
         }
     }
 }
