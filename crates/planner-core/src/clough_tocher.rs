@@ -68,17 +68,6 @@ fn is_sliver([a, b, c]: [[f64; 2]; 3]) -> bool {
     norms == 0.0 || cross / norms < SLIVER_SINE
 }
 
-/// Number of edges of `t` that no other triangle of `all` shares.
-fn boundary_edges(t: &Triangle, all: &[Triangle]) -> usize {
-    (0..3)
-        .filter(|&k| {
-            let (a, b) = (t.vertices[(k + 1) % 3], t.vertices[(k + 2) % 3]);
-            !all.iter()
-                .any(|o| !std::ptr::eq(o, t) && o.vertices.contains(&a) && o.vertices.contains(&b))
-        })
-        .count()
-}
-
 /// Delaunay triangulation of scattered 2-D samples, shared by every value set on those samples.
 #[derive(Clone, Debug)]
 pub struct Triangulated {
@@ -86,6 +75,10 @@ pub struct Triangulated {
     triangles: Vec<Triangle>,
     /// Sorted neighbour vertices of each vertex (empty for duplicates left out).
     vertex_neighbors: Vec<Vec<usize>>,
+    /// Buckets of triangles, for point location.
+    grid: TriangleGrid,
+    /// Every sample (duplicates included), for nearest-sample queries.
+    nearest: NearestIndex,
 }
 
 impl Triangulated {
@@ -123,19 +116,7 @@ impl Triangulated {
         // Exact predicates keep slivers along hull edges whose points are collinear but for
         // rounding (profiles often sample x proportional to y); qhull, which scipy uses, treats
         // such points as collinear and has no triangle there. Drop them the same way.
-        let all_points = points;
-        let mut triangles = triangles;
-        loop {
-            let sliver = triangles.iter().position(|t| {
-                is_sliver(t.vertices.map(|v| all_points[v])) && boundary_edges(t, &triangles) > 0
-            });
-            match sliver {
-                Some(index) => {
-                    triangles.remove(index);
-                }
-                None => break,
-            }
-        }
+        let mut triangles = remove_hull_slivers(points, triangles);
         if triangles.is_empty() {
             return Err(TriangulationError::Degenerate(seen.len()));
         }
@@ -165,11 +146,28 @@ impl Triangulated {
         for list in &mut vertex_neighbors {
             list.sort_unstable();
         }
+        let grid = TriangleGrid::new(points, &triangles);
         Ok(Self {
             points: points.to_vec(),
             triangles,
             vertex_neighbors,
+            grid,
+            nearest: NearestIndex::new(points),
         })
+    }
+
+    /// Index of the sample nearest to `p` (Euclidean, first sample on ties), as scipy's
+    /// `NearestNDInterpolator` fills points outside the hull.
+    pub fn nearest_sample(&self, p: [f64; 2]) -> Option<usize> {
+        self.nearest.nearest(&self.points, p)
+    }
+
+    /// Value of the sample nearest to `p` (see [`Triangulated::nearest_sample`]); NaN when
+    /// `values` has no value for it.
+    pub fn nearest_value(&self, values: &[f64], p: [f64; 2]) -> f64 {
+        self.nearest_sample(p)
+            .and_then(|i| values.get(i).copied())
+            .unwrap_or(f64::NAN)
     }
 
     /// Prepares the interpolant of one value set (one value per sample).
@@ -234,17 +232,327 @@ impl Triangulated {
 
     /// The triangle containing `p` and `p`'s barycentric coordinates in it. Points within
     /// rounding error of the hull count as inside, as in scipy.
+    ///
+    /// The first triangle (in triangulation order) that contains `p`, else the first hull
+    /// triangle that contains it within the broader tolerance: the same answer as a scan of
+    /// every triangle, found among the few whose bucket holds `p`.
     fn locate(&self, p: [f64; 2]) -> Option<(usize, [f64; 3])> {
         let inside = |c: &[f64; 3], eps: f64| c.iter().all(|&v| v >= -eps && v <= 1.0 + eps);
-        (0..self.triangles.len())
-            .map(|t| (t, self.barycentric(t, p)))
+        let candidates = self.grid.candidates(p);
+        candidates
+            .iter()
+            .map(|&t| (t as usize, self.barycentric(t as usize, p)))
             .find(|(_, c)| inside(c, EPS))
             .or_else(|| {
-                (0..self.triangles.len())
+                candidates
+                    .iter()
+                    .map(|&t| t as usize)
                     .filter(|&t| self.triangles[t].neighbors.iter().any(Option::is_none))
                     .map(|t| (t, self.barycentric(t, p)))
                     .find(|(_, c)| inside(c, EPS_BROAD))
             })
+    }
+}
+
+/// Drops slivers that have an edge on the boundary, repeatedly (dropping one puts its other
+/// edges on the boundary). The result is the same whatever the order: a sliver with a boundary
+/// edge keeps it, so every sliver reachable from the boundary through slivers goes. Linear in
+/// the number of triangles: each is queued at most once per edge.
+fn remove_hull_slivers(points: &[[f64; 2]], triangles: Vec<Triangle>) -> Vec<Triangle> {
+    let edge = |t: &Triangle, k: usize| {
+        let (a, b) = (t.vertices[(k + 1) % 3], t.vertices[(k + 2) % 3]);
+        (a.min(b), a.max(b))
+    };
+    let mut sharing: std::collections::HashMap<(usize, usize), Vec<usize>> =
+        std::collections::HashMap::with_capacity(triangles.len() * 2);
+    for (index, triangle) in triangles.iter().enumerate() {
+        for k in 0..3 {
+            sharing.entry(edge(triangle, k)).or_default().push(index);
+        }
+    }
+    let sliver: Vec<bool> = triangles
+        .iter()
+        .map(|t| is_sliver(t.vertices.map(|v| points[v])))
+        .collect();
+    let mut removed = vec![false; triangles.len()];
+    let on_boundary = |index: usize, removed: &[bool], k: usize| {
+        sharing
+            .get(&edge(&triangles[index], k))
+            .is_none_or(|ts| ts.iter().all(|&o| o == index || removed[o]))
+    };
+    let mut queue: Vec<usize> = (0..triangles.len())
+        .filter(|&t| sliver[t] && (0..3).any(|k| on_boundary(t, &removed, k)))
+        .collect();
+    while let Some(index) = queue.pop() {
+        if removed[index] {
+            continue;
+        }
+        removed[index] = true;
+        for k in 0..3 {
+            for &other in sharing.get(&edge(&triangles[index], k)).into_iter().flatten() {
+                if other != index && sliver[other] && !removed[other] {
+                    queue.push(other);
+                }
+            }
+        }
+    }
+    triangles
+        .into_iter()
+        .zip(removed)
+        .filter_map(|(t, removed)| (!removed).then_some(t))
+        .collect()
+}
+
+/// Buckets of triangles over a uniform grid: each triangle is listed (in triangulation order)
+/// in every bucket it overlaps once widened by the location tolerance, so the triangles that can
+/// contain a point are those of the point's bucket. A triangle is clipped to each row of
+/// buckets, so a long thin one is listed along its length only, not over its bounding box.
+#[derive(Clone, Debug)]
+struct TriangleGrid {
+    origin: [f64; 2],
+    cell: [f64; 2],
+    side: usize,
+    /// `items[starts[b]..starts[b + 1]]` are the triangles of bucket `b`, ascending.
+    starts: Vec<usize>,
+    items: Vec<u32>,
+}
+
+/// A triangle's corners and how far, per axis, a point it contains within the broad
+/// barycentric tolerance (or rounding error) can lie outside it.
+struct Footprint {
+    corners: [[f64; 2]; 3],
+    margin: [f64; 2],
+}
+
+impl Footprint {
+    fn new(corners: [[f64; 2]; 3]) -> Self {
+        // With barycentric coordinates in [-e, 1 + e], a point is within 3e times the
+        // triangle's extent of it on each axis; 8e leaves room for rounding.
+        let margin = [0, 1].map(|axis| {
+            let (lo, hi) = corners
+                .iter()
+                .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), c| {
+                    (lo.min(c[axis]), hi.max(c[axis]))
+                });
+            8.0 * EPS_BROAD * (hi - lo) + 16.0 * f64::EPSILON * lo.abs().max(hi.abs())
+        });
+        Self { corners, margin }
+    }
+
+    /// The widened extent on `axis`: `[lo, hi]`.
+    fn extent(&self, axis: usize) -> [f64; 2] {
+        let lo = self.corners.iter().map(|c| c[axis]).fold(f64::INFINITY, f64::min);
+        let hi = self
+            .corners
+            .iter()
+            .map(|c| c[axis])
+            .fold(f64::NEG_INFINITY, f64::max);
+        [lo - self.margin[axis], hi + self.margin[axis]]
+    }
+
+    /// The widened x extent of the part of the triangle within the widened strip
+    /// `y0 <= y <= y1`, if any.
+    fn x_extent_in(&self, y0: f64, y1: f64) -> Option<[f64; 2]> {
+        let (y0, y1) = (y0 - self.margin[1], y1 + self.margin[1]);
+        let mut lo = f64::INFINITY;
+        let mut hi = f64::NEG_INFINITY;
+        let mut take = |x: f64| {
+            lo = lo.min(x);
+            hi = hi.max(x);
+        };
+        for (k, a) in self.corners.iter().enumerate() {
+            if a[1] >= y0 && a[1] <= y1 {
+                take(a[0]);
+            }
+            let b = self.corners[(k + 1) % 3];
+            for y in [y0, y1] {
+                if a[1] != b[1] && a[1].min(b[1]) <= y && y <= a[1].max(b[1]) {
+                    take(a[0] + (y - a[1]) * (b[0] - a[0]) / (b[1] - a[1]));
+                }
+            }
+        }
+        (lo <= hi).then(|| [lo - self.margin[0], hi + self.margin[0]])
+    }
+}
+
+/// Bucket entries allowed per triangle before the grid is made coarser.
+const GRID_ENTRIES_PER_TRIANGLE: usize = 64;
+
+impl TriangleGrid {
+    fn new(points: &[[f64; 2]], triangles: &[Triangle]) -> Self {
+        let footprints: Vec<Footprint> = triangles
+            .iter()
+            .map(|t| Footprint::new(t.vertices.map(|v| points[v])))
+            .collect();
+        let bounds = footprints.iter().fold(
+            [f64::INFINITY, f64::INFINITY, f64::NEG_INFINITY, f64::NEG_INFINITY],
+            |acc, f| {
+                let ([x0, x1], [y0, y1]) = (f.extent(0), f.extent(1));
+                [acc[0].min(x0), acc[1].min(y0), acc[2].max(x1), acc[3].max(y1)]
+            },
+        );
+        let mut side = (triangles.len() as f64).sqrt().ceil().max(1.0) as usize;
+        loop {
+            let grid = Self::empty(bounds, side);
+            let mut entries = 0;
+            for footprint in &footprints {
+                grid.for_each_bucket(footprint, |_| entries += 1);
+            }
+            if side == 1 || entries <= GRID_ENTRIES_PER_TRIANGLE * triangles.len() + side * side {
+                return grid.filled(&footprints, entries);
+            }
+            side /= 2;
+        }
+    }
+
+    fn empty(bounds: [f64; 4], side: usize) -> Self {
+        let width = |lo: f64, hi: f64| if hi > lo { (hi - lo) / side as f64 } else { 1.0 };
+        Self {
+            origin: [bounds[0], bounds[1]],
+            cell: [width(bounds[0], bounds[2]), width(bounds[1], bounds[3])],
+            side,
+            starts: Vec::new(),
+            items: Vec::new(),
+        }
+    }
+
+    /// Column or row of a coordinate, clamped to the grid.
+    fn slot(&self, value: f64, axis: usize) -> usize {
+        let position = ((value - self.origin[axis]) / self.cell[axis]).floor();
+        if position.is_nan() || position < 0.0 {
+            0
+        } else {
+            (position as usize).min(self.side - 1)
+        }
+    }
+
+    /// Calls `visit` with each bucket the widened triangle overlaps.
+    fn for_each_bucket(&self, footprint: &Footprint, mut visit: impl FnMut(usize)) {
+        let [y0, y1] = footprint.extent(1);
+        for row in self.slot(y0, 1)..=self.slot(y1, 1) {
+            let bottom = self.origin[1] + row as f64 * self.cell[1];
+            // The first and last rows reach to the grid's edges (points on them are clamped in).
+            let strip_lo = if row == 0 { f64::NEG_INFINITY } else { bottom };
+            let strip_hi = if row + 1 == self.side {
+                f64::INFINITY
+            } else {
+                bottom + self.cell[1]
+            };
+            if let Some([x0, x1]) = footprint.x_extent_in(strip_lo.max(y0), strip_hi.min(y1)) {
+                for column in self.slot(x0, 0)..=self.slot(x1, 0) {
+                    visit(row * self.side + column);
+                }
+            }
+        }
+    }
+
+    fn filled(mut self, footprints: &[Footprint], entries: usize) -> Self {
+        let buckets = self.side * self.side;
+        let mut counts = vec![0_usize; buckets + 1];
+        for footprint in footprints {
+            self.for_each_bucket(footprint, |bucket| counts[bucket + 1] += 1);
+        }
+        for i in 1..counts.len() {
+            counts[i] += counts[i - 1];
+        }
+        let mut next = counts.clone();
+        let mut items = vec![0_u32; entries];
+        for (t, footprint) in footprints.iter().enumerate() {
+            self.for_each_bucket(footprint, |bucket| {
+                items[next[bucket]] = t as u32;
+                next[bucket] += 1;
+            });
+        }
+        self.starts = counts;
+        self.items = items;
+        self
+    }
+
+    /// The triangles that may contain `p`, in triangulation order.
+    fn candidates(&self, p: [f64; 2]) -> &[u32] {
+        let outside = |axis: usize| {
+            let lo = self.origin[axis];
+            let hi = lo + self.cell[axis] * self.side as f64;
+            !(p[axis] >= lo && p[axis] <= hi)
+        };
+        if self.items.is_empty() || outside(0) || outside(1) {
+            return &[];
+        }
+        let bucket = self.slot(p[1], 1) * self.side + self.slot(p[0], 0);
+        &self.items[self.starts[bucket]..self.starts[bucket + 1]]
+    }
+}
+
+/// A 2-d tree over the samples for nearest-sample queries (exact, first sample on ties).
+#[derive(Clone, Debug)]
+struct NearestIndex {
+    /// Sample indices arranged as an implicit tree: the median of each range splits it, on x
+    /// at even depths and y at odd ones.
+    order: Vec<usize>,
+}
+
+impl NearestIndex {
+    fn new(points: &[[f64; 2]]) -> Self {
+        let mut order: Vec<usize> = (0..points.len()).collect();
+        Self::build(points, &mut order, 0);
+        Self { order }
+    }
+
+    fn build(points: &[[f64; 2]], range: &mut [usize], depth: usize) {
+        if range.len() <= 1 {
+            return;
+        }
+        let axis = depth % 2;
+        let middle = range.len() / 2;
+        range.select_nth_unstable_by(middle, |&a, &b| {
+            points[a][axis].total_cmp(&points[b][axis]).then(a.cmp(&b))
+        });
+        let (left, right) = range.split_at_mut(middle);
+        Self::build(points, left, depth + 1);
+        Self::build(points, &mut right[1..], depth + 1);
+    }
+
+    fn nearest(&self, points: &[[f64; 2]], p: [f64; 2]) -> Option<usize> {
+        let mut best: Option<(f64, usize)> = None;
+        self.search(points, p, 0, self.order.len(), 0, &mut best);
+        best.map(|(_, index)| index)
+    }
+
+    fn search(
+        &self,
+        points: &[[f64; 2]],
+        p: [f64; 2],
+        lo: usize,
+        hi: usize,
+        depth: usize,
+        best: &mut Option<(f64, usize)>,
+    ) {
+        if lo >= hi {
+            return;
+        }
+        let middle = lo + (hi - lo) / 2;
+        let index = self.order[middle];
+        let q = points[index];
+        let distance = (q[0] - p[0]).powi(2) + (q[1] - p[1]).powi(2);
+        let better = match *best {
+            None => true,
+            Some((d, i)) => distance < d || (distance == d && index < i),
+        };
+        if better {
+            *best = Some((distance, index));
+        }
+        let axis = depth % 2;
+        let offset = p[axis] - q[axis];
+        let (near, far) = if offset < 0.0 {
+            ((lo, middle), (middle + 1, hi))
+        } else {
+            ((middle + 1, hi), (lo, middle))
+        };
+        self.search(points, p, near.0, near.1, depth + 1, best);
+        // Visit the other side unless it is strictly farther: ties go to the first sample.
+        if best.is_none_or(|(d, _)| offset * offset <= d) {
+            self.search(points, p, far.0, far.1, depth + 1, best);
+        }
     }
 }
 
@@ -441,5 +749,126 @@ mod tests {
         let mesh = Triangulated::new(&points).unwrap();
         let interpolant = mesh.interpolant(&[1.0, 2.0, 3.0, 99.0]);
         assert!((interpolant.evaluate([1.0, 0.0]).unwrap() - 2.0).abs() < 1e-12);
+    }
+
+    /// The point location of a scan of every triangle, as the bucketed one must answer.
+    fn locate_by_scan(mesh: &Triangulated, p: [f64; 2]) -> Option<(usize, [f64; 3])> {
+        let inside = |c: &[f64; 3], eps: f64| c.iter().all(|&v| v >= -eps && v <= 1.0 + eps);
+        (0..mesh.triangles.len())
+            .map(|t| (t, mesh.barycentric(t, p)))
+            .find(|(_, c)| inside(c, EPS))
+            .or_else(|| {
+                (0..mesh.triangles.len())
+                    .filter(|&t| mesh.triangles[t].neighbors.iter().any(Option::is_none))
+                    .map(|t| (t, mesh.barycentric(t, p)))
+                    .find(|(_, c)| inside(c, EPS_BROAD))
+            })
+    }
+
+    /// Queries that hit vertices, edges (where several triangles contain the point and the
+    /// first must win), the hull within rounding, and the outside.
+    fn queries(points: &[[f64; 2]]) -> Vec<[f64; 2]> {
+        let (mut lo, mut hi) = ([f64::INFINITY; 2], [f64::NEG_INFINITY; 2]);
+        for p in points {
+            for axis in 0..2 {
+                lo[axis] = lo[axis].min(p[axis]);
+                hi[axis] = hi[axis].max(p[axis]);
+            }
+        }
+        let mut queries: Vec<[f64; 2]> = points.to_vec();
+        for pair in points.windows(2) {
+            queries.push([(pair[0][0] + pair[1][0]) / 2.0, (pair[0][1] + pair[1][1]) / 2.0]);
+        }
+        for i in 0..=20 {
+            for j in 0..=20 {
+                let t = [f64::from(i) / 20.0, f64::from(j) / 20.0];
+                queries.push([
+                    lo[0] - 0.1 * (hi[0] - lo[0]) + 1.2 * t[0] * (hi[0] - lo[0]),
+                    lo[1] - 0.1 * (hi[1] - lo[1]) + 1.2 * t[1] * (hi[1] - lo[1]),
+                ]);
+            }
+        }
+        queries
+    }
+
+    fn nearest_by_scan(points: &[[f64; 2]], p: [f64; 2]) -> usize {
+        let distance = |q: &[f64; 2]| (q[0] - p[0]).powi(2) + (q[1] - p[1]).powi(2);
+        (0..points.len())
+            .fold((f64::INFINITY, 0), |best, i| {
+                let d = distance(&points[i]);
+                if d < best.0 { (d, i) } else { best }
+            })
+            .1
+    }
+
+    fn check_against_scans(points: &[[f64; 2]]) {
+        let Ok(mesh) = Triangulated::new(points) else {
+            return;
+        };
+        for q in queries(points) {
+            assert_eq!(mesh.locate(q), locate_by_scan(&mesh, q), "{q:?} in {points:?}");
+            assert_eq!(mesh.nearest_sample(q), Some(nearest_by_scan(points, q)), "{q:?}");
+        }
+    }
+
+    #[test]
+    fn location_and_nearest_equal_full_scans_on_regular_grids() {
+        // Regular grids: every edge midpoint and vertex lies in several triangles, and many
+        // queries are equally near several samples.
+        let grid: Vec<[f64; 2]> = (0..8)
+            .flat_map(|i| (0..6).map(move |j| [f64::from(i) * 0.125, 100.0 + 250.0 * f64::from(j)]))
+            .collect();
+        check_against_scans(&grid);
+        // The published profile layout: rays of constant concurrency.
+        let rays: Vec<[f64; 2]> = (1..9)
+            .flat_map(|n| {
+                (1..7).map(move |row| [f64::from(n) * f64::from(row) * 0.017, 300.0 * f64::from(row)])
+            })
+            .collect();
+        check_against_scans(&rays);
+        // Duplicates: the first of a position is the one found.
+        check_against_scans(&[
+            [0.0, 0.0],
+            [1.0, 0.0],
+            [0.0, 1.0],
+            [1.0, 0.0],
+            [0.5, 0.5],
+            [0.0, 0.0],
+        ]);
+    }
+
+    #[test]
+    fn hull_slivers_are_peeled_in_any_order() {
+        // Points along a hull edge, off it by far less than rounding matters, with an apex.
+        let mut points: Vec<[f64; 2]> = (0..30)
+            .map(|i| [f64::from(i) / 29.0, 1e-13 * f64::from(i % 2)])
+            .collect();
+        points.push([0.5, 1.0]);
+        let mesh = Triangulated::new(&points).unwrap();
+        assert!(
+            mesh.triangles
+                .iter()
+                .all(|t| !is_sliver(t.vertices.map(|v| mesh.points[v]))),
+            "a hull sliver is left"
+        );
+        // The fan from the apex covers the base.
+        let values: Vec<f64> = points.iter().map(|p| p[0] + p[1]).collect();
+        assert!(mesh.interpolant(&values).evaluate([0.3, 0.1]).is_some());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn location_and_nearest_equal_full_scans(
+            raw in proptest::collection::vec((0_u16..40, 0_u16..40), 3..60),
+        ) {
+            // Coarse integer coordinates: ties, collinear runs and duplicates are common.
+            let points: Vec<[f64; 2]> = raw
+                .iter()
+                .map(|&(x, y)| [f64::from(x) / 40.0, 100.0 + 50.0 * f64::from(y)])
+                .collect();
+            check_against_scans(&points);
+        }
     }
 }

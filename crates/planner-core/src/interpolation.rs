@@ -8,8 +8,8 @@ use ndarray::Array2;
 use serde::Serialize;
 
 use super::{
-    clough_tocher::{Triangulated, TriangulationError, nearest_value},
-    profile::{DecodeProfile, PrefillProfile, Profile},
+    clough_tocher::{Triangulated, TriangulationError},
+    profile::{DecodeProfile, MAX_DECODE_POINTS, MAX_PREFILL_POINTS, PrefillProfile, Profile, ProfileError},
 };
 
 /// Grid resolution of the decode interpolator (upstream `resolution=100`).
@@ -29,6 +29,32 @@ pub enum InterpolationError {
     /// The decode samples cannot be triangulated.
     #[error("cannot triangulate the decode samples (x_kv_usage, y_context_length): {0}")]
     Triangulation(#[from] TriangulationError),
+    /// More samples than the model is built from (the profile readers refuse them first).
+    #[error("field `{field}` has {len} points, more than the limit of {max}")]
+    TooManyPoints {
+        /// The array's name.
+        field: &'static str,
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+}
+
+/// Why a performance model could not be built from a ConfigMap's entries.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// The entries are not a usable profile (the message names the ConfigMap, key and limit).
+    #[error(transparent)]
+    Profile(#[from] ProfileError),
+    /// The profile cannot be interpolated.
+    #[error("{profile}: {error}")]
+    Interpolation {
+        /// The profile's source, e.g. `ConfigMap llama-profile`.
+        profile: String,
+        /// Why.
+        error: InterpolationError,
+    },
 }
 
 /// A cubic spline with not-a-knot end conditions, as scipy's `interp1d(kind="cubic")` (and
@@ -218,7 +244,7 @@ impl DecodeInterpolator {
                 let p = [kv_usage[ix], context[iy]];
                 interpolant
                     .evaluate(p)
-                    .unwrap_or_else(|| nearest_value(&points, values, p))
+                    .unwrap_or_else(|| mesh.nearest_value(values, p))
             })
         };
         Ok(Self {
@@ -292,11 +318,40 @@ pub struct PerformanceModel {
 }
 
 impl PerformanceModel {
-    /// Builds the interpolators of a validated profile.
+    /// Builds the interpolators of a validated profile. Profiles with more samples than the
+    /// readers accept ([`MAX_PREFILL_POINTS`], [`MAX_DECODE_POINTS`]) are refused, so the cost
+    /// is bounded whoever built the profile.
     pub fn new(profile: &Profile) -> Result<Self, InterpolationError> {
+        let cap = |field: &'static str, len: usize, max: usize| {
+            if len > max {
+                Err(InterpolationError::TooManyPoints { field, len, max })
+            } else {
+                Ok(())
+            }
+        };
+        cap("prefill_isl", profile.prefill.isl.len(), MAX_PREFILL_POINTS)?;
+        cap("x_kv_usage", profile.decode.kv_usage.len(), MAX_DECODE_POINTS)?;
         Ok(Self {
             prefill: PrefillInterpolator::new(&profile.prefill)?,
             decode: DecodeInterpolator::new(&profile.decode)?,
+        })
+    }
+
+    /// Reads a profile from a ConfigMap's entries (as [`Profile::from_config_map_entries`])
+    /// and builds its model, with a bounded cost: every size the data could inflate is capped
+    /// while reading (see [`crate::profile`]), and building from a profile at the caps takes
+    /// well under a second on one core (about 0.2 s in a release build). CPU-bound and
+    /// synchronous: async callers run it on a blocking thread. `source` names the ConfigMap
+    /// in errors.
+    pub fn from_config_map_entries(
+        source: &str,
+        get_text: impl Fn(&str) -> Option<String>,
+        get_binary: impl Fn(&str) -> Option<Vec<u8>>,
+    ) -> Result<Self, ModelError> {
+        let profile = Profile::from_config_map_entries(source, get_text, get_binary)?;
+        Self::new(&profile).map_err(|error| ModelError::Interpolation {
+            profile: source.to_string(),
+            error,
         })
     }
 }

@@ -5,13 +5,22 @@
 //! `selected_{prefill,decode}_interpolation/raw_data.npz`, or `prefill_raw_data.json` and
 //! `decode_raw_data.json` (the ConfigMap form). Units: tokens, milliseconds, tokens/s per GPU;
 //! `kv_usage` is a fraction of `max_kv_tokens`.
+//!
+//! Profiles come from users (a ConfigMap in the policy's namespace), so reading one has a bounded
+//! cost: the file sizes, the decompressed size of each NPZ entry and of the whole archive, the
+//! number of entries, each array's shape (checked in the `.npy` header before anything is
+//! allocated) and the number of samples are capped ([`MAX_PROFILE_FILE_BYTES`],
+//! [`MAX_NPZ_ENTRY_BYTES`], [`MAX_NPZ_TOTAL_BYTES`], [`MAX_NPZ_ENTRIES`], [`MAX_NPY_ELEMENTS`],
+//! [`MAX_PREFILL_POINTS`], [`MAX_DECODE_POINTS`]). Real profiles are far below every cap: the
+//! largest published ones have 17 prefill and 41 decode samples per configuration.
 
-use std::io::Cursor;
+use std::io::{Cursor, Read};
 
-use ndarray::{ArrayD, IxDyn, OwnedRepr};
-use ndarray_npy::{NpzReader, ReadNpzError};
+use ndarray::ArrayD;
+use ndarray_npy::{ReadNpyError, ReadNpyExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use zip::ZipArchive;
 
 /// File names of the two layouts.
 pub const PREFILL_NPZ: &str = "selected_prefill_interpolation/raw_data.npz";
@@ -30,6 +39,26 @@ pub const DECODE_NPZ_KEY: &str = "decode_raw_data.npz";
 pub const MIN_PREFILL_POINTS: usize = 4;
 /// Fewest decode samples a triangulation needs.
 pub const MIN_DECODE_POINTS: usize = 3;
+/// Most prefill samples (ISLs) a profile may have: a sweep measures tens.
+pub const MAX_PREFILL_POINTS: usize = 1_000;
+/// Most decode samples a profile may have: a sweep measures tens to hundreds. Building the
+/// performance model of a profile at this cap takes well under a second (see
+/// `PerformanceModel::build_bounded`).
+pub const MAX_DECODE_POINTS: usize = 10_000;
+/// Largest profile file (NPZ or JSON) read, in bytes. A ConfigMap holds at most 1 MiB.
+pub const MAX_PROFILE_FILE_BYTES: usize = 4 * 1024 * 1024;
+/// Largest decompressed NPZ entry (one `.npy` array), in bytes: room for
+/// [`MAX_NPY_ELEMENTS`] 8-byte numbers and the header.
+pub const MAX_NPZ_ENTRY_BYTES: u64 = 1024 * 1024;
+/// Largest total of the decompressed entries read from one NPZ file, in bytes.
+pub const MAX_NPZ_TOTAL_BYTES: u64 = 4 * 1024 * 1024;
+/// Most entries an NPZ file may list (a profile has 3 or 5 arrays; pre-swept sweeps up to 15).
+pub const MAX_NPZ_ENTRIES: usize = 64;
+/// Most numbers one `.npy` array may hold, from the shape in its header (multi-row sweeps are
+/// read, then refused with a message saying to select one row).
+pub const MAX_NPY_ELEMENTS: u64 = 100_000;
+/// Longest `.npy` header, in bytes (numpy pads headers to 64 bytes; version 1 allows 65535).
+const MAX_NPY_HEADER_BYTES: usize = 65_536;
 
 /// Why profiling data could not be used. Every variant names the file and the field.
 #[derive(Debug, thiserror::Error)]
@@ -117,6 +146,16 @@ pub enum ProfileError {
         value: f64,
         /// What values are allowed.
         allowed: &'static str,
+    },
+    /// The data exceeds one of this module's caps.
+    #[error("{file}: {what} exceeds the limit of {limit}")]
+    TooLarge {
+        /// The file (for a ConfigMap, `ConfigMap <name>/<key>`).
+        file: String,
+        /// What is too large, e.g. the entry or field and its size.
+        what: String,
+        /// The limit, with its unit.
+        limit: String,
     },
     /// No built-in profile has that name.
     #[error("unknown built-in profile {name:?}; built-in profiles: {known}")]
@@ -339,11 +378,11 @@ impl Profile {
 impl PrefillProfile {
     /// Parses the prefill NPZ.
     pub fn from_npz(bytes: &[u8], file: &str) -> Result<Self, ProfileError> {
-        let mut npz = open_npz(bytes, file)?;
+        let mut npz = Npz::open(bytes, file)?;
         Ok(Self {
-            isl: npz_vector(&mut npz, file, "prefill_isl")?,
-            ttft_ms: npz_vector(&mut npz, file, "prefill_ttft")?,
-            thpt_per_gpu: npz_vector(&mut npz, file, "prefill_thpt_per_gpu")?,
+            isl: npz.vector("prefill_isl", MAX_PREFILL_POINTS)?,
+            ttft_ms: npz.vector("prefill_ttft", MAX_PREFILL_POINTS)?,
+            thpt_per_gpu: npz.vector("prefill_thpt_per_gpu", MAX_PREFILL_POINTS)?,
         })
     }
 
@@ -351,9 +390,9 @@ impl PrefillProfile {
     pub fn from_json(bytes: &[u8], file: &str) -> Result<Self, ProfileError> {
         let doc = parse_json(bytes, file)?;
         Ok(Self {
-            isl: json_vector(&doc, file, "prefill_isl")?,
-            ttft_ms: json_vector(&doc, file, "prefill_ttft")?,
-            thpt_per_gpu: json_vector(&doc, file, "prefill_thpt_per_gpu")?,
+            isl: json_vector(&doc, file, "prefill_isl", MAX_PREFILL_POINTS)?,
+            ttft_ms: json_vector(&doc, file, "prefill_ttft", MAX_PREFILL_POINTS)?,
+            thpt_per_gpu: json_vector(&doc, file, "prefill_thpt_per_gpu", MAX_PREFILL_POINTS)?,
         })
     }
 
@@ -373,6 +412,7 @@ impl PrefillProfile {
                 min: MIN_PREFILL_POINTS,
             });
         }
+        at_most(file, "prefill_isl", self.isl.len(), MAX_PREFILL_POINTS)?;
         check_values(
             file,
             "prefill_isl",
@@ -418,13 +458,13 @@ impl PrefillProfile {
 impl DecodeProfile {
     /// Parses the decode NPZ.
     pub fn from_npz(bytes: &[u8], file: &str) -> Result<Self, ProfileError> {
-        let mut npz = open_npz(bytes, file)?;
-        let max_kv = npz_vector(&mut npz, file, "max_kv_tokens")?;
+        let mut npz = Npz::open(bytes, file)?;
+        let max_kv = npz.vector("max_kv_tokens", MAX_PREFILL_POINTS)?;
         Ok(Self {
-            kv_usage: npz_vector(&mut npz, file, "x_kv_usage")?,
-            context_length: npz_vector(&mut npz, file, "y_context_length")?,
-            itl_ms: npz_vector(&mut npz, file, "z_itl")?,
-            thpt_per_gpu: npz_vector(&mut npz, file, "z_thpt_per_gpu")?,
+            kv_usage: npz.vector("x_kv_usage", MAX_DECODE_POINTS)?,
+            context_length: npz.vector("y_context_length", MAX_DECODE_POINTS)?,
+            itl_ms: npz.vector("z_itl", MAX_DECODE_POINTS)?,
+            thpt_per_gpu: npz.vector("z_thpt_per_gpu", MAX_DECODE_POINTS)?,
             max_kv_tokens: single(file, "max_kv_tokens", &max_kv)?,
         })
     }
@@ -434,13 +474,13 @@ impl DecodeProfile {
         let doc = parse_json(bytes, file)?;
         let max_kv = match doc.get("max_kv_tokens") {
             Some(Value::Number(n)) => n.as_f64().into_iter().collect(),
-            _ => json_vector(&doc, file, "max_kv_tokens")?,
+            _ => json_vector(&doc, file, "max_kv_tokens", MAX_PREFILL_POINTS)?,
         };
         Ok(Self {
-            kv_usage: json_vector(&doc, file, "x_kv_usage")?,
-            context_length: json_vector(&doc, file, "y_context_length")?,
-            itl_ms: json_vector(&doc, file, "z_itl")?,
-            thpt_per_gpu: json_vector(&doc, file, "z_thpt_per_gpu")?,
+            kv_usage: json_vector(&doc, file, "x_kv_usage", MAX_DECODE_POINTS)?,
+            context_length: json_vector(&doc, file, "y_context_length", MAX_DECODE_POINTS)?,
+            itl_ms: json_vector(&doc, file, "z_itl", MAX_DECODE_POINTS)?,
+            thpt_per_gpu: json_vector(&doc, file, "z_thpt_per_gpu", MAX_DECODE_POINTS)?,
             max_kv_tokens: single(file, "max_kv_tokens", &max_kv)?,
         })
     }
@@ -465,6 +505,7 @@ impl DecodeProfile {
                 min: MIN_DECODE_POINTS,
             });
         }
+        at_most(file, "x_kv_usage", self.kv_usage.len(), MAX_DECODE_POINTS)?;
         check_values(
             file,
             "x_kv_usage",
@@ -504,69 +545,251 @@ impl DecodeProfile {
     }
 }
 
-fn open_npz<'a>(bytes: &'a [u8], file: &str) -> Result<NpzReader<Cursor<&'a [u8]>>, ProfileError> {
-    NpzReader::new(Cursor::new(bytes)).map_err(|e| ProfileError::Format {
-        file: file.to_string(),
-        format: "NPZ",
-        reason: e.to_string(),
-    })
+/// An NPZ archive read with bounded cost: the archive's size and entry count are checked
+/// before it is opened, each entry is decompressed through a capped reader, and each array's
+/// shape is checked in its `.npy` header before ndarray-npy allocates for it.
+struct Npz<'a> {
+    archive: ZipArchive<Cursor<&'a [u8]>>,
+    file: &'a str,
+    /// Decompressed bytes read so far, against [`MAX_NPZ_TOTAL_BYTES`].
+    total: u64,
 }
 
-/// Reads one array as `f64` whatever its numeric dtype; a single row of a 2-D array is accepted.
-fn npz_vector(
-    npz: &mut NpzReader<Cursor<&[u8]>>,
-    file: &str,
-    field: &'static str,
-) -> Result<Vec<f64>, ProfileError> {
-    let entry = format!("{field}.npy");
-    let names = npz.names().map_err(|e| ProfileError::Format {
-        file: file.to_string(),
-        format: "NPZ",
-        reason: e.to_string(),
-    })?;
-    if !names.iter().any(|n| n == &entry || n == field) {
-        return Err(ProfileError::MissingField {
+impl<'a> Npz<'a> {
+    fn open(bytes: &'a [u8], file: &'a str) -> Result<Self, ProfileError> {
+        check_file_size(bytes, file)?;
+        let format = |reason: String| ProfileError::Format {
+            file: file.to_string(),
+            format: "NPZ",
+            reason,
+        };
+        // The zip reader reserves room for the entry count the end-of-central-directory record
+        // claims (bounded only by the archive's size): check it first.
+        if let Some(entries) = eocd_entry_counts(bytes).max()
+            && entries > MAX_NPZ_ENTRIES
+        {
+            return Err(ProfileError::TooLarge {
+                file: file.to_string(),
+                what: format!("the archive's entry count ({entries})"),
+                limit: format!("{MAX_NPZ_ENTRIES} entries"),
+            });
+        }
+        let archive = ZipArchive::new(Cursor::new(bytes)).map_err(|e| format(e.to_string()))?;
+        if archive.len() > MAX_NPZ_ENTRIES {
+            return Err(ProfileError::TooLarge {
+                file: file.to_string(),
+                what: format!("the archive's entry count ({})", archive.len()),
+                limit: format!("{MAX_NPZ_ENTRIES} entries"),
+            });
+        }
+        Ok(Self {
+            archive,
+            file,
+            total: 0,
+        })
+    }
+
+    fn too_large(&self, what: String, limit: String) -> ProfileError {
+        ProfileError::TooLarge {
+            file: self.file.to_string(),
+            what,
+            limit,
+        }
+    }
+
+    /// The decompressed bytes of one entry, within the per-entry and total caps.
+    fn entry(&mut self, name: &str, field: &'static str) -> Result<Vec<u8>, ProfileError> {
+        let file = self.file;
+        let unreadable = |e: &dyn std::fmt::Display| ProfileError::BadField {
             file: file.to_string(),
             field,
-        });
+            reason: format!("entry {name} cannot be decompressed: {e}"),
+        };
+        let entry_too_large = |size: String| ProfileError::TooLarge {
+            file: file.to_string(),
+            what: format!("entry {name} (field `{field}`), which decompresses to {size} bytes"),
+            limit: format!("{MAX_NPZ_ENTRY_BYTES} bytes per entry"),
+        };
+        let remaining = MAX_NPZ_TOTAL_BYTES.saturating_sub(self.total);
+        let mut entry = self.archive.by_name(name).map_err(|e| unreadable(&e))?;
+        if entry.size() > MAX_NPZ_ENTRY_BYTES {
+            return Err(entry_too_large(entry.size().to_string()));
+        }
+        // The declared size may lie: the capped reader is what bounds the work.
+        let mut bytes = Vec::new();
+        (&mut entry)
+            .take(MAX_NPZ_ENTRY_BYTES.min(remaining).saturating_add(1))
+            .read_to_end(&mut bytes)
+            .map_err(|e| unreadable(&e))?;
+        let size = bytes.len() as u64;
+        if size > MAX_NPZ_ENTRY_BYTES {
+            return Err(entry_too_large(format!("more than {MAX_NPZ_ENTRY_BYTES}")));
+        }
+        if size > remaining {
+            return Err(ProfileError::TooLarge {
+                file: file.to_string(),
+                what: format!(
+                    "the decompressed size of the archive (more than {MAX_NPZ_TOTAL_BYTES} bytes with entry {name})"
+                ),
+                limit: format!("{MAX_NPZ_TOTAL_BYTES} bytes in total"),
+            });
+        }
+        self.total += size;
+        Ok(bytes)
     }
-    let name = if names.iter().any(|n| n == &entry) {
-        entry
-    } else {
-        field.to_string()
-    };
-    let bad = |e: ReadNpzError| ProfileError::BadField {
-        file: file.to_string(),
-        field,
-        reason: format!("is not a numeric array: {e}"),
-    };
-    let array: ArrayD<f64> = match npz.by_name::<OwnedRepr<f64>, IxDyn>(&name) {
-        Ok(a) => a,
-        Err(_) => match npz.by_name::<OwnedRepr<i64>, IxDyn>(&name) {
-            Ok(a) => a.mapv(|v| v as f64),
-            Err(_) => npz
-                .by_name::<OwnedRepr<i32>, IxDyn>(&name)
-                .map_err(bad)?
-                .mapv(f64::from),
+
+    /// Reads one array as `f64` whatever its numeric dtype; a single row of a 2-D array is
+    /// accepted. More than `max_points` values are refused.
+    fn vector(&mut self, field: &'static str, max_points: usize) -> Result<Vec<f64>, ProfileError> {
+        let file = self.file;
+        let entry = format!("{field}.npy");
+        let names: Vec<&str> = self.archive.file_names().collect();
+        let name = if names.contains(&entry.as_str()) {
+            entry
+        } else if names.contains(&field) {
+            field.to_string()
+        } else {
+            return Err(ProfileError::MissingField {
+                file: file.to_string(),
+                field,
+            });
+        };
+        let bytes = self.entry(&name, field)?;
+        let bad = |reason: String| ProfileError::BadField {
+            file: file.to_string(),
+            field,
+            reason,
+        };
+        let shape = npy_shape(&bytes).map_err(|e| bad(format!("is not a .npy array: {e}")))?;
+        let elements = shape
+            .iter()
+            .try_fold(1_u64, |product, &dim| product.checked_mul(dim))
+            .filter(|&n| n <= MAX_NPY_ELEMENTS);
+        let Some(elements) = elements else {
+            return Err(self.too_large(
+                format!("field `{field}` of shape {shape:?}"),
+                format!("{MAX_NPY_ELEMENTS} numbers per array"),
+            ));
+        };
+        let is_vector = match shape.as_slice() {
+            [] | [_] => true,
+            [rows, _] => *rows == 1,
+            _ => false,
+        };
+        if !is_vector {
+            return Err(bad(format!(
+                "has shape {shape:?}; expected one row of samples (select one configuration)"
+            )));
+        }
+        if elements > max_points as u64 {
+            return Err(self.too_large(
+                format!("field `{field}` with {elements} points"),
+                format!("{max_points} points"),
+            ));
+        }
+        let array = read_npy_as_f64(&bytes).map_err(|e| bad(format!("is not a numeric array: {e}")))?;
+        Ok(array.iter().copied().collect())
+    }
+}
+
+/// The array in `.npy` bytes whose header was checked, as `f64` whatever its numeric dtype.
+fn read_npy_as_f64(bytes: &[u8]) -> Result<ArrayD<f64>, ReadNpyError> {
+    match ArrayD::<f64>::read_npy(bytes) {
+        Ok(array) => Ok(array),
+        Err(_) => match ArrayD::<i64>::read_npy(bytes) {
+            Ok(array) => Ok(array.mapv(|v| v as f64)),
+            Err(_) => ArrayD::<i32>::read_npy(bytes).map(|a| a.mapv(f64::from)),
         },
+    }
+}
+
+/// The shape in a `.npy` header, read without allocating from anything the header claims. Only
+/// flat headers of plain dtypes are accepted (`{'descr': '<f8', 'fortran_order': False,
+/// 'shape': (17,), }`), so the full header parser that runs later sees nothing nested.
+fn npy_shape(bytes: &[u8]) -> Result<Vec<u64>, String> {
+    const MAGIC: &[u8] = b"\x93NUMPY";
+    if !bytes.starts_with(MAGIC) {
+        return Err("no \\x93NUMPY magic string".into());
+    }
+    let byte = |i: usize| bytes.get(i).copied().ok_or("the header is cut short");
+    let (length, start) = match byte(6)? {
+        1 => (usize::from(u16::from_le_bytes([byte(8)?, byte(9)?])), 10),
+        2 | 3 => (
+            u32::from_le_bytes([byte(8)?, byte(9)?, byte(10)?, byte(11)?]) as usize,
+            12,
+        ),
+        version => return Err(format!("unsupported .npy format version {version}")),
     };
-    let shape = array.shape().to_vec();
-    let is_vector = match shape.as_slice() {
-        [] | [_] => true,
-        [rows, _] => *rows == 1,
-        _ => false,
-    };
-    if !is_vector {
-        return Err(ProfileError::BadField {
+    if length > MAX_NPY_HEADER_BYTES {
+        return Err(format!(
+            "the header is {length} bytes long, at most {MAX_NPY_HEADER_BYTES} are allowed"
+        ));
+    }
+    let header = bytes
+        .get(start..start + length)
+        .ok_or("the header is cut short")?;
+    let header = std::str::from_utf8(header).map_err(|_| "the header is not UTF-8")?;
+    let count = |c: char| header.matches(c).count();
+    if count('{') != 1 || count('}') != 1 || count('(') != 1 || count(')') != 1 || header.contains('[') {
+        return Err("the header is not a flat dictionary of a plain numeric dtype".into());
+    }
+    let key = header
+        .find("'shape'")
+        .or_else(|| header.find("\"shape\""))
+        .ok_or("the header has no shape")?;
+    let rest = &header[key..];
+    let (open, close) = rest
+        .find('(')
+        .zip(rest.find(')'))
+        .filter(|(open, close)| open < close)
+        .ok_or("the header's shape is not a tuple")?;
+    rest[open + 1..close]
+        .split(',')
+        .map(str::trim)
+        .filter(|dim| !dim.is_empty())
+        .map(|dim| {
+            dim.trim_end_matches('L')
+                .parse::<u64>()
+                .map_err(|_| format!("the header's shape has a dimension {dim:?}"))
+        })
+        .collect()
+}
+
+/// Entry counts of every end-of-central-directory record candidate in the archive's tail.
+fn eocd_entry_counts(bytes: &[u8]) -> impl Iterator<Item = usize> + '_ {
+    const SIGNATURE: &[u8] = b"PK\x05\x06";
+    // The record is 22 bytes plus a comment of at most 65535.
+    let tail_start = bytes.len().saturating_sub(22 + 65_535);
+    bytes[tail_start..]
+        .windows(22)
+        .filter(|w| w.starts_with(SIGNATURE))
+        .map(|w| usize::from(u16::from_le_bytes([w[10], w[11]])))
+}
+
+fn check_file_size(bytes: &[u8], file: &str) -> Result<(), ProfileError> {
+    if bytes.len() > MAX_PROFILE_FILE_BYTES {
+        return Err(ProfileError::TooLarge {
             file: file.to_string(),
-            field,
-            reason: format!("has shape {shape:?}; expected one row of samples (select one configuration)"),
+            what: format!("the file's size ({} bytes)", bytes.len()),
+            limit: format!("{MAX_PROFILE_FILE_BYTES} bytes"),
         });
     }
-    Ok(array.iter().copied().collect())
+    Ok(())
+}
+
+fn at_most(file: &str, field: &'static str, len: usize, max: usize) -> Result<(), ProfileError> {
+    if len > max {
+        return Err(ProfileError::TooLarge {
+            file: file.to_string(),
+            what: format!("field `{field}` with {len} points"),
+            limit: format!("{max} points"),
+        });
+    }
+    Ok(())
 }
 
 fn parse_json(bytes: &[u8], file: &str) -> Result<Value, ProfileError> {
+    check_file_size(bytes, file)?;
     serde_json::from_slice(bytes).map_err(|e| ProfileError::Format {
         file: file.to_string(),
         format: "JSON",
@@ -574,7 +797,12 @@ fn parse_json(bytes: &[u8], file: &str) -> Result<Value, ProfileError> {
     })
 }
 
-fn json_vector(doc: &Value, file: &str, field: &'static str) -> Result<Vec<f64>, ProfileError> {
+fn json_vector(
+    doc: &Value,
+    file: &str,
+    field: &'static str,
+    max_points: usize,
+) -> Result<Vec<f64>, ProfileError> {
     let value = doc.get(field).ok_or_else(|| ProfileError::MissingField {
         file: file.to_string(),
         field,
@@ -584,6 +812,7 @@ fn json_vector(doc: &Value, file: &str, field: &'static str) -> Result<Vec<f64>,
         field,
         reason: "must be a list of numbers".into(),
     })?;
+    at_most(file, field, items.len(), max_points)?;
     items
         .iter()
         .enumerate()

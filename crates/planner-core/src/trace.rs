@@ -6,10 +6,20 @@
 //! of the planner's adjustment interval, and each non-empty interval becomes one observation
 //! for the three predictors. Empty intervals are skipped rather than zero-filled, as upstream
 //! does: a gap in a sampled trace is not evidence of an idle service.
+//!
+//! Traces may come from users (a ConfigMap), so parsing is bounded: each line is read into
+//! the three numbers it needs (other fields are skipped, not kept), a line may be at most
+//! [`MAX_LINE_BYTES`] long and a trace at most [`MAX_RECORDS`] requests.
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, de::IgnoredAny};
+
+/// Longest line accepted, in bytes (published Mooncake lines, with their `hash_ids`, are at
+/// most a few kilobytes).
+pub const MAX_LINE_BYTES: usize = 64 * 1024;
+/// Most requests a trace may hold.
+pub const MAX_RECORDS: usize = 10_000_000;
 
 /// One request of a trace.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -64,22 +74,108 @@ pub enum TraceError {
         /// The offending value as written.
         value: String,
     },
+    /// The line is longer than [`MAX_LINE_BYTES`].
+    #[error("line {line}: {len} bytes long, more than the limit of {max} bytes per line")]
+    LineTooLong {
+        /// 1-based line number.
+        line: usize,
+        /// Its length in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The trace has more than [`MAX_RECORDS`] requests.
+    #[error("line {line}: the trace has more than the limit of {max} requests")]
+    TooManyRecords {
+        /// 1-based number of the first line past the limit.
+        line: usize,
+        /// The limit.
+        max: usize,
+    },
 }
 
-fn number_field(
-    object: &serde_json::Map<String, serde_json::Value>,
-    field: &'static str,
-    line: usize,
-) -> Result<f64, TraceError> {
-    let value = object
-        .get(field)
-        .ok_or(TraceError::MissingField { line, field })?;
-    match value.as_f64() {
-        Some(number) if number.is_finite() && number >= 0.0 => Ok(number),
-        _ => Err(TraceError::InvalidField {
+/// The fields of a line the parser reads; every other field is skipped without being kept.
+#[derive(Deserialize)]
+struct Line {
+    #[serde(default, deserialize_with = "present")]
+    timestamp: Option<Field>,
+    #[serde(default, deserialize_with = "present")]
+    input_length: Option<Field>,
+    #[serde(default, deserialize_with = "present")]
+    output_length: Option<Field>,
+}
+
+/// A field that is present, `null` included (which is not a number, rather than missing).
+fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Field>, D::Error> {
+    Field::deserialize(deserializer).map(Some)
+}
+
+/// A field's value: a number, or anything else (shown in the error as its JSON type).
+enum Field {
+    Number(f64),
+    Other(&'static str),
+}
+
+impl<'de> Deserialize<'de> for Field {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Field;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+                formatter.write_str("any JSON value")
+            }
+
+            fn visit_f64<E>(self, v: f64) -> Result<Field, E> {
+                Ok(Field::Number(v))
+            }
+
+            fn visit_i64<E>(self, v: i64) -> Result<Field, E> {
+                Ok(Field::Number(v as f64))
+            }
+
+            fn visit_u64<E>(self, v: u64) -> Result<Field, E> {
+                Ok(Field::Number(v as f64))
+            }
+
+            fn visit_str<E>(self, _: &str) -> Result<Field, E> {
+                Ok(Field::Other("a string"))
+            }
+
+            fn visit_bool<E>(self, _: bool) -> Result<Field, E> {
+                Ok(Field::Other("a boolean"))
+            }
+
+            fn visit_unit<E>(self) -> Result<Field, E> {
+                Ok(Field::Other("null"))
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Field, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Field::Other("a list"))
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Field, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Field::Other("an object"))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+fn number_field(value: Option<Field>, field: &'static str, line: usize) -> Result<f64, TraceError> {
+    match value.ok_or(TraceError::MissingField { line, field })? {
+        Field::Number(number) if number.is_finite() && number >= 0.0 => Ok(number),
+        Field::Number(number) => Err(TraceError::InvalidField {
             line,
             field,
-            value: value.to_string(),
+            value: number.to_string(),
+        }),
+        Field::Other(kind) => Err(TraceError::InvalidField {
+            line,
+            field,
+            value: kind.to_string(),
         }),
     }
 }
@@ -94,20 +190,36 @@ pub fn parse_mooncake_jsonl(text: &str) -> Result<Vec<TraceRecord>, TraceError> 
         if raw.is_empty() {
             continue;
         }
-        let value: serde_json::Value = serde_json::from_str(raw).map_err(|e| TraceError::InvalidJson {
+        if raw.len() > MAX_LINE_BYTES {
+            return Err(TraceError::LineTooLong {
+                line,
+                len: raw.len(),
+                max: MAX_LINE_BYTES,
+            });
+        }
+        if records.len() >= MAX_RECORDS {
+            return Err(TraceError::TooManyRecords {
+                line,
+                max: MAX_RECORDS,
+            });
+        }
+        if !raw.starts_with('{') {
+            return Err(TraceError::InvalidJson {
+                line,
+                message: format!(
+                    "expected an object, got {}",
+                    raw.chars().take(40).collect::<String>()
+                ),
+            });
+        }
+        let fields: Line = serde_json::from_str(raw).map_err(|e| TraceError::InvalidJson {
             line,
             message: e.to_string(),
         })?;
-        let Some(object) = value.as_object() else {
-            return Err(TraceError::InvalidJson {
-                line,
-                message: format!("expected an object, got {value}"),
-            });
-        };
         records.push(TraceRecord {
-            timestamp_ms: number_field(object, "timestamp", line)?,
-            input_length: number_field(object, "input_length", line)?,
-            output_length: number_field(object, "output_length", line)?,
+            timestamp_ms: number_field(fields.timestamp, "timestamp", line)?,
+            input_length: number_field(fields.input_length, "input_length", line)?,
+            output_length: number_field(fields.output_length, "output_length", line)?,
         });
     }
     Ok(records)
