@@ -15,11 +15,11 @@ pub use dgd::{
     LABEL_KEY_PATTERN, MismatchPolicy, TopologyConstraint,
 };
 pub use planner_policy::{
-    BUILTIN_PROFILES, Bounds, BuiltinProfile, ConfigMapKeyRef, Connector, ConnectorKind, Correction,
-    CorrectionFactors, EtcdSource, KalmanSettings, LoadThresholds, LocalObjectRef, MetricsSource,
+    BUILTIN_PROFILES, Behavior, Bounds, BuiltinProfile, ConfigMapKeyRef, Connector, ConnectorKind,
+    Correction, CorrectionFactors, EtcdSource, KalmanSettings, LoadThresholds, LocalObjectRef, MetricsSource,
     ObservedLoad, PlannerMode, PlannerPolicy, PlannerPolicySpec, PlannerPolicyStatus, PoolComponents,
     PoolReplicas, PredictedLoad, Predictor, PredictorKind, Profile, PrometheusSource, ProphetSettings, Sla,
-    TargetRef, WarmupTrace,
+    SlaModel, TargetRef, WarmupTrace,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -106,6 +106,10 @@ pub struct PlannerPolicySpec {
     #[serde(default)]
     pub sla: Sla,
 
+    /// How fast replicas change (queueing model).
+    #[serde(default)]
+    pub behavior: Behavior,
+
     /// Names of the DGD components that are the prefill and decode pools. When a name is not
     /// given, the component is found by `type: prefill` or `type: decode` (exactly one each).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -198,12 +202,98 @@ pub struct Sla {
     #[schemars(range(min = 0.0), extend("exclusiveMinimum" = true))]
     pub itl_ms: f64,
     /// Share of a prefill replica's profiled throughput the planner may plan to use, greater
-    /// than 0 and at most 1. 1 (the default) sizes prefill as upstream does, for saturation at
-    /// the predicted mean load, where any burst queues and TTFT grows; 0.7 leaves 30 % headroom
-    /// (the simulator's benchmark compares both).
+    /// than 0 and at most 1. With `model: upstream`, 1 (the default) sizes prefill as upstream
+    /// does, for saturation at the predicted mean load; 0.7 leaves 30 % headroom. With
+    /// `model: queueing` the waiting time already sets the headroom; a value below 1 is a
+    /// further cap on the planned utilisation.
     #[serde(default = "default_prefill_utilization")]
     #[schemars(range(min = 0.0, max = 1.0), extend("exclusiveMinimum" = true))]
     pub prefill_utilization: f64,
+    /// How replicas are sized. `queueing` (the default): demand counted when requests arrive,
+    /// prefill sized so that the predicted TTFT including the queue wait meets the target,
+    /// decode sized on ITL and KV-cache capacity, for the load expected once new replicas are
+    /// ready, with a fast scale-up check between intervals. `upstream`: Dynamo's SLA planner
+    /// formulas, bit for bit (throughput per replica at the predicted mean load).
+    #[serde(default)]
+    pub model: SlaModel,
+    /// Aim the TTFT target at this percentile of requests (e.g. 90 or 95) instead of the mean.
+    /// Queueing model only; read from the frontend's TTFT histogram.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 50.0, max = 99.9))]
+    pub ttft_percentile: Option<f64>,
+    /// Aim the ITL target at this percentile of tokens instead of the mean. Queueing model only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 50.0, max = 99.9))]
+    pub itl_percentile: Option<f64>,
+}
+
+/// How `spec.sla` targets are turned into replicas.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum SlaModel {
+    /// Queueing model on arrivals, planning for when new replicas are ready.
+    #[default]
+    Queueing,
+    /// Dynamo's SLA planner formulas.
+    Upstream,
+}
+
+impl fmt::Display for SlaModel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Queueing => "queueing",
+            Self::Upstream => "upstream",
+        })
+    }
+}
+
+/// How fast replicas change (the queueing model), in the spirit of the HorizontalPodAutoscaler's
+/// `behavior`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Behavior {
+    /// Time from asking for a replica to it serving (a Go duration, at most `1h`): how far
+    /// ahead the planner sizes. When not set, it is measured from the target's pods becoming
+    /// available after each scale-up (starting from `60s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
+    #[x_kube(validation = Rule::new("!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('1h')")
+        .message("spec.behavior.scaleUpDelay must be at most 1h"))]
+    pub scale_up_delay: Option<String>,
+    /// Scale down only to the highest replicas recommended within this window (a Go duration,
+    /// at most `1h`; default `300s`, as the HorizontalPodAutoscaler), and never below what the
+    /// current backlog needs.
+    #[serde(default = "default_stabilization")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
+    #[x_kube(validation = Rule::new("!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('1h')")
+        .message("spec.behavior.scaleDownStabilization must be at most 1h"))]
+    pub scale_down_stabilization: String,
+    /// How often, between intervals, the planner checks the backlog and the arrival rate and
+    /// scales up at once when the SLA is at risk (never down). A Go duration from `5s` to
+    /// `5m`, or `0s` to turn the check off. Default `10s`.
+    #[serde(default = "default_fast_check_period")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
+    #[x_kube(validation = Rule::new("!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) == duration('0s') || (duration(self) >= duration('5s') && duration(self) <= duration('5m'))")
+        .message("spec.behavior.fastCheckPeriod must be 0s (off) or from 5s to 5m"))]
+    pub fast_check_period: String,
+}
+
+impl Default for Behavior {
+    fn default() -> Self {
+        Self {
+            scale_up_delay: None,
+            scale_down_stabilization: default_stabilization(),
+            fast_check_period: default_fast_check_period(),
+        }
+    }
+}
+
+fn default_stabilization() -> String {
+    "300s".into()
+}
+
+fn default_fast_check_period() -> String {
+    "10s".into()
 }
 
 fn default_prefill_utilization() -> f64 {
@@ -224,6 +314,9 @@ impl Default for Sla {
             ttft_ms: default_ttft_ms(),
             itl_ms: default_itl_ms(),
             prefill_utilization: default_prefill_utilization(),
+            model: SlaModel::default(),
+            ttft_percentile: None,
+            itl_percentile: None,
         }
     }
 }

@@ -14,7 +14,7 @@ use planner_core::{
     predictor::{PredictorConfig, PredictorKind},
     profile::Profile,
     sla::{Limits, Observation, SlaTargets},
-    state::{IntervalMetrics, SlaPlanner, SlaPlannerConfig},
+    state::{IntervalMetrics, QueueingConfig, SlaModel, SlaPlanner, SlaPlannerConfig},
 };
 
 const PROFILE: &str = "h100-llama3.3-70b-tp4";
@@ -53,14 +53,19 @@ fn history(n: usize) -> Vec<Observation> {
             let t = i as f64;
             let swell = 1.0 + 0.5 * (t / 40.0).sin();
             let noise = ((i * 7919) % 97) as f64 / 97.0 - 0.5;
-            Observation {
-                num_req: (600.0 * swell + 60.0 * noise).max(0.0),
-                isl: 3000.0 + 200.0 * noise,
-                osl: 300.0 + 30.0 * noise,
-                ttft_ms: 180.0,
-                itl_ms: 25.0,
-                request_duration_s: 12.0,
-            }
+            let requests = (600.0 * swell + 60.0 * noise).max(0.0);
+            let isl = 3000.0 + 200.0 * noise;
+            let osl = 300.0 + 30.0 * noise;
+            let mut observation = Observation::upstream(requests, isl, osl, 180.0, 25.0, 12.0);
+            observation.arrivals = Some(requests);
+            observation.inflight = Some(40.0);
+            observation.queued = Some(2.0);
+            observation.isl_second_moment = Some(isl * isl * 1.3);
+            observation.osl_second_moment = Some(osl * osl * 1.5);
+            observation.ttft_quantile_ms = Some((0.9, 300.0));
+            observation.prefill_engines = Some(4.0);
+            observation.decode_kv_usage = Some(0.4);
+            observation
         })
         .collect()
 }
@@ -70,12 +75,18 @@ fn one_interval_per_predictor(c: &mut Criterion) {
     let past = history(481);
     let mut group = c.benchmark_group("one SLA interval after 480 intervals");
     group.sample_size(20);
-    for kind in [
-        PredictorKind::Constant,
-        PredictorKind::Kalman,
-        PredictorKind::Arima,
-        PredictorKind::Prophet,
-    ] {
+    for (sla_model, kind) in [SlaModel::Upstream, SlaModel::Queueing]
+        .into_iter()
+        .flat_map(|m| {
+            [
+                PredictorKind::Constant,
+                PredictorKind::Kalman,
+                PredictorKind::Arima,
+                PredictorKind::Prophet,
+            ]
+            .map(|kind| (m, kind))
+        })
+    {
         let config = SlaPlannerConfig {
             interval_s: 60.0,
             sla: SlaTargets::new(500.0, 50.0),
@@ -92,12 +103,14 @@ fn one_interval_per_predictor(c: &mut Criterion) {
                 interval_seconds: 60.0,
                 ..PredictorConfig::default()
             },
+            model: sla_model,
+            queueing: QueueingConfig::default(),
         };
         let mut planner = SlaPlanner::new(&config);
         planner.replay(&past[..480]);
         // Prime any fitted model so the figure is the steady-state cost of one interval.
         planner.tick(&config, &model, IntervalMetrics::Observed(past[480]), (4, 8));
-        group.bench_function(format!("{kind:?}"), |b| {
+        group.bench_function(format!("{sla_model:?}/{kind:?}"), |b| {
             b.iter_batched(
                 || planner.clone(),
                 |mut planner| planner.tick(&config, &model, IntervalMetrics::Observed(past[480]), (4, 8)),

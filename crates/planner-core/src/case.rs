@@ -107,14 +107,14 @@ impl PlanCase {
         };
         let mut computed = (None, None);
         if let Some(observed) = &self.observed {
-            let observation = Observation {
-                num_req: observed.num_req,
-                isl: observed.isl,
-                osl: observed.osl,
-                ttft_ms: observed.ttft_ms,
-                itl_ms: observed.itl_ms,
-                request_duration_s: observed.request_duration_s,
-            };
+            let observation = Observation::upstream(
+                observed.num_req,
+                observed.isl,
+                observed.osl,
+                observed.ttft_ms,
+                observed.itl_ms,
+                observed.request_duration_s,
+            );
             if let Some(factor) = sla::prefill_correction(model, &observation) {
                 corrections.prefill = factor;
             }

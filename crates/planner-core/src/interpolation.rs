@@ -306,6 +306,15 @@ pub trait PerformanceCurves {
     fn decode_itl_ms(&self, concurrency: f64, context_length: f64) -> f64;
     /// Best decode operating point meeting an ITL target at a context length.
     fn decode_best_point(&self, itl_ms: f64, context_length: f64) -> DecodeOperatingPoint;
+    /// KV-cache capacity of one decode engine (tokens), when known.
+    fn max_kv_tokens(&self) -> Option<f64> {
+        None
+    }
+    /// Longest profiled prompt (tokens), when known: longer prompts take proportionally longer
+    /// to prefill than the longest profiled one.
+    fn max_profiled_isl(&self) -> Option<f64> {
+        None
+    }
 }
 
 /// Both interpolators of a profile, built once and shared.
@@ -371,6 +380,14 @@ impl PerformanceCurves for PerformanceModel {
 
     fn decode_best_point(&self, itl_ms: f64, context_length: f64) -> DecodeOperatingPoint {
         self.decode.find_best_throughput_per_gpu(itl_ms, context_length)
+    }
+
+    fn max_kv_tokens(&self) -> Option<f64> {
+        Some(self.decode.max_kv_tokens)
+    }
+
+    fn max_profiled_isl(&self) -> Option<f64> {
+        Some(self.prefill.max_isl)
     }
 }
 

@@ -125,6 +125,8 @@ pub struct Outcome {
 
 /// Receives what a frontend would observe. Every method defaults to doing nothing.
 pub trait Observer {
+    /// `job` was accepted (the caller reports it when it hands the job to the model).
+    fn arrived(&mut self, _job: &Job) {}
     /// The first token of `job` was emitted at `at_s`.
     fn first_token(&mut self, _job: &Job, _at_s: f64, _ttft_s: f64) {}
     /// `count` further tokens (fractional within a step) were emitted at `itl_s` apart, by the
@@ -247,6 +249,11 @@ impl Cluster {
     /// Requests inside the model (queued or running).
     pub fn in_flight(&self) -> usize {
         self.prefill_queue.len() + self.prefilling.len() + self.decode_queue.len() + self.decoding.len()
+    }
+
+    /// How many requests have not had their first token yet (the frontend's queued gauge).
+    pub fn waiting_for_first_token_count(&self) -> usize {
+        self.prefill_queue.len() + self.prefilling.len() + self.decode_queue.len()
     }
 
     /// Requests that have not had their first token yet (queued for prefill, prefilling, or

@@ -9,6 +9,8 @@ pub mod latency;
 pub mod load;
 pub mod predictor;
 pub mod profile;
+pub mod queueing;
+pub mod sizing;
 pub mod sla;
 pub mod state;
 pub mod trace;

@@ -7,9 +7,13 @@ use serde::{Deserialize, Serialize};
 use super::interpolation::{DecodeOperatingPoint, PerformanceCurves};
 
 /// One interval's frontend metrics (means over the interval, request count summed).
+///
+/// The first six fields are what upstream reads. The optional ones are the demand signals of
+/// the queueing model: `None` when the metrics source does not have them.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Observation {
-    /// Requests that arrived in the interval.
+    /// Requests that completed in the interval (`dynamo_frontend_requests_total`, counted when
+    /// a request finishes; under overload this is capped by capacity).
     pub num_req: f64,
     /// Mean input sequence length (tokens).
     pub isl: f64,
@@ -21,9 +25,62 @@ pub struct Observation {
     pub itl_ms: f64,
     /// Mean request duration (s).
     pub request_duration_s: f64,
+    /// Requests accepted in the interval (`dynamo_frontend_requests_started_total`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arrivals: Option<f64>,
+    /// Requests accepted and not completed, at the end of the interval
+    /// (`dynamo_frontend_inflight_requests`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inflight: Option<f64>,
+    /// Requests accepted without a first token yet, at the end of the interval
+    /// (`dynamo_frontend_queued_requests`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued: Option<f64>,
+    /// `E[ISL²]` (tokens²) from the input-length histogram.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isl_second_moment: Option<f64>,
+    /// `E[OSL²]` (tokens²) from the output-length histogram.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub osl_second_moment: Option<f64>,
+    /// A TTFT quantile from the histogram (`histogram_quantile`): `(quantile in 0..1, ms)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_quantile_ms: Option<(f64, f64)>,
+    /// Prefill engines ready to serve, averaged over the interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill_engines: Option<f64>,
+    /// KV-cache usage of the decode pool (0..1), averaged over the interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_kv_usage: Option<f64>,
 }
 
 impl Observation {
+    /// Upstream's six means and count, without the queueing model's signals.
+    pub const fn upstream(
+        num_req: f64,
+        isl: f64,
+        osl: f64,
+        ttft_ms: f64,
+        itl_ms: f64,
+        request_duration_s: f64,
+    ) -> Self {
+        Self {
+            num_req,
+            isl,
+            osl,
+            ttft_ms,
+            itl_ms,
+            request_duration_s,
+            arrivals: None,
+            inflight: None,
+            queued: None,
+            isl_second_moment: None,
+            osl_second_moment: None,
+            ttft_quantile_ms: None,
+            prefill_engines: None,
+            decode_kv_usage: None,
+        }
+    }
+
     /// Upstream's `Metrics.is_valid()`: every mean is a number (no traffic makes them 0/0 = NaN).
     pub fn is_complete(&self) -> bool {
         [
@@ -794,14 +851,7 @@ mod tests {
 
     #[test]
     fn observation_completeness() {
-        let mut observation = Observation {
-            num_req: 10.0,
-            isl: 3000.0,
-            osl: 150.0,
-            ttft_ms: 80.0,
-            itl_ms: 10.0,
-            request_duration_s: 100.0,
-        };
+        let mut observation = Observation::upstream(10.0, 3000.0, 150.0, 80.0, 10.0, 100.0);
         assert!(observation.is_complete());
         observation.ttft_ms = f64::NAN;
         assert!(!observation.is_complete());

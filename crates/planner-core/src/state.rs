@@ -1,15 +1,151 @@
 //! The SLA planner as a state machine: feed it one interval's metrics, get a decision and the
-//! reasons for it. Its state (predictor histories, correction factors) is serializable, so the
-//! operator can persist it, and can also rebuild it by replaying past intervals.
+//! reasons for it. Its state (predictor histories, correction factors, forecast errors, the
+//! stabilisation window) is serializable, so the operator can persist it, and can also rebuild
+//! the predictors by replaying past intervals.
+//!
+//! Two sizing models ([`SlaModel`]):
+//!
+//! - **Queueing** (default). Demand is the arrival count (requests accepted, not completed).
+//!   The next interval's arrivals are forecast, then raised to an upper quantile of the
+//!   predictor's recent relative errors (at horizons of one and two intervals, since a replica
+//!   asked for now serves only after the scale-up delay). Prefill is the fewest engines whose
+//!   predicted TTFT, queueing and the backlog to drain included, meets the target
+//!   ([`super::sizing::size_prefill`], with a burst coefficient learned from observed TTFT);
+//!   decode the fewest whose KV cache and ITL fit ([`super::sizing::size_decode`]).
+//!   Scale-downs wait for a stabilisation window (the highest recommendation of the window is
+//!   kept) and never happen while a backlog remains. Between intervals, [`SlaPlanner::fast_check`]
+//!   looks at the backlog and the arrival rate every few seconds and scales up at once when the
+//!   backlog would outlast the scale-up delay.
+//! - **Upstream**: Dynamo's throughput formulas ([`super::sla::plan_replicas`]) on the forecast
+//!   completion count, with correction factors.
+
+use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
 use super::{
     interpolation::PerformanceCurves,
     predictor::{Fallback, Forecast, LoadPredictors, PredictorConfig},
-    sla::{self, Corrections, Limit, Limits, Load, Observation, ReplicaPlan, SlaTargets},
+    sizing::{
+        self, DecodeModel, DecodeSizing, LatencyTargets, LengthMoments, PrefillQueueModel, PrefillSizing,
+        ServiceMoments,
+    },
+    sla::{self, Corrections, Limit, Limits, Load, Observation, Pool, ReplicaPlan, SlaTargets},
     trace::TraceBucket,
 };
+
+/// Which model sizes the pools (`spec.sla.model`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SlaModel {
+    /// Queueing model on arrivals, forecast quantiles, backlog, stabilisation and a fast path.
+    #[default]
+    Queueing,
+    /// Upstream's throughput formulas on completions.
+    Upstream,
+}
+
+/// Settings of the queueing model. `Default` gives the defaults.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct QueueingConfig {
+    /// Aim the TTFT target at this percentile (e.g. 90) instead of the mean.
+    pub ttft_percentile: Option<f64>,
+    /// Aim the ITL target at this percentile instead of the mean.
+    pub itl_percentile: Option<f64>,
+    /// Time from asking for a replica to it serving (s): how far ahead to plan.
+    pub scale_up_delay_s: f64,
+    /// Quantile of the forecast's relative errors the plan provides for (0..1).
+    pub forecast_quantile: f64,
+    /// Quantile of the mean prefill time's forecast errors the plan provides for (0..1); the
+    /// arrival rate is reduced to keep the prefill work at its own quantile.
+    pub service_quantile: f64,
+    /// Quantile of the decode KV demand's forecast errors the plan provides for (0..1).
+    pub decode_forecast_quantile: f64,
+    /// Forecast errors kept (each interval adds two: horizons one and two).
+    pub forecast_errors: usize,
+    /// Lowest forecast multiplier once errors are known (a multiplier below 1 corrects a
+    /// forecast that runs high); used alone, at least 1, until enough errors are known.
+    pub forecast_margin: f64,
+    /// Quantile of the recent arrival-burstiness estimates the plan provides for (0..1).
+    pub burst_quantile: f64,
+    /// Arrival-burstiness estimates kept.
+    pub burst_samples: usize,
+    /// Largest arrival burstiness planned for.
+    pub max_burstiness: f64,
+    /// Model arrivals as batches (M^X/G/c) rather than a renewal process with a high SCV.
+    pub batches: bool,
+    /// With batches, also use the burstiness as the SCV of arrivals in the queueing term.
+    pub batches_queue: bool,
+    /// Take the mean ISL and OSL from the predictor (else from the recent intervals' smoothed
+    /// mix; the forecast errors correct either).
+    pub predict_lengths: bool,
+    /// Learn the burstiness against the forecast the interval was planned with (so it also
+    /// absorbs forecast error) rather than against the interval's measured load.
+    pub calibrate_on_forecast: bool,
+    /// Scale-down stabilisation window (s): the highest recommendation within it is kept.
+    pub stabilisation_s: f64,
+    /// Seconds between fast-path checks.
+    pub fast_period_s: f64,
+    /// How long the fast path's scale-ups for a backlog are held (s, at most the stabilisation
+    /// window; they are also held while the backlog remains). Scale-ups for a surge of arrivals
+    /// are held for the whole window.
+    pub fast_hold_s: f64,
+    /// Arrival burstiness assumed before any is learned (1: Poisson).
+    pub arrival_scv: f64,
+    /// Standard deviations of KV-cache demand above its mean that decode provides for.
+    pub kv_sigmas: f64,
+    /// Share of the KV cache plans may fill.
+    pub kv_fill: f64,
+}
+
+impl Default for QueueingConfig {
+    fn default() -> Self {
+        Self {
+            ttft_percentile: None,
+            itl_percentile: None,
+            scale_up_delay_s: 60.0,
+            forecast_quantile: 0.95,
+            decode_forecast_quantile: 0.9,
+            service_quantile: 0.75,
+            forecast_errors: 20,
+            forecast_margin: 0.0,
+            burst_quantile: 0.75,
+            burst_samples: 20,
+            max_burstiness: 30.0,
+            batches: true,
+            batches_queue: true,
+            calibrate_on_forecast: false,
+            predict_lengths: false,
+            stabilisation_s: 300.0,
+            fast_period_s: 10.0,
+            fast_hold_s: 60.0,
+            arrival_scv: 1.0,
+            kv_sigmas: 2.0,
+            kv_fill: 0.95,
+        }
+    }
+}
+
+impl QueueingConfig {
+    fn queue_model(&self, burst: f64) -> PrefillQueueModel {
+        PrefillQueueModel {
+            arrival_scv: burst,
+            batches: self.batches,
+            batches_queue: self.batches_queue,
+        }
+    }
+
+    fn targets(&self, sla: &SlaTargets) -> LatencyTargets {
+        let quantile = |p: Option<f64>| p.filter(|p| *p > 0.0 && *p < 100.0).map(|p| p / 100.0);
+        LatencyTargets {
+            ttft_ms: sla.ttft_ms,
+            itl_ms: sla.itl_ms,
+            ttft_quantile: quantile(self.ttft_percentile),
+            itl_quantile: quantile(self.itl_percentile),
+        }
+    }
+}
 
 /// Everything the SLA planner is configured with.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -24,6 +160,12 @@ pub struct SlaPlannerConfig {
     pub correction: bool,
     /// Load predictor settings.
     pub predictor: PredictorConfig,
+    /// Sizing model.
+    #[serde(default)]
+    pub model: SlaModel,
+    /// Queueing-model settings.
+    #[serde(default)]
+    pub queueing: QueueingConfig,
 }
 
 /// What the metrics source delivered for an interval.
@@ -68,12 +210,151 @@ pub struct SlaDecision {
     pub hold: Option<Hold>,
     /// Replicas running when the decision was made.
     pub current: (u32, u32),
+    /// The queueing model's plan, when it made one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queueing: Option<QueueingPlan>,
+}
+
+/// Why the queueing model chose its replicas (for status and events).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum ScaleReason {
+    /// Sized for the forecast (at its upper quantile), queueing included.
+    Forecast,
+    /// The backlog needed more prefill engines than the forecast alone.
+    Backlog {
+        /// Requests waiting beyond those being prefilled.
+        backlog: f64,
+    },
+    /// Between intervals, the backlog would have outlasted the scale-up delay.
+    FastPath {
+        /// Requests waiting beyond those being prefilled.
+        backlog: f64,
+        /// Recent arrival rate (requests/s).
+        arrival_rate: f64,
+        /// Seconds the backlog would take to clear with the engines serving.
+        drain_s: f64,
+    },
+    /// Between intervals, arrivals ran above the rate the last plan provided for.
+    Surge {
+        /// Recent arrival rate (requests/s).
+        arrival_rate: f64,
+        /// The rate the last plan provided for (requests/s).
+        planned_rate: f64,
+    },
+    /// A scale-down is deferred: the stabilisation window still has a higher recommendation.
+    Stabilising,
+    /// A scale-down is refused while a backlog remains.
+    BacklogHold {
+        /// Requests waiting beyond those being prefilled.
+        backlog: f64,
+    },
+}
+
+impl std::fmt::Display for ScaleReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Forecast => write!(f, "sized for the forecast"),
+            Self::Backlog { backlog } => write!(f, "sized to drain a backlog of {backlog:.0} requests"),
+            Self::FastPath {
+                backlog,
+                arrival_rate,
+                drain_s,
+            } => {
+                let drain = if drain_s.is_finite() {
+                    format!("{drain_s:.0} s")
+                } else {
+                    "ever".to_string()
+                };
+                write!(
+                    f,
+                    "SLA at risk: {backlog:.0} requests waiting at {arrival_rate:.1} req/s would take {drain} to clear"
+                )
+            }
+            Self::Surge {
+                arrival_rate,
+                planned_rate,
+            } => write!(
+                f,
+                "arrivals at {arrival_rate:.1} req/s exceed the {planned_rate:.1} req/s planned for"
+            ),
+            Self::Stabilising => write!(f, "scale-down deferred by the stabilisation window"),
+            Self::BacklogHold { backlog } => {
+                write!(f, "no scale-down while {backlog:.0} requests are waiting")
+            }
+        }
+    }
+}
+
+/// The queueing model's plan.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct QueueingPlan {
+    /// Point forecast of the next interval's arrivals.
+    pub forecast_requests: f64,
+    /// Multiplier of the arrival forecast from its errors' upper quantile.
+    pub forecast_multiplier: f64,
+    /// Multiplier of the mean prefill time from its errors' upper quantile.
+    pub service_multiplier: f64,
+    /// Multiplier of the decode KV demand from its errors' upper quantile.
+    pub decode_multiplier: f64,
+    /// Arrival rate planned for (requests/s).
+    pub planned_rate: f64,
+    /// Arrival burstiness used.
+    pub burst: f64,
+    /// Requests waiting beyond those being prefilled.
+    pub backlog: f64,
+    /// Prompt-length moments planned for.
+    pub isl: LengthMoments,
+    /// Output-length moments planned for.
+    pub osl: LengthMoments,
+    /// Prefill sizing.
+    pub prefill_sizing: PrefillSizing,
+    /// Decode sizing.
+    pub decode_sizing: DecodeSizing,
+    /// Replicas the load asked for, before stabilisation, the backlog hold and the budget.
+    pub desired: (u32, u32),
+    /// Replicas to run.
+    pub replicas: (u32, u32),
+    /// Why.
+    pub reason: ScaleReason,
+    /// Bounds and budget that changed the result.
+    pub limits: Vec<Limit>,
+}
+
+/// What the frontend shows between intervals (the fast path's input).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FastSignals {
+    /// Seconds since the last interval's decision.
+    pub elapsed_s: f64,
+    /// Seconds the counts below cover.
+    pub window_s: f64,
+    /// Requests accepted in the window, when the counter exists.
+    pub arrivals: Option<f64>,
+    /// Requests completed in the window.
+    pub completions: f64,
+    /// Requests accepted and not completed, now.
+    pub inflight: Option<f64>,
+    /// Requests accepted without a first token, now.
+    pub queued: Option<f64>,
+    /// Prefill engines ready now.
+    pub prefill_engines: f64,
+    /// Mean ISL since the last decision (NaN without first tokens).
+    pub isl: f64,
+    /// `E[ISL²]` since the last decision.
+    pub isl_second_moment: Option<f64>,
+    /// Mean OSL since the last decision (NaN without completions).
+    pub osl: f64,
+    /// `E[OSL²]` since the last decision.
+    pub osl_second_moment: Option<f64>,
 }
 
 impl SlaDecision {
     /// The replicas to run, or `None` to keep the current ones.
     pub fn target(&self) -> Option<(u32, u32)> {
-        self.plan.as_ref().map(|plan| (plan.prefill, plan.decode))
+        self.plan
+            .as_ref()
+            .map(|plan| (plan.prefill, plan.decode))
+            .or_else(|| self.queueing.as_ref().map(|plan| plan.replicas))
     }
 
     /// Whether the decision changes the running replicas.
@@ -83,7 +364,11 @@ impl SlaDecision {
 
     /// Bounds and budget that limited the decision.
     pub fn limits(&self) -> &[Limit] {
-        self.plan.as_ref().map_or(&[], |plan| plan.limits.as_slice())
+        match (&self.plan, &self.queueing) {
+            (Some(plan), _) => plan.limits.as_slice(),
+            (None, Some(plan)) => plan.limits.as_slice(),
+            (None, None) => &[],
+        }
     }
 
     /// One line saying why the decision is what it is.
@@ -95,6 +380,9 @@ impl SlaDecision {
                 }
                 Hold::NoTraffic => "keeping replicas: no request completed in the interval".to_string(),
             };
+        }
+        if let Some(plan) = &self.queueing {
+            return queueing_explanation(plan);
         }
         let (Some(plan), Some(load)) = (&self.plan, &self.predicted) else {
             return "no decision".to_string();
@@ -122,12 +410,171 @@ impl SlaDecision {
     }
 }
 
+fn queueing_explanation(plan: &QueueingPlan) -> String {
+    let bound = |b: sizing::Bound| match b {
+        sizing::Bound::Minimum => "the minimum",
+        sizing::Bound::Ttft => "TTFT",
+        sizing::Bound::Itl => "ITL",
+        sizing::Bound::KvCache => "KV cache",
+        sizing::Bound::Maximum => "the maximum",
+    };
+    let mut line = format!(
+        "{}: {:.2} req/s planned ({:.0} forecast x {:.2}, ISL {:.0}, OSL {:.0}): {} prefill ({}, TTFT {:.0} ms) and {} decode ({}) replicas",
+        plan.reason,
+        plan.planned_rate,
+        plan.forecast_requests,
+        plan.forecast_multiplier,
+        plan.isl.mean,
+        plan.osl.mean,
+        plan.replicas.0,
+        bound(plan.prefill_sizing.bound),
+        plan.prefill_sizing.ttft_ms,
+        plan.replicas.1,
+        bound(plan.decode_sizing.bound),
+    );
+    for limit in plan
+        .limits
+        .iter()
+        .filter(|l| !matches!(l, Limit::MinReplicas { .. }))
+    {
+        line.push_str(&format!("; {limit}"));
+    }
+    line
+}
+
+/// Forecast multipliers are capped here (and at the inverse of its square root below): a larger
+/// one means the forecast is not informative.
+const MAX_FORECAST_MULTIPLIER: f64 = 10.0;
+/// Largest correction of the forecast mean prefill time for its bias (either way).
+const MAX_SERVICE_BIAS: f64 = 2.0;
+/// Forecast errors needed before their quantile is trusted over the margin alone.
+const MIN_FORECAST_ERRORS: usize = 6;
+/// Mean decode KV-cache usage above which an interval's TTFT is not used to learn the prefill
+/// burstiness (first tokens also waited for KV-cache room).
+const DECODE_BOUND_KV_USAGE: f64 = 0.9;
+/// How far the recent arrival rate may exceed the planned one (itself an upper quantile)
+/// before the fast path re-plans.
+const SURGE_TOLERANCE: f64 = 0.5;
+/// Fast-path arrival-rate samples kept (their median is the recent rate).
+const FAST_RATE_SAMPLES: usize = 3;
+
+/// The queueing model's state between intervals.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct QueueingState {
+    /// Planner clock (s): advanced by the interval at each tick.
+    clock_s: f64,
+    /// Inflight gauge at the last tick (for the arrivals fallback).
+    last_inflight: Option<f64>,
+    /// Backlog (requests beyond those being prefilled) at the last tick.
+    last_backlog: Option<f64>,
+    /// The work forecast at the last two ticks, newest first.
+    forecasts: VecDeque<Work>,
+    /// `ln(actual / forecast)` of the prefill work (arrivals × mean prefill time) at horizons
+    /// one and two, newest last.
+    errors: VecDeque<f64>,
+    /// The same for the mean prefill time.
+    service_errors: VecDeque<f64>,
+    /// The same for the decode KV-cache demand.
+    decode_errors: VecDeque<f64>,
+    /// Arrival burstiness learned from observed TTFT, newest last.
+    bursts: VecDeque<f64>,
+    /// Prompt-length moments (smoothed).
+    isl: Option<LengthMoments>,
+    /// Output-length moments (smoothed).
+    osl: Option<LengthMoments>,
+    /// Recommendations `(time, prefill, decode)` within the stabilisation window.
+    desired: VecDeque<(f64, u32, u32)>,
+    /// What the last tick planned for (the fast path reuses it).
+    last_plan: Option<FastBasis>,
+    /// Recent fast-path arrival rates, newest last.
+    fast_rates: VecDeque<f64>,
+    /// Inflight gauge at the last fast check.
+    fast_inflight: Option<f64>,
+}
+
+/// What an interval asks of each pool: requests, their mean prefill time, and the decode KV
+/// tokens they hold over their decode (tokens × output tokens, the ITL being common).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+struct Work {
+    requests: f64,
+    service_s: f64,
+    service: ServiceMoments,
+    decode: f64,
+}
+
+/// `ln((actual + unit) / (forecast + unit))`.
+fn log_error(actual: f64, forecast: f64, unit: f64) -> f64 {
+    ((actual.max(0.0) + unit) / (forecast.max(0.0) + unit)).ln()
+}
+
+impl Work {
+    fn of(model: &impl PerformanceCurves, requests: f64, isl: &LengthMoments, osl: &LengthMoments) -> Self {
+        let requests = if requests.is_finite() {
+            requests.max(0.0)
+        } else {
+            0.0
+        };
+        let osl_mean = osl.mean.max(1.0);
+        let held = isl.mean.max(0.0) + osl.second.max(osl_mean * osl_mean) / (2.0 * osl_mean);
+        let service = sizing::prefill_service(model, isl);
+        Self {
+            requests,
+            service_s: service.mean_s,
+            service,
+            decode: requests * (osl_mean - 1.0).max(0.0) * held,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+struct FastBasis {
+    rate: f64,
+    service: ServiceMoments,
+    burst: f64,
+    isl: LengthMoments,
+    osl: LengthMoments,
+}
+
+/// Blends new moments into smoothed ones (equal weight to the past and the new interval).
+fn blend(old: Option<LengthMoments>, new: LengthMoments) -> LengthMoments {
+    match old {
+        Some(old) if old.is_valid() => LengthMoments {
+            mean: (old.mean + new.mean) / 2.0,
+            second: (old.second + new.second) / 2.0,
+        },
+        _ => new,
+    }
+}
+
+/// The `q`-quantile (0..1) of `values` (linear between order statistics); `None` when empty.
+fn quantile(values: impl Iterator<Item = f64>, q: f64) -> Option<f64> {
+    let mut sorted: Vec<f64> = values.filter(|v| v.is_finite()).collect();
+    if sorted.is_empty() {
+        return None;
+    }
+    sorted.sort_by(f64::total_cmp);
+    let position = q.clamp(0.0, 1.0) * (sorted.len() - 1) as f64;
+    let below = position.floor() as usize;
+    let above = (below + 1).min(sorted.len() - 1);
+    let weight = position - below as f64;
+    Some(sorted[below] * (1.0 - weight) + sorted[above] * weight)
+}
+
+fn push_bounded(queue: &mut VecDeque<f64>, value: f64, keep: usize) {
+    queue.push_back(value);
+    while queue.len() > keep.max(1) {
+        queue.pop_front();
+    }
+}
+
 /// The SLA planner's state between intervals.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SlaPlanner {
     predictors: LoadPredictors,
     corrections: Corrections,
     intervals: u64,
+    #[serde(default)]
+    queueing: QueueingState,
 }
 
 impl SlaPlanner {
@@ -137,6 +584,7 @@ impl SlaPlanner {
             predictors: LoadPredictors::new(&config.predictor),
             corrections: Corrections::default(),
             intervals: 0,
+            queueing: QueueingState::default(),
         }
     }
 
@@ -165,6 +613,7 @@ impl SlaPlanner {
     }
 
     /// Runs one interval: learn from the metrics, predict the next interval, size both pools.
+    /// `current` is the replicas asked for (serving or starting).
     pub fn tick(
         &mut self,
         config: &SlaPlannerConfig,
@@ -181,7 +630,11 @@ impl SlaPlanner {
             plan: None,
             hold: None,
             current,
+            queueing: None,
         };
+        if config.model == SlaModel::Queueing {
+            self.queueing.clock_s += config.interval_s;
+        }
         let observation = match metrics {
             IntervalMetrics::Unavailable { reason } => {
                 decision.hold = Some(Hold::MetricsUnavailable { reason });
@@ -190,6 +643,10 @@ impl SlaPlanner {
             IntervalMetrics::Observed(observation) => observation,
         };
         decision.observed = Some(observation);
+        if config.model == SlaModel::Queueing {
+            self.tick_queueing(config, model, &observation, current, &mut decision);
+            return decision;
+        }
         // As upstream: the predictors learn every interval (NaN counts as 0), but no scaling
         // happens on an interval whose means are NaN.
         self.predictors
@@ -238,6 +695,521 @@ impl SlaPlanner {
         decision.predicted = Some(load);
         decision
     }
+
+    /// Arrivals of an interval: the started counter, else completions plus the change in the
+    /// inflight gauge, else completions.
+    fn arrivals(&self, observation: &Observation) -> f64 {
+        let completions = if observation.num_req.is_finite() {
+            observation.num_req.max(0.0)
+        } else {
+            0.0
+        };
+        match (
+            observation.arrivals,
+            observation.inflight,
+            self.queueing.last_inflight,
+        ) {
+            (Some(arrivals), _, _) if arrivals.is_finite() => arrivals.max(0.0),
+            (_, Some(now), Some(before)) if now.is_finite() && before.is_finite() => {
+                (completions + now - before).max(0.0)
+            }
+            _ => completions,
+        }
+    }
+
+    fn tick_queueing(
+        &mut self,
+        config: &SlaPlannerConfig,
+        model: &impl PerformanceCurves,
+        observation: &Observation,
+        current: (u32, u32),
+        decision: &mut SlaDecision,
+    ) {
+        let settings = &config.queueing;
+        let interval = config.interval_s.max(1e-3);
+        let arrivals = self.arrivals(observation);
+        let q = &mut self.queueing;
+        q.last_inflight = observation.inflight.filter(|v| v.is_finite());
+
+        // The interval's length mixes: its means with its histograms' second moments (or the
+        // shapes seen so far).
+        let measured = |mean: f64, second: Option<f64>, seen: Option<LengthMoments>| {
+            (mean.is_finite() && mean > 0.0).then(|| {
+                second.filter(|v| v.is_finite()).map_or_else(
+                    || LengthMoments::with_scv(mean, seen.map_or(1.0, |m| m.scv())),
+                    |second| LengthMoments {
+                        mean,
+                        second: second.max(mean * mean),
+                    },
+                )
+            })
+        };
+        let observed_isl = measured(observation.isl, observation.isl_second_moment, q.isl);
+        let observed_osl = measured(observation.osl, observation.osl_second_moment, q.osl);
+
+        // Forecast errors: the work this interval brought (prefill seconds, decode KV demand)
+        // against what the forecasts of the last two ticks said it would.
+        if let (Some(isl_now), Some(osl_now)) = (observed_isl.or(q.isl), observed_osl.or(q.osl)) {
+            let work = Work::of(model, arrivals, &isl_now, &osl_now);
+            // A forecast of no traffic (an idle spell) is not scored: traffic resuming is not
+            // evidence of how far off the next busy interval's forecast will be, and the fast
+            // path reacts to it.
+            for forecast in q.forecasts.iter().filter(|f| f.requests >= 1.0) {
+                let prefill = log_error(
+                    work.requests * work.service_s,
+                    forecast.requests * forecast.service_s,
+                    forecast.service_s.max(1e-3),
+                );
+                push_bounded(&mut q.errors, prefill, settings.forecast_errors);
+                if observed_isl.is_some() {
+                    let service = log_error(work.service_s, forecast.service_s, 1e-3);
+                    push_bounded(&mut q.service_errors, service, settings.forecast_errors);
+                }
+                let unit = (forecast.decode.max(work.decode) * 1e-3).max(1.0);
+                let decode = log_error(work.decode, forecast.decode, unit);
+                push_bounded(&mut q.decode_errors, decode, settings.forecast_errors);
+            }
+        }
+
+        if let Some(moments) = observed_isl {
+            // Arrival burstiness: when the interval began without a backlog and the prefill
+            // engines did not change, the TTFT beyond the M/G/c wait is burst wait.
+            let serving = observation.prefill_engines.filter(|c| c.is_finite() && *c >= 1.0);
+            let backlog_now = observation
+                .queued
+                .zip(serving)
+                .map(|(queued, c)| (queued - c).max(0.0));
+            // A full KV cache delays first tokens too (admission waits): not a prefill wait.
+            let decode_bound = observation
+                .decode_kv_usage
+                .is_some_and(|usage| usage >= DECODE_BOUND_KV_USAGE);
+            if let (Some(engines), Some(_), Some(before)) = (serving, backlog_now, q.last_backlog)
+                && (engines - engines.round()).abs() < 0.05
+                && before <= engines
+                && !decode_bound
+                && observation.ttft_ms.is_finite()
+            {
+                let measured = (sizing::prefill_service(model, &moments), arrivals / interval);
+                let (service, rate) = if settings.calibrate_on_forecast {
+                    q.forecasts
+                        .front()
+                        .map_or(measured, |f| (f.service, f.requests / interval))
+                } else {
+                    measured
+                };
+                if let Some(kappa) = sizing::implied_arrival_scv(
+                    &service,
+                    rate,
+                    &settings.queue_model(settings.arrival_scv),
+                    engines.round() as u32,
+                    observation.ttft_ms / 1000.0,
+                ) {
+                    push_bounded(&mut q.bursts, kappa, settings.burst_samples);
+                }
+            }
+            q.isl = Some(blend(q.isl, moments));
+        }
+        if let Some(moments) = observed_osl {
+            q.osl = Some(blend(q.osl, moments));
+        }
+
+        // Lengths are learned only from intervals that measured them: an idle interval's NaN
+        // means are no evidence of zero-length requests.
+        self.predictors.requests.add_data_point(arrivals);
+        if observation.isl.is_finite() {
+            self.predictors.isl.add_data_point(observation.isl);
+        }
+        if observation.osl.is_finite() {
+            self.predictors.osl.add_data_point(observation.osl);
+        }
+        let (requests, isl, osl) = self.predictors.predict();
+        for (series, forecast) in [("requests", &requests), ("ISL", &isl), ("OSL", &osl)] {
+            if let Some(fallback) = &forecast.fallback {
+                decision.fallbacks.push((series.to_string(), fallback.clone()));
+            }
+        }
+        let q = &mut self.queueing;
+
+        // Prompt and output mixes at the forecast means.
+        let isl_shape = q.isl.unwrap_or(LengthMoments::with_scv(isl.value, 1.0));
+        let osl_shape = q.osl.unwrap_or(LengthMoments::with_scv(osl.value, 1.0));
+        let isl_moments = if settings.predict_lengths && isl.value > 0.0 {
+            isl_shape.rescaled(isl.value)
+        } else {
+            isl_shape
+        };
+        let osl_moments = if settings.predict_lengths && osl.value > 0.0 {
+            osl_shape.rescaled(osl.value)
+        } else {
+            osl_shape
+        };
+        let point_service = sizing::prefill_service(model, &isl_moments);
+        q.forecasts
+            .push_front(Work::of(model, requests.value, &isl_moments, &osl_moments));
+        q.forecasts.truncate(2);
+
+        // Upper quantiles of the recent relative errors, as multipliers of the forecast work.
+        let margin = settings.forecast_margin.max(0.0);
+        let multiplier_of = |errors: &VecDeque<f64>, q: f64| {
+            let from_errors = quantile(errors.iter().copied(), q).map(f64::exp);
+            match from_errors {
+                Some(m) if errors.len() >= MIN_FORECAST_ERRORS => m.max(margin),
+                _ => margin.max(1.0),
+            }
+            .clamp(1.0 / MAX_FORECAST_MULTIPLIER.sqrt(), MAX_FORECAST_MULTIPLIER)
+        };
+        // The prefill work (arrivals × mean prefill time) at its upper quantile; the mean
+        // prefill time itself corrected for the forecast's bias (its median error), the rate
+        // carrying the rest.
+        let work_multiplier = multiplier_of(&q.errors, settings.forecast_quantile);
+        let service_multiplier = if q.service_errors.len() >= MIN_FORECAST_ERRORS {
+            quantile(q.service_errors.iter().copied(), settings.service_quantile)
+                .map_or(1.0, f64::exp)
+                .clamp(1.0 / MAX_SERVICE_BIAS, MAX_SERVICE_BIAS)
+        } else {
+            1.0
+        };
+        let multiplier = work_multiplier / service_multiplier;
+        let decode_multiplier = multiplier_of(&q.decode_errors, settings.decode_forecast_quantile);
+        let service = ServiceMoments {
+            mean_s: point_service.mean_s * service_multiplier,
+            ..point_service
+        };
+        let rate = requests.value * multiplier / interval;
+        let decode_rate = requests.value * decode_multiplier / interval;
+        let burst = quantile(q.bursts.iter().copied(), settings.burst_quantile)
+            .unwrap_or(settings.arrival_scv)
+            .clamp(1.0, settings.max_burstiness.max(1.0));
+
+        // The backlog at the end of the interval, and what it grows to before a replica asked
+        // for now can serve.
+        let serving = observation
+            .prefill_engines
+            .filter(|c| c.is_finite())
+            .unwrap_or(f64::from(current.0));
+        let backlog = observation
+            .queued
+            .map_or(0.0, |queued| (queued - serving).max(0.0));
+        q.last_backlog = observation.queued.map(|_| backlog);
+        let growth = if service.mean_s > 0.0 {
+            (rate * service.mean_s - serving).max(0.0) / service.mean_s * settings.scale_up_delay_s
+        } else {
+            0.0
+        };
+
+        let targets = settings.targets(&config.sla);
+        let (min, max) = bounds(&config.limits);
+        let queue_model = settings.queue_model(burst);
+        let prefill = sizing::size_prefill(
+            &service,
+            rate,
+            backlog + growth,
+            interval,
+            &queue_model,
+            &targets,
+            min,
+            max,
+        );
+        let without_backlog =
+            sizing::size_prefill(&service, rate, 0.0, interval, &queue_model, &targets, min, max);
+        let decode_model = DecodeModel {
+            kv_sigmas: settings.kv_sigmas,
+            kv_fill: settings.kv_fill,
+        };
+        // Draining the prefill backlog feeds decode faster than arrivals do.
+        let drain_rate = (backlog + growth) / interval;
+        let decode = sizing::size_decode(
+            model,
+            decode_rate + drain_rate,
+            &isl_moments,
+            &osl_moments,
+            &decode_model,
+            &targets,
+            min,
+            max,
+        );
+        q.last_plan = Some(FastBasis {
+            rate,
+            service,
+            burst,
+            isl: isl_moments,
+            osl: osl_moments,
+        });
+        q.fast_rates.clear();
+
+        let desired = (prefill.replicas, decode.replicas);
+        let now = q.clock_s;
+        // A backlog is what the prefill engines serving would take longer than the TTFT target
+        // to clear: no pool scales down while one remains.
+        let backlogged = serving > 0.0 && backlog * service.mean_s / serving > config.sla.ttft_ms / 1000.0
+            || serving <= 0.0 && backlog > 0.0;
+        let (replicas, held) = stabilise(q, settings, now, desired, current, backlogged);
+        let reason = if held && backlogged {
+            ScaleReason::BacklogHold { backlog }
+        } else if held {
+            ScaleReason::Stabilising
+        } else if prefill.replicas > without_backlog.replicas {
+            ScaleReason::Backlog { backlog }
+        } else {
+            ScaleReason::Forecast
+        };
+        let (replicas, limits) = finish(replicas, &config.limits);
+        decision.predicted = Some(Load {
+            num_req: requests.value,
+            isl: isl_moments.mean,
+            osl: osl_moments.mean,
+        });
+        decision.queueing = Some(QueueingPlan {
+            forecast_requests: requests.value,
+            forecast_multiplier: multiplier,
+            service_multiplier,
+            decode_multiplier,
+            planned_rate: rate,
+            burst,
+            backlog,
+            isl: isl_moments,
+            osl: osl_moments,
+            prefill_sizing: prefill,
+            decode_sizing: decode,
+            desired,
+            replicas,
+            reason,
+            limits,
+        });
+    }
+
+    /// The fast path, between intervals (every [`QueueingConfig::fast_period_s`]). Scales up at
+    /// once, never down, when
+    /// - the backlog would still be there once a replica asked for now is ready (or arrivals
+    ///   exceed what the prefill engines serve), or
+    /// - arrivals run above the rate the last plan provided for,
+    ///
+    /// sizing both pools for the recent arrival rate (the median of the last three checks) plus
+    /// the backlog. `None` when nothing needs to change or the model is not the queueing one.
+    /// Before the first interval's decision, the lengths seen so far stand in for the plan.
+    /// `current` is the replicas asked for.
+    pub fn fast_check(
+        &mut self,
+        config: &SlaPlannerConfig,
+        model: &impl PerformanceCurves,
+        signals: &FastSignals,
+        current: (u32, u32),
+    ) -> Option<SlaDecision> {
+        if config.model != SlaModel::Queueing {
+            return None;
+        }
+        let settings = &config.queueing;
+        let q = &mut self.queueing;
+        let window = signals.window_s.max(1e-3);
+        let arrivals = match (signals.arrivals, signals.inflight, q.fast_inflight) {
+            (Some(arrivals), _, _) if arrivals.is_finite() => arrivals.max(0.0),
+            (_, Some(now), Some(before)) if now.is_finite() && before.is_finite() => {
+                (signals.completions + now - before).max(0.0)
+            }
+            _ => signals.completions.max(0.0),
+        };
+        q.fast_inflight = signals.inflight.filter(|v| v.is_finite());
+        push_bounded(&mut q.fast_rates, arrivals / window, FAST_RATE_SAMPLES);
+        let recent = quantile(q.fast_rates.iter().copied(), 0.5).unwrap_or(0.0);
+        let basis = match q.last_plan {
+            Some(basis) => basis,
+            None => {
+                let moments = |mean: f64, second: Option<f64>| {
+                    (mean.is_finite() && mean > 0.0).then(|| LengthMoments {
+                        mean,
+                        second: second.filter(|v| v.is_finite()).unwrap_or(2.0 * mean * mean),
+                    })
+                };
+                let isl = moments(signals.isl, signals.isl_second_moment)?;
+                let osl = moments(signals.osl, signals.osl_second_moment)?;
+                FastBasis {
+                    rate: 0.0,
+                    service: sizing::prefill_service(model, &isl),
+                    burst: settings.arrival_scv.max(1.0),
+                    isl,
+                    osl,
+                }
+            }
+        };
+        let queued = signals.queued.filter(|v| v.is_finite()).unwrap_or(0.0);
+        let serving = signals.prefill_engines.max(0.0);
+        let backlog = (queued - serving).max(0.0);
+        let service = basis.service;
+        if service.mean_s.is_nan() || service.mean_s <= 0.0 {
+            return None;
+        }
+        let spare = serving - recent * service.mean_s;
+        let drain_s = if spare > 0.0 {
+            backlog * service.mean_s / spare
+        } else if backlog > 0.0 || recent > 0.0 {
+            f64::INFINITY
+        } else {
+            0.0
+        };
+        let at_risk = drain_s > settings.scale_up_delay_s;
+        let surge = recent > basis.rate * (1.0 + SURGE_TOLERANCE);
+        if !at_risk && !surge {
+            return None;
+        }
+        let rate = recent.max(basis.rate);
+        let growth = (rate * service.mean_s - serving).max(0.0) / service.mean_s * settings.scale_up_delay_s;
+        let targets = settings.targets(&config.sla);
+        let (min, max) = bounds(&config.limits);
+        let queue_model = settings.queue_model(basis.burst);
+        let interval = config.interval_s.max(1e-3);
+        let prefill = sizing::size_prefill(
+            &service,
+            rate,
+            backlog + growth,
+            interval,
+            &queue_model,
+            &targets,
+            min,
+            max,
+        );
+        let decode_model = DecodeModel {
+            kv_sigmas: settings.kv_sigmas,
+            kv_fill: settings.kv_fill,
+        };
+        let decode = sizing::size_decode(
+            model,
+            rate + (backlog + growth) / interval,
+            &basis.isl,
+            &basis.osl,
+            &decode_model,
+            &targets,
+            min,
+            max,
+        );
+        let desired = (prefill.replicas.max(current.0), decode.replicas.max(current.1));
+        let (replicas, limits) = finish(desired, &config.limits);
+        if replicas.0 <= current.0 && replicas.1 <= current.1 {
+            return None;
+        }
+        let replicas = (replicas.0.max(current.0), replicas.1.max(current.1));
+        // The stabilisation window keeps a surge's scale-up; a backlog's for `fast_hold_s`.
+        let now = q.clock_s + signals.elapsed_s.max(0.0);
+        let window = settings.stabilisation_s.max(0.0);
+        let held_from = if at_risk {
+            now - window + settings.fast_hold_s.clamp(0.0, window)
+        } else {
+            now
+        };
+        q.desired.push_back((held_from, replicas.0, replicas.1));
+        let reason = if at_risk {
+            ScaleReason::FastPath {
+                backlog,
+                arrival_rate: recent,
+                drain_s,
+            }
+        } else {
+            ScaleReason::Surge {
+                arrival_rate: recent,
+                planned_rate: basis.rate,
+            }
+        };
+        Some(SlaDecision {
+            observed: None,
+            predicted: Some(Load {
+                num_req: rate * interval,
+                isl: basis.isl.mean,
+                osl: basis.osl.mean,
+            }),
+            fallbacks: Vec::new(),
+            corrections: self.corrections,
+            plan: None,
+            hold: None,
+            current,
+            queueing: Some(QueueingPlan {
+                forecast_requests: recent * interval,
+                forecast_multiplier: 1.0,
+                service_multiplier: 1.0,
+                decode_multiplier: 1.0,
+                planned_rate: rate,
+                burst: basis.burst,
+                backlog,
+                isl: basis.isl,
+                osl: basis.osl,
+                prefill_sizing: prefill,
+                decode_sizing: decode,
+                desired: (prefill.replicas, decode.replicas),
+                replicas,
+                reason,
+                limits,
+            }),
+        })
+    }
+}
+
+/// The replica range the searches use.
+fn bounds(limits: &Limits) -> (u32, u32) {
+    let min = limits.min_replicas;
+    let max = limits.max_replicas.unwrap_or(sizing::SEARCH_LIMIT).max(min);
+    (min, max)
+}
+
+/// Applies the stabilisation window and the backlog hold; returns the replicas and whether a
+/// scale-down was held back.
+fn stabilise(
+    q: &mut QueueingState,
+    settings: &QueueingConfig,
+    now: f64,
+    desired: (u32, u32),
+    current: (u32, u32),
+    backlogged: bool,
+) -> ((u32, u32), bool) {
+    // A planner that has just started has seen no load yet to justify a scale-down: the
+    // replicas it found count as recommended.
+    if q.desired.is_empty() {
+        q.desired.push_back((now, current.0, current.1));
+    }
+    q.desired.push_back((now, desired.0, desired.1));
+    let window = settings.stabilisation_s.max(0.0);
+    q.desired.retain(|(t, _, _)| *t >= now - window - 1e-9);
+    let highest = q
+        .desired
+        .iter()
+        .fold((0, 0), |(p, d), (_, hp, hd)| (p.max(*hp), d.max(*hd)));
+    let hold = |want: u32, current: u32, highest: u32| {
+        if want >= current {
+            want
+        } else if backlogged {
+            current
+        } else {
+            highest.max(want).min(current)
+        }
+    };
+    let replicas = (
+        hold(desired.0, current.0, highest.0),
+        hold(desired.1, current.1, highest.1),
+    );
+    (replicas, replicas.0 > desired.0 || replicas.1 > desired.1)
+}
+
+/// Min/max bounds and the GPU budget; records which applied.
+fn finish(replicas: (u32, u32), limits: &Limits) -> ((u32, u32), Vec<Limit>) {
+    let mut applied = Vec::new();
+    let mut bound = |pool: Pool, needed: u32| {
+        let mut r = needed;
+        if r < limits.min_replicas {
+            applied.push(Limit::MinReplicas {
+                pool,
+                needed,
+                min: limits.min_replicas,
+            });
+            r = limits.min_replicas;
+        }
+        if let Some(max) = limits.max_replicas.filter(|&max| r > max) {
+            applied.push(Limit::MaxReplicas { pool, needed: r, max });
+            r = max;
+        }
+        r
+    };
+    let p = bound(Pool::Prefill, replicas.0);
+    let d = bound(Pool::Decode, replicas.1);
+    let (p, d, budget) = sla::apply_gpu_budget(p, d, limits);
+    applied.extend(budget);
+    ((p, d), applied)
 }
 
 #[cfg(test)]
@@ -266,11 +1238,21 @@ mod tests {
                 interval_seconds: 60.0,
                 ..PredictorConfig::default()
             },
+            model: SlaModel::Upstream,
+            queueing: QueueingConfig::default(),
         }
     }
 
     fn observed(num_req: f64) -> Observation {
         Observation {
+            arrivals: None,
+            inflight: None,
+            queued: None,
+            isl_second_moment: None,
+            osl_second_moment: None,
+            ttft_quantile_ms: None,
+            prefill_engines: None,
+            decode_kv_usage: None,
             num_req,
             isl: 3000.0,
             osl: 300.0,
@@ -360,5 +1342,216 @@ mod tests {
         assert_eq!(from_original.predicted, from_restored.predicted);
         // The trend learnt from the replayed history shows in the forecast.
         assert!(from_original.predicted.unwrap().num_req > 300.0);
+    }
+
+    fn queueing_config() -> SlaPlannerConfig {
+        SlaPlannerConfig {
+            model: SlaModel::Queueing,
+            limits: Limits {
+                min_replicas: 1,
+                max_replicas: Some(64),
+                max_gpu_budget: None,
+                prefill_gpus_per_engine: 1,
+                decode_gpus_per_engine: 1,
+            },
+            ..config(PredictorKind::Constant)
+        }
+    }
+
+    /// An interval with `arrivals` requests of 3000/300 tokens, served without queueing by
+    /// `engines` prefill engines.
+    fn seen(arrivals: f64, queued: f64, engines: f64) -> Observation {
+        Observation {
+            arrivals: Some(arrivals),
+            inflight: Some(queued + 10.0),
+            queued: Some(queued),
+            isl_second_moment: Some(1.5 * 3000.0 * 3000.0),
+            osl_second_moment: Some(1.5 * 300.0 * 300.0),
+            ttft_quantile_ms: None,
+            prefill_engines: Some(engines),
+            decode_kv_usage: Some(0.3),
+            ttft_ms: 150.0,
+            ..observed(arrivals)
+        }
+    }
+
+    fn tick(
+        planner: &mut SlaPlanner,
+        config: &SlaPlannerConfig,
+        o: Observation,
+        current: (u32, u32),
+    ) -> SlaDecision {
+        planner.tick(config, &model(), IntervalMetrics::Observed(o), current)
+    }
+
+    #[test]
+    fn queueing_sizes_prefill_with_queueing_and_explains_why() {
+        let config = queueing_config();
+        let mut planner = SlaPlanner::new(&config);
+        let low = tick(&mut planner, &config, seen(600.0, 0.0, 1.0), (1, 1));
+        let plan = low.queueing.clone().unwrap();
+        assert_eq!(plan.reason, ScaleReason::Forecast);
+        assert!(plan.prefill_sizing.ttft_ms <= 500.0);
+        assert_eq!(plan.forecast_requests, 600.0);
+        // Ten times the arrivals: more prefill engines, and the explanation says so.
+        let mut planner = SlaPlanner::new(&config);
+        let high = tick(&mut planner, &config, seen(6000.0, 0.0, 1.0), (1, 1));
+        let (p_high, _) = high.target().unwrap();
+        assert!(p_high > low.target().unwrap().0, "{:?}", high.queueing);
+        assert!(high.explanation().contains("prefill"), "{}", high.explanation());
+        // Its predicted TTFT includes the wait: more than the bare prefill time.
+        let sizing = high.queueing.unwrap().prefill_sizing;
+        assert!(sizing.ttft_ms > sizing.service_ms);
+    }
+
+    #[test]
+    fn queueing_counts_arrivals_or_completions_plus_inflight_growth() {
+        let config = queueing_config();
+        let mut planner = SlaPlanner::new(&config);
+        let mut o = seen(600.0, 0.0, 1.0);
+        o.arrivals = None;
+        o.inflight = Some(10.0);
+        tick(&mut planner, &config, o, (1, 1));
+        // 600 completed and the inflight gauge grew by 300: 900 arrived.
+        o.inflight = Some(310.0);
+        let d = tick(&mut planner, &config, o, (1, 1));
+        assert_eq!(d.predicted.unwrap().num_req, 900.0);
+    }
+
+    #[test]
+    fn queueing_scale_down_waits_for_the_stabilisation_window_and_the_backlog() {
+        let config = queueing_config();
+        let mut planner = SlaPlanner::new(&config);
+        let busy = tick(&mut planner, &config, seen(12_000.0, 0.0, 1.0), (1, 1));
+        let high = busy.target().unwrap();
+        assert!(high.0 > 1);
+        // Load drops: held for the 300 s window (five 60 s intervals), then released.
+        let mut replicas = high;
+        let mut released_after = None;
+        for i in 1..=8 {
+            let d = tick(
+                &mut planner,
+                &config,
+                seen(600.0, 0.0, f64::from(replicas.0)),
+                replicas,
+            );
+            let next = d.target().unwrap();
+            if next.0 < replicas.0 && released_after.is_none() {
+                released_after = Some(i);
+            } else if released_after.is_none() {
+                assert_eq!(d.queueing.unwrap().reason, ScaleReason::Stabilising);
+            }
+            replicas = next;
+        }
+        assert_eq!(released_after, Some(6), "held for the window");
+        // With a backlog nothing scales down, whatever the window says.
+        let mut planner = SlaPlanner::new(&config);
+        tick(&mut planner, &config, seen(600.0, 0.0, 8.0), (8, 8));
+        for _ in 0..8 {
+            let d = tick(&mut planner, &config, seen(600.0, 500.0, 8.0), (8, 8));
+            assert_eq!(d.target(), Some((8, 8)));
+        }
+        let d = tick(&mut planner, &config, seen(600.0, 500.0, 8.0), (8, 8));
+        assert!(matches!(
+            d.queueing.unwrap().reason,
+            ScaleReason::BacklogHold { .. }
+        ));
+    }
+
+    #[test]
+    fn fast_check_scales_up_on_overload_never_down() {
+        let upstream = config(PredictorKind::Constant);
+        let config = queueing_config();
+        let mut planner = SlaPlanner::new(&config);
+        tick(&mut planner, &config, seen(600.0, 0.0, 2.0), (2, 2));
+        let calm = FastSignals {
+            elapsed_s: 10.0,
+            window_s: 10.0,
+            arrivals: Some(100.0),
+            completions: 100.0,
+            inflight: Some(20.0),
+            queued: Some(1.0),
+            prefill_engines: 2.0,
+            isl: 3000.0,
+            isl_second_moment: None,
+            osl: 300.0,
+            osl_second_moment: None,
+        };
+        assert!(planner.fast_check(&config, &model(), &calm, (2, 2)).is_none());
+        // Lighter than planned: still nothing (never down).
+        let light = FastSignals {
+            arrivals: Some(10.0),
+            ..calm
+        };
+        assert!(planner.fast_check(&config, &model(), &light, (2, 2)).is_none());
+        // Four times the arrivals and a queue building: up at once, with the reason.
+        let mut up = None;
+        for i in 0..3 {
+            let surge = FastSignals {
+                elapsed_s: 20.0 + 10.0 * f64::from(i),
+                arrivals: Some(2000.0),
+                queued: Some(3000.0),
+                ..calm
+            };
+            up = up.or(planner.fast_check(&config, &model(), &surge, (2, 2)));
+        }
+        let up = up.unwrap();
+        let (p, d) = up.target().unwrap();
+        assert!(p > 2 && d >= 2, "{p}/{d}");
+        let reason = up.queueing.unwrap().reason;
+        assert!(matches!(
+            reason,
+            ScaleReason::FastPath { .. } | ScaleReason::Surge { .. }
+        ));
+        // The upstream model has no fast path.
+        let mut old = SlaPlanner::new(&upstream);
+        assert!(old.fast_check(&upstream, &model(), &calm, (2, 2)).is_none());
+    }
+
+    #[test]
+    fn percentile_targets_need_at_least_the_mean_targets_replicas() {
+        let config = queueing_config();
+        let p95 = SlaPlannerConfig {
+            queueing: QueueingConfig {
+                ttft_percentile: Some(95.0),
+                ..QueueingConfig::default()
+            },
+            ..queueing_config()
+        };
+        let mean = tick(
+            &mut SlaPlanner::new(&config),
+            &config,
+            seen(9000.0, 0.0, 1.0),
+            (1, 1),
+        );
+        let tail = tick(&mut SlaPlanner::new(&p95), &p95, seen(9000.0, 0.0, 1.0), (1, 1));
+        assert!(tail.target().unwrap().0 >= mean.target().unwrap().0);
+    }
+
+    #[test]
+    fn queueing_state_survives_serialization() {
+        let config = queueing_config();
+        let mut planner = SlaPlanner::new(&config);
+        for i in 0..10 {
+            tick(
+                &mut planner,
+                &config,
+                seen(600.0 + 50.0 * f64::from(i), 0.0, 1.0),
+                (1, 1),
+            );
+        }
+        let restored: SlaPlanner = serde_json::from_str(&serde_json::to_string(&planner).unwrap()).unwrap();
+        let (mut a, mut b) = (planner, restored);
+        let x = tick(&mut a, &config, seen(1200.0, 0.0, 1.0), (1, 1));
+        let y = tick(&mut b, &config, seen(1200.0, 0.0, 1.0), (1, 1));
+        assert_eq!(x.target(), y.target());
+        assert_eq!(
+            x.queueing.map(|q| q.planned_rate),
+            y.queueing.map(|q| q.planned_rate)
+        );
+        // A state persisted before the queueing model existed still loads.
+        let mut old: serde_json::Value = serde_json::to_value(&a).unwrap();
+        old.as_object_mut().unwrap().remove("queueing");
+        assert!(serde_json::from_value::<SlaPlanner>(old).is_ok());
     }
 }

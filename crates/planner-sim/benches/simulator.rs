@@ -17,6 +17,7 @@ use planner_core::{
     predictor::PredictorKind,
     profile::Profile,
     sla::Limits,
+    state::SlaModel,
 };
 use planner_sim::sim::{
     policy::{Oracle, SlaPolicy},
@@ -49,13 +50,14 @@ fn replay(c: &mut Criterion) {
     };
     let mut group = c.benchmark_group("replay one hour of azure2023_conv");
     group.sample_size(10).measurement_time(Duration::from_secs(10));
-    for (name, kind) in [
-        ("sla-arima", PredictorKind::Arima),
-        ("sla-constant", PredictorKind::Constant),
+    for (name, sla_model, kind) in [
+        ("upstream-arima", SlaModel::Upstream, PredictorKind::Arima),
+        ("sla-arima", SlaModel::Queueing, PredictorKind::Arima),
+        ("sla-constant", SlaModel::Queueing, PredictorKind::Constant),
     ] {
         group.bench_function(name, |b| {
             b.iter(|| {
-                let mut policy = SlaPolicy::new(&config, kind, true, false);
+                let mut policy = SlaPolicy::new(&config, sla_model, kind, true, false);
                 black_box(
                     run(&requests, &model, &config, &mut policy, Some((1, 1)))
                         .summary

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use planner_core::sla::Observation;
+use planner_core::{sizing::LengthMoments, sla::Observation, state::FastSignals};
 
 /// Metric name prefix of Dynamo frontends.
 pub const FRONTEND_PREFIX: &str = "dynamo_frontend";
@@ -53,6 +53,67 @@ pub fn requests_query(filter: &SeriesFilter, window_s: u64) -> String {
         "increase({FRONTEND_PREFIX}_requests_total{{dynamo_namespace={}}}[{window_s}s])",
         quote(&filter.dynamo_namespace)
     )
+}
+
+/// The PromQL count of requests the frontend accepted over the window, per series.
+pub fn started_query(filter: &SeriesFilter, window_s: u64) -> String {
+    format!(
+        "increase({FRONTEND_PREFIX}_requests_started_total{{dynamo_namespace={}}}[{window_s}s])",
+        quote(&filter.dynamo_namespace)
+    )
+}
+
+/// The PromQL value of a frontend gauge now, per series.
+pub fn gauge_query(gauge: &str, filter: &SeriesFilter) -> String {
+    format!(
+        "{FRONTEND_PREFIX}_{gauge}{{dynamo_namespace={}}}",
+        quote(&filter.dynamo_namespace)
+    )
+}
+
+/// The PromQL bucket counts of a frontend histogram over the window, per model and bound.
+pub fn buckets_query(histogram: &str, filter: &SeriesFilter, window_s: u64) -> String {
+    format!(
+        "sum by (model, le) (increase({FRONTEND_PREFIX}_{histogram}_bucket{{dynamo_namespace={}}}[{window_s}s]))",
+        quote(&filter.dynamo_namespace)
+    )
+}
+
+/// The PromQL `quantile` (0..1) of a frontend histogram over the window, per model.
+pub fn quantile_query(histogram: &str, quantile: f64, filter: &SeriesFilter, window_s: u64) -> String {
+    format!(
+        "histogram_quantile({quantile}, sum by (model, le) (increase({FRONTEND_PREFIX}_{histogram}_bucket{{dynamo_namespace={}}}[{window_s}s])))",
+        quote(&filter.dynamo_namespace)
+    )
+}
+
+/// The PromQL KV-cache usage of the decode workers now (active blocks per worker over one
+/// engine's blocks), from the router's metrics.
+pub fn kv_usage_query(dynamo_namespace: &str) -> String {
+    let ns = quote(dynamo_namespace);
+    format!(
+        "avg({FRONTEND_PREFIX}_worker_active_decode_blocks{{dynamo_namespace={ns},worker_type=\"decode\"}}) / max({FRONTEND_PREFIX}_model_total_kv_blocks{{dynamo_namespace={ns}}})"
+    )
+}
+
+/// The distribution's moments from a histogram's bucket samples for `model` (cumulative counts
+/// by upper bound) and its mean; `None` without buckets or observations.
+pub fn moments_of(samples: &[Sample], model: &str, mean: f64) -> Option<LengthMoments> {
+    let model = model.to_lowercase();
+    let mut buckets: Vec<(f64, f64)> = samples
+        .iter()
+        .filter(|s| s.model.as_deref().is_some_and(|m| m.to_lowercase() == model))
+        .filter_map(|s| s.le.map(|le| (le, s.value)))
+        .filter(|(_, count)| count.is_finite())
+        .collect();
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let count = buckets.last().filter(|(le, _)| le.is_infinite())?.1;
+    if !(count > 0.0 && mean.is_finite()) {
+        return None;
+    }
+    let (bounds, cumulative): (Vec<f64>, Vec<f64>) =
+        buckets.into_iter().filter(|(le, _)| le.is_finite()).unzip();
+    LengthMoments::from_histogram(&bounds, &cumulative, mean * count, count)
 }
 
 /// Why metrics could not be read.
@@ -102,6 +163,10 @@ impl MetricsError {
 pub struct Sample {
     /// `model` label, if any.
     pub model: Option<String>,
+    /// `le` label (a histogram bucket's upper bound), if any.
+    pub le: Option<f64>,
+    /// `dynamo_namespace` label, if any.
+    pub dynamo_namespace: Option<String>,
     /// The value (`NaN` when Prometheus says so).
     pub value: f64,
 }
@@ -259,6 +324,11 @@ pub fn parse_vector(query: &str, body: &str) -> Result<Vec<Sample>, MetricsError
             };
             Some(Sample {
                 model: sample.metric.get("model").cloned(),
+                le: sample.metric.get("le").and_then(|le| match le.as_str() {
+                    "+Inf" => Some(f64::INFINITY),
+                    other => other.parse().ok(),
+                }),
+                dynamo_namespace: sample.metric.get("dynamo_namespace").cloned(),
                 value,
             })
         })
@@ -437,14 +507,7 @@ impl PrometheusClient {
                         .copied()
                         .unwrap_or(f64::NAN)
                 };
-                Observation {
-                    num_req,
-                    ttft_ms: at(0),
-                    itl_ms: at(1),
-                    request_duration_s: at(2),
-                    isl: at(3),
-                    osl: at(4),
-                }
+                Observation::upstream(num_req, at(3), at(4), at(0), at(1), at(2))
             })
             .collect())
     }
@@ -478,9 +541,17 @@ impl PrometheusClient {
         })
     }
 
-    /// The interval's observation. Missing series are an error (never read as zero load);
-    /// means of an interval without completed requests are `NaN`.
-    pub async fn observe(&self, filter: &SeriesFilter, window_s: u64) -> Result<Observation, MetricsError> {
+    /// The interval's observation. Missing series of upstream's metrics are an error (never
+    /// read as zero load); means of an interval without completed requests are `NaN`. The demand
+    /// signals (requests accepted, the in-flight and queued gauges, the length distributions,
+    /// the TTFT `quantile`, the decode KV usage) are `None` when their series are missing: an
+    /// older frontend does not export them all.
+    pub async fn observe(
+        &self,
+        filter: &SeriesFilter,
+        window_s: u64,
+        quantile: f64,
+    ) -> Result<Observation, MetricsError> {
         let no_series = |metric: &str| MetricsError::NoSeries {
             metric: format!("{FRONTEND_PREFIX}_{metric}"),
             dynamo_namespace: filter.dynamo_namespace.clone(),
@@ -494,13 +565,81 @@ impl PrometheusClient {
             *slot = mean_of(&samples, &filter.model).ok_or_else(|| no_series(histogram))? * scale;
         }
         let [ttft_ms, itl_ms, request_duration_s, isl, osl] = means;
-        Ok(Observation {
-            num_req,
+        let mut observation = Observation::upstream(num_req, isl, osl, ttft_ms, itl_ms, request_duration_s);
+        let model = filter.model.as_str();
+        observation.arrivals = sum_of(&self.query(&started_query(filter, window_s)).await?, model);
+        observation.inflight = sum_of(
+            &self.query(&gauge_query("inflight_requests", filter)).await?,
+            model,
+        );
+        observation.queued = sum_of(&self.query(&gauge_query("queued_requests", filter)).await?, model);
+        let second = |samples: &[Sample], mean: f64| moments_of(samples, model, mean).map(|m| m.second);
+        observation.isl_second_moment = second(
+            &self
+                .query(&buckets_query("input_sequence_tokens", filter, window_s))
+                .await?,
             isl,
+        );
+        observation.osl_second_moment = second(
+            &self
+                .query(&buckets_query("output_sequence_tokens", filter, window_s))
+                .await?,
             osl,
-            ttft_ms,
-            itl_ms,
-            request_duration_s,
+        );
+        observation.ttft_quantile_ms = mean_of(
+            &self
+                .query(&quantile_query(
+                    "time_to_first_token_seconds",
+                    quantile,
+                    filter,
+                    window_s,
+                ))
+                .await?,
+            model,
+        )
+        .filter(|v| v.is_finite())
+        .map(|seconds| (quantile, seconds * 1000.0));
+        // The router's KV metrics carry no model label: the graph's only.
+        observation.decode_kv_usage = self
+            .query(&kv_usage_query(&filter.dynamo_namespace))
+            .await
+            .ok()
+            .and_then(|samples| samples.first().map(|s| s.value))
+            .filter(|v| v.is_finite());
+        Ok(observation)
+    }
+
+    /// What the fast path reads for one graph over the last `window_s` seconds: requests
+    /// accepted and completed, and the in-flight and queued gauges now.
+    pub async fn fast_signals(
+        &self,
+        filter: &SeriesFilter,
+        window_s: u64,
+    ) -> Result<FastSignals, MetricsError> {
+        let model = filter.model.as_str();
+        let completions =
+            sum_of(&self.query(&requests_query(filter, window_s)).await?, model).ok_or_else(|| {
+                MetricsError::NoSeries {
+                    metric: format!("{FRONTEND_PREFIX}_requests_total"),
+                    dynamo_namespace: filter.dynamo_namespace.clone(),
+                    model: filter.model.clone(),
+                }
+            })?;
+        Ok(FastSignals {
+            elapsed_s: 0.0,
+            window_s: window_s as f64,
+            arrivals: sum_of(&self.query(&started_query(filter, window_s)).await?, model),
+            completions,
+            inflight: sum_of(
+                &self.query(&gauge_query("inflight_requests", filter)).await?,
+                model,
+            ),
+            queued: sum_of(&self.query(&gauge_query("queued_requests", filter)).await?, model),
+            prefill_engines: 0.0,
+            isl: f64::NAN,
+            isl_second_moment: None,
+            osl: f64::NAN,
+            osl_second_moment: None,
         })
     }
 }
@@ -552,18 +691,26 @@ mod tests {
         let samples = vec![
             Sample {
                 model: Some("LLAMA-3.1-8B".into()),
+                le: None,
+                dynamo_namespace: None,
                 value: 0.1,
             },
             Sample {
                 model: Some("llama-3.1-8b".into()),
+                le: None,
+                dynamo_namespace: None,
                 value: 0.3,
             },
             Sample {
                 model: Some("other".into()),
+                le: None,
+                dynamo_namespace: None,
                 value: 100.0,
             },
             Sample {
                 model: None,
+                le: None,
+                dynamo_namespace: None,
                 value: 100.0,
             },
         ];
@@ -573,14 +720,46 @@ mod tests {
         let with_nan = vec![
             Sample {
                 model: Some("m".into()),
+                le: None,
+                dynamo_namespace: None,
                 value: f64::NAN,
             },
             Sample {
                 model: Some("m".into()),
+                le: None,
+                dynamo_namespace: None,
                 value: 1.0,
             },
         ];
         assert!(mean_of(&with_nan, "m").unwrap().is_nan());
+    }
+
+    #[test]
+    fn demand_queries_and_histogram_moments() {
+        assert_eq!(
+            started_query(&filter(), 60),
+            "increase(dynamo_frontend_requests_started_total{dynamo_namespace=\"llm-llama-disagg\"}[60s])"
+        );
+        assert_eq!(
+            quantile_query("time_to_first_token_seconds", 0.9, &filter(), 60),
+            "histogram_quantile(0.9, sum by (model, le) (increase(dynamo_frontend_time_to_first_token_seconds_bucket{dynamo_namespace=\"llm-llama-disagg\"}[60s])))"
+        );
+        // Ten prompts: four up to 1000 tokens, six between 1000 and 4000, mean 1900.
+        let body = r#"{"status":"success","data":{"resultType":"vector","result":[
+            {"metric":{"model":"llama-3.1-8b","le":"1000"},"value":[1.0,"4"]},
+            {"metric":{"model":"llama-3.1-8b","le":"4000"},"value":[1.0,"10"]},
+            {"metric":{"model":"llama-3.1-8b","le":"+Inf"},"value":[1.0,"10"]},
+            {"metric":{"model":"other","le":"+Inf"},"value":[1.0,"99"]}]}}"#;
+        let samples = parse_vector("q", body).unwrap();
+        assert_eq!(samples[2].le, Some(f64::INFINITY));
+        let moments = moments_of(&samples, "Llama-3.1-8B", 1900.0).unwrap();
+        assert!((moments.mean - 1900.0).abs() < 1e-6, "{moments:?}");
+        // The spread of two buckets: E[x²] above the squared mean, below the largest bound's square.
+        assert!(
+            moments.second > 1900.0 * 1900.0 && moments.second < 4000.0 * 4000.0,
+            "{moments:?}"
+        );
+        assert_eq!(moments_of(&samples, "missing", 1900.0), None);
     }
 
     #[test]

@@ -199,6 +199,16 @@ pub enum PolicyError {
         /// The maximum, formatted.
         max: String,
     },
+    /// A `spec.behavior` duration is outside its bounds.
+    #[error("{field}: {value:?} is out of range; allowed: {allowed}")]
+    BehaviorOutOfRange {
+        /// The field.
+        field: &'static str,
+        /// The value.
+        value: String,
+        /// What is allowed.
+        allowed: &'static str,
+    },
     /// A pool component's GPU count is not a positive whole number.
     #[error(
         "spec.components.{pool}: component {component:?} asks for {value:?} {GPU_RESOURCE} in its main container; allowed: a whole number of GPUs, 1 or more"
@@ -239,7 +249,8 @@ impl PolicyError {
             | Self::PullingIntervalOutOfRange { .. }
             | Self::EtcdEndpointsMissing
             | Self::EtcdEndpointInvalid { .. }
-            | Self::DecisionTimeoutOutOfRange { .. } => "InvalidSpec",
+            | Self::DecisionTimeoutOutOfRange { .. }
+            | Self::BehaviorOutOfRange { .. } => "InvalidSpec",
         }
     }
 
@@ -386,7 +397,51 @@ pub fn validate_spec(spec: &PlannerPolicySpec) -> Vec<PolicyError> {
             }),
         }
     }
+    check_behavior(spec, &mut errors);
     errors
+}
+
+/// Longest `behavior.scaleUpDelay` and `behavior.scaleDownStabilization`.
+pub const MAX_BEHAVIOR_WINDOW: Duration = Duration::from_secs(3600);
+/// Bounds of a `behavior.fastCheckPeriod` that is not `0s` (off).
+pub const FAST_CHECK_BOUNDS: (Duration, Duration) = (Duration::from_secs(5), Duration::from_secs(300));
+
+fn check_behavior(spec: &PlannerPolicySpec, errors: &mut Vec<PolicyError>) {
+    let behavior = &spec.behavior;
+    let mut check = |field: &'static str, value: &str, ok: fn(Duration) -> bool, allowed: &'static str| {
+        match parse_duration(value) {
+            Ok(duration) if ok(duration) => {}
+            Ok(_) => errors.push(PolicyError::BehaviorOutOfRange {
+                field,
+                value: value.to_string(),
+                allowed,
+            }),
+            Err(_) => errors.push(PolicyError::DurationFormat {
+                field,
+                value: value.to_string(),
+            }),
+        }
+    };
+    if let Some(delay) = &behavior.scale_up_delay {
+        check(
+            "spec.behavior.scaleUpDelay",
+            delay,
+            |d| d <= MAX_BEHAVIOR_WINDOW,
+            "0s to 1h",
+        );
+    }
+    check(
+        "spec.behavior.scaleDownStabilization",
+        &behavior.scale_down_stabilization,
+        |d| d <= MAX_BEHAVIOR_WINDOW,
+        "0s to 1h",
+    );
+    check(
+        "spec.behavior.fastCheckPeriod",
+        &behavior.fast_check_period,
+        |d| d.is_zero() || (FAST_CHECK_BOUNDS.0..=FAST_CHECK_BOUNDS.1).contains(&d),
+        "0s (off), or 5s to 5m",
+    );
 }
 
 /// Checks a built-in profile name against the profiles compiled into the operator. Also used
@@ -554,6 +609,12 @@ pub struct ValidatedPolicy {
     pub pulling_interval: Duration,
     /// `spec.connector.decisionTimeout` (virtual connector).
     pub decision_timeout: Duration,
+    /// `spec.behavior.scaleUpDelay`, when set (else it is measured).
+    pub scale_up_delay: Option<Duration>,
+    /// `spec.behavior.scaleDownStabilization`.
+    pub stabilization: Duration,
+    /// `spec.behavior.fastCheckPeriod` (zero: off).
+    pub fast_check_period: Duration,
 }
 
 /// Resolves the pools of `dgd` and checks what planning needs from them: GPUs per replica and,
@@ -650,6 +711,13 @@ pub fn validate(
         interval: duration(&spec.adjustment_interval, Duration::from_secs(180)),
         pulling_interval: duration(&spec.load.metric_pulling_interval, Duration::from_secs(1)),
         decision_timeout: duration(&spec.connector.decision_timeout, Duration::from_secs(1800)),
+        scale_up_delay: spec
+            .behavior
+            .scale_up_delay
+            .as_deref()
+            .map(|d| duration(d, Duration::from_secs(60))),
+        stabilization: duration(&spec.behavior.scale_down_stabilization, Duration::from_secs(300)),
+        fast_check_period: duration(&spec.behavior.fast_check_period, Duration::from_secs(10)),
     })
 }
 

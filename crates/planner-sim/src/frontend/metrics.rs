@@ -5,7 +5,8 @@
 //! Names, label names and histogram buckets are upstream's (`lib/llm/src/http/service/metrics.rs`;
 //! log-spaced buckets with the default `DYN_METRICS_*` minimum, maximum and count):
 //! - `requests_total{model, endpoint, request_type, status}` (incremented when a request ends,
-//!   as upstream's in-flight guard does on drop),
+//!   as upstream's in-flight guard does on drop), and `requests_started_total{model, endpoint,
+//!   request_type}` (incremented when the frontend accepts a request),
 //! - histograms `{model}`: `time_to_first_token_seconds`, `inter_token_latency_seconds` (one
 //!   observation per token), `request_duration_seconds`, `input_sequence_tokens`,
 //!   `output_sequence_tokens`,
@@ -59,6 +60,17 @@ pub struct RequestLabels {
     pub status: String,
 }
 
+/// `requests_started_total` labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StartedLabels {
+    /// Served model name, lower-cased.
+    pub model: String,
+    /// `chat_completions` or `completions`.
+    pub endpoint: String,
+    /// `stream` or `unary`.
+    pub request_type: String,
+}
+
 /// Per-worker gauge labels.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WorkerLabels {
@@ -103,6 +115,7 @@ pub struct FrontendMetrics {
     model: ModelLabels,
     kv_block_size: f64,
     requests: Family<RequestLabels, Counter>,
+    started: Family<StartedLabels, Counter>,
     ttft: Histograms,
     itl: Histograms,
     duration: Histograms,
@@ -146,6 +159,12 @@ impl FrontendMetrics {
             "requests",
             "Total number of LLM requests processed",
             requests.clone(),
+        );
+        let started = Family::<StartedLabels, Counter>::default();
+        registry.register(
+            "requests_started",
+            "Total number of LLM requests accepted by the frontend",
+            started.clone(),
         );
         let histogram = |registry: &mut Registry, name: &str, help: &str, make: fn() -> Histogram| {
             let family: Histograms = Family::new_with_constructor(make);
@@ -270,6 +289,11 @@ impl FrontendMetrics {
         for family in [&ttft, &itl, &duration, &isl, &osl] {
             let _ = family.get_or_create(&model);
         }
+        let _ = started.get_or_create(&StartedLabels {
+            model: model.model.clone(),
+            endpoint: "chat_completions".into(),
+            request_type: "stream".into(),
+        });
         let _ = inflight.get_or_create(&model);
         let _ = queued.get_or_create(&model);
         let _ = output_tokens.get_or_create(&model);
@@ -285,6 +309,7 @@ impl FrontendMetrics {
             model,
             kv_block_size: f64::from(kv_block_size.max(1)),
             requests,
+            started,
             ttft,
             itl,
             duration,
@@ -320,6 +345,14 @@ impl FrontendMetrics {
             worker_id: id.to_string(),
             dp_rank: "0".into(),
             worker_type: worker_type.into(),
+        }
+    }
+
+    fn started_labels(&self) -> StartedLabels {
+        StartedLabels {
+            model: self.model.model.clone(),
+            endpoint: "chat_completions".into(),
+            request_type: "stream".into(),
         }
     }
 
@@ -395,6 +428,10 @@ impl FrontendMetrics {
 }
 
 impl Observer for FrontendMetrics {
+    fn arrived(&mut self, _job: &Job) {
+        self.started.get_or_create(&self.started_labels()).inc();
+    }
+
     fn first_token(&mut self, job: &Job, _at_s: f64, ttft_s: f64) {
         self.ttft.get_or_create(&self.model).observe(ttft_s);
         self.isl.get_or_create(&self.model).observe(job.isl);
@@ -458,6 +495,11 @@ mod tests {
     #[test]
     fn exposes_upstream_names_labels_and_buckets() {
         let mut m = FrontendMetrics::new("Llama-3.3-70B", 224_133.0, 16);
+        let started = "dynamo_frontend_requests_started_total{model=\"llama-3.3-70b\",endpoint=\"chat_completions\",request_type=\"stream\"}";
+        assert_eq!(sample(&m.encode().unwrap(), started), 0.0);
+        m.arrived(&job());
+        // Counted when accepted, before any completion.
+        assert_eq!(sample(&m.encode().unwrap(), started), 1.0);
         m.first_token(&job(), 0.2, 0.25);
         m.tokens(&job(), 1.0, 99.5, 0.02);
         m.tokens(&job(), 1.5, 50.5, 0.02);

@@ -157,6 +157,7 @@ impl Replay {
                 self.pending.pop();
                 // A copy jittered into an earlier step than its original's arrival is
                 // still fine: the model starts it no earlier than the current step.
+                observer.arrived(&job);
                 self.cluster.arrive(job);
             }
             self.cluster.advance(model, until, observer);

@@ -12,6 +12,7 @@
 
 pub mod command;
 pub use planner_core::latency;
+pub mod metrics;
 pub mod plot;
 pub mod policy;
 pub mod report;
@@ -39,10 +40,11 @@ pub fn build_policy<C: PerformanceCurves>(
         PolicySpec::Oracle => Box::new(Oracle),
         PolicySpec::PerfectPrediction => Box::new(PerfectPrediction),
         PolicySpec::Sla {
+            model,
             predictor,
             correction,
             headroom,
-        } => Box::new(SlaPolicy::new(config, predictor, correction, headroom)),
+        } => Box::new(SlaPolicy::new(config, model, predictor, correction, headroom)),
         PolicySpec::LoadBased => Box::new(LoadBased::new(config)),
         PolicySpec::Hpa => Box::new(Hpa::default()),
         PolicySpec::FixedPeak => Box::new(Fixed {

@@ -9,7 +9,7 @@ use planner_core::{
     load::{LoadConfig, LoadPlanner},
     predictor::{PredictorConfig, PredictorKind},
     sla::{self, Corrections},
-    state::{IntervalMetrics, SlaPlanner, SlaPlannerConfig},
+    state::{FastSignals, IntervalMetrics, QueueingConfig, SlaModel, SlaPlanner, SlaPlannerConfig},
 };
 
 use super::{
@@ -27,6 +27,8 @@ pub enum PolicySpec {
     PerfectPrediction,
     /// The SLA planner.
     Sla {
+        /// Sizing model.
+        model: SlaModel,
         /// Load predictor.
         predictor: PredictorKind,
         /// Whether correction factors are applied.
@@ -58,8 +60,17 @@ impl PolicySpec {
     pub fn standard() -> Vec<Self> {
         let mut all = vec![Self::Oracle, Self::PerfectPrediction];
         for predictor in PREDICTORS {
+            all.push(Self::Sla {
+                model: SlaModel::Queueing,
+                predictor,
+                correction: true,
+                headroom: false,
+            });
+        }
+        for predictor in PREDICTORS {
             for correction in [true, false] {
                 all.push(Self::Sla {
+                    model: SlaModel::Upstream,
                     predictor,
                     correction,
                     headroom: false,
@@ -68,6 +79,7 @@ impl PolicySpec {
         }
         for predictor in PREDICTORS {
             all.push(Self::Sla {
+                model: SlaModel::Upstream,
                 predictor,
                 correction: true,
                 headroom: true,
@@ -88,26 +100,37 @@ impl PolicySpec {
             Self::Oracle => "oracle",
             Self::PerfectPrediction => "perfect-prediction",
             Self::Sla {
+                model: SlaModel::Queueing,
+                predictor,
+                ..
+            } => match predictor {
+                Constant => "sla-constant",
+                Arima => "sla-arima",
+                Kalman => "sla-kalman",
+                Prophet => "sla-prophet",
+            },
+            Self::Sla {
+                model: SlaModel::Upstream,
                 predictor,
                 correction,
                 headroom,
             } => match (predictor, correction, headroom) {
-                (Constant, true, false) => "sla-constant",
-                (Constant, false, false) => "sla-constant-nocorr",
-                (Arima, true, false) => "sla-arima",
-                (Arima, false, false) => "sla-arima-nocorr",
-                (Kalman, true, false) => "sla-kalman",
-                (Kalman, false, false) => "sla-kalman-nocorr",
-                (Prophet, true, false) => "sla-prophet",
-                (Prophet, false, false) => "sla-prophet-nocorr",
-                (Constant, true, true) => "sla-constant-u70",
-                (Constant, false, true) => "sla-constant-nocorr-u70",
-                (Arima, true, true) => "sla-arima-u70",
-                (Arima, false, true) => "sla-arima-nocorr-u70",
-                (Kalman, true, true) => "sla-kalman-u70",
-                (Kalman, false, true) => "sla-kalman-nocorr-u70",
-                (Prophet, true, true) => "sla-prophet-u70",
-                (Prophet, false, true) => "sla-prophet-nocorr-u70",
+                (Constant, true, false) => "upstream-constant",
+                (Constant, false, false) => "upstream-constant-nocorr",
+                (Arima, true, false) => "upstream-arima",
+                (Arima, false, false) => "upstream-arima-nocorr",
+                (Kalman, true, false) => "upstream-kalman",
+                (Kalman, false, false) => "upstream-kalman-nocorr",
+                (Prophet, true, false) => "upstream-prophet",
+                (Prophet, false, false) => "upstream-prophet-nocorr",
+                (Constant, true, true) => "upstream-constant-u70",
+                (Constant, false, true) => "upstream-constant-nocorr-u70",
+                (Arima, true, true) => "upstream-arima-u70",
+                (Arima, false, true) => "upstream-arima-nocorr-u70",
+                (Kalman, true, true) => "upstream-kalman-u70",
+                (Kalman, false, true) => "upstream-kalman-nocorr-u70",
+                (Prophet, true, true) => "upstream-prophet-u70",
+                (Prophet, false, true) => "upstream-prophet-nocorr-u70",
             },
             Self::LoadBased => "load-based",
             Self::Hpa => "hpa",
@@ -126,7 +149,8 @@ impl PolicySpec {
     }
 }
 
-/// The SLA planner, ticked once per adjustment interval with the interval's frontend metrics.
+/// The SLA planner, ticked once per adjustment interval with the interval's frontend metrics
+/// (and, with the queueing model, checked every fast period in between).
 pub struct SlaPolicy {
     name: String,
     config: SlaPlannerConfig,
@@ -134,9 +158,15 @@ pub struct SlaPolicy {
 }
 
 impl SlaPolicy {
-    /// A cold-started planner (no warm-up trace) with the simulator's interval, SLA and limits;
-    /// with `headroom`, prefill is sized for [`HEADROOM_UTILIZATION`].
-    pub fn new(sim: &SimConfig, predictor: PredictorKind, correction: bool, headroom: bool) -> Self {
+    /// A cold-started planner (no warm-up trace) with the simulator's interval, SLA, limits and
+    /// scale-up delay; with `headroom`, upstream's prefill is sized for [`HEADROOM_UTILIZATION`].
+    pub fn new(
+        sim: &SimConfig,
+        model: SlaModel,
+        predictor: PredictorKind,
+        correction: bool,
+        headroom: bool,
+    ) -> Self {
         let mut sla = sim.sla;
         if headroom {
             sla.prefill_utilization = HEADROOM_UTILIZATION;
@@ -151,17 +181,40 @@ impl SlaPolicy {
                 interval_seconds: sim.interval_s,
                 ..PredictorConfig::default()
             },
+            model,
+            queueing: QueueingConfig {
+                scale_up_delay_s: sim.scale_up_delay_s,
+                ..QueueingConfig::default()
+            },
         };
+        Self::with_config(config)
+    }
+
+    /// A cold-started planner with the given configuration.
+    pub fn with_config(config: SlaPlannerConfig) -> Self {
+        let name = PolicySpec::Sla {
+            model: config.model,
+            predictor: config.predictor.kind,
+            correction: config.correction,
+            headroom: config.sla.prefill_utilization < 1.0,
+        }
+        .name();
         Self {
-            name: PolicySpec::Sla {
-                predictor,
-                correction,
-                headroom,
-            }
-            .name(),
+            name,
             planner: SlaPlanner::new(&config),
             config,
         }
+    }
+
+    /// The planner's configuration.
+    pub fn config(&self) -> &SlaPlannerConfig {
+        &self.config
+    }
+
+    /// Renames the policy (for reports comparing settings).
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
     }
 }
 
@@ -173,14 +226,31 @@ impl<C: PerformanceCurves> Policy<C> for SlaPolicy {
         self.config.interval_s
     }
     fn decide(&mut self, ctx: &DecisionContext<'_, C>) -> Option<(u32, u32)> {
+        // Upstream is told the replicas serving (as the operator did); the queueing model the
+        // replicas asked for, so that starting replicas are not asked for twice.
+        let current = match self.config.model {
+            SlaModel::Upstream => ctx.serving,
+            SlaModel::Queueing => ctx.target,
+        };
         self.planner
             .tick(
                 &self.config,
                 ctx.model.curves,
                 IntervalMetrics::Observed(ctx.window),
-                ctx.serving,
+                current,
             )
             .target()
+    }
+    fn fast_period_s(&self, _: &SimConfig) -> f64 {
+        match self.config.model {
+            SlaModel::Upstream => f64::INFINITY,
+            SlaModel::Queueing => self.config.queueing.fast_period_s,
+        }
+    }
+    fn fast_decide(&mut self, ctx: &DecisionContext<'_, C>, signals: &FastSignals) -> Option<(u32, u32)> {
+        self.planner
+            .fast_check(&self.config, ctx.model.curves, signals, ctx.target)
+            .and_then(|decision| decision.target())
     }
 }
 
@@ -554,9 +624,10 @@ mod tests {
     #[test]
     fn names_round_trip() {
         let names = PolicySpec::names();
-        assert_eq!(names.len(), 17);
-        assert!(names.contains(&"sla-arima-nocorr"));
-        assert!(names.contains(&"sla-kalman-u70"));
+        assert_eq!(names.len(), 21);
+        assert!(names.contains(&"sla-arima"));
+        assert!(names.contains(&"upstream-arima-nocorr"));
+        assert!(names.contains(&"upstream-kalman-u70"));
         for name in names {
             assert_eq!(PolicySpec::parse(name).unwrap().name(), name);
         }

@@ -3,7 +3,7 @@
 use super::run::RunResult;
 
 /// Column headers.
-const HEADERS: [&str; 12] = [
+const HEADERS: [&str; 14] = [
     "policy",
     "GPU-h",
     "vs oracle",
@@ -11,7 +11,9 @@ const HEADERS: [&str; 12] = [
     "requests OK",
     "TTFT OK",
     "ITL OK",
+    "p90 intervals OK",
     "mean TTFT ms",
+    "p90 TTFT ms",
     "p95 TTFT ms",
     "mean ITL ms",
     "actions",
@@ -33,7 +35,7 @@ fn number(x: f64, decimals: usize) -> String {
 }
 
 /// One row of cells per result; GPU-hours relative to the run named `oracle`.
-pub fn rows(results: &[RunResult]) -> Vec<[String; 12]> {
+pub fn rows(results: &[RunResult]) -> Vec<[String; 14]> {
     let oracle = results
         .iter()
         .find(|r| r.policy == "oracle")
@@ -54,7 +56,9 @@ pub fn rows(results: &[RunResult]) -> Vec<[String; 12]> {
                 percent(s.request_attainment()),
                 percent(s.ttft_attainment()),
                 percent(s.itl_attainment()),
+                percent(s.interval_p90_attainment()),
                 number(s.mean_ttft_ms, 0),
+                number(s.p90_ttft_ms, 0),
                 number(s.p95_ttft_ms, 0),
                 number(s.mean_itl_ms, 1),
                 s.scaling_actions.to_string(),
@@ -146,7 +150,9 @@ mod tests {
                 max_prefill: 3,
                 max_decode: 5,
                 mean_ttft_ms: 120.4,
+                p90_ttft_ms: 300.0,
                 p95_ttft_ms: f64::INFINITY,
+                intervals_meeting_p90: 2,
                 mean_itl_ms: f64::NAN,
             },
             initial: (1, 1),
@@ -167,7 +173,7 @@ mod tests {
         assert!(md.starts_with("| policy | GPU-h |"));
         assert!(
             md.contains(
-                "| oracle | 2.00 | 1.00x | 75.0% | 90.0% | 90.0% | 100.0% | 120 | inf | - | 2 | 3/5 |"
+                "| oracle | 2.00 | 1.00x | 75.0% | 90.0% | 90.0% | 100.0% | 50.0% | 120 | 300 | inf | - | 2 | 3/5 |"
             ),
             "{md}"
         );

@@ -18,12 +18,17 @@ use planner_core::{
     interpolation::PerformanceCurves,
     load::LoadSamples,
     sla::{Limits, Load, Observation, SlaTargets},
+    state::FastSignals,
 };
 
 use super::{
     latency::{Cluster, Job, LatencyModel, Observer, Outcome},
+    metrics::{Histogram, ISL_BOUNDS, OSL_BOUNDS, TTFT_BOUNDS},
     trace::Request,
 };
+
+/// The TTFT quantile the observations carry (`histogram_quantile(0.9, ...)`).
+pub const OBSERVED_TTFT_QUANTILE: f64 = 0.9;
 
 /// Settings shared by every policy of a comparison.
 #[derive(Clone, Debug, PartialEq)]
@@ -154,6 +159,15 @@ pub trait Policy<C> {
     fn period_s(&self, config: &SimConfig) -> f64;
     /// Replicas to run from now on, or `None` to keep the current target.
     fn decide(&mut self, ctx: &DecisionContext<'_, C>) -> Option<(u32, u32)>;
+    /// Seconds between fast-path checks (infinite: none).
+    fn fast_period_s(&self, _config: &SimConfig) -> f64 {
+        f64::INFINITY
+    }
+    /// Between decisions: replicas to run from now on, or `None` to keep the current target.
+    /// `ctx.window` holds the metrics of the period so far.
+    fn fast_decide(&mut self, _ctx: &DecisionContext<'_, C>, _signals: &FastSignals) -> Option<(u32, u32)> {
+        None
+    }
     /// Whether added replicas serve at once (only the oracle, which is a bound, not a policy
     /// one could run).
     fn ignores_scale_up_delay(&self) -> bool {
@@ -227,8 +241,13 @@ pub struct Summary {
     pub max_decode: u32,
     /// Mean TTFT over completed requests (ms).
     pub mean_ttft_ms: f64,
+    /// 90th percentile TTFT over all requests (ms; unfinished count as infinite).
+    pub p90_ttft_ms: f64,
     /// 95th percentile TTFT over all requests (ms; unfinished count as infinite).
     pub p95_ttft_ms: f64,
+    /// Of the intervals with arrivals, those whose cohort's 90th-percentile TTFT met the target
+    /// (and whose mean ITL did).
+    pub intervals_meeting_p90: usize,
     /// Token-weighted mean ITL (ms).
     pub mean_itl_ms: f64,
 }
@@ -237,6 +256,10 @@ impl Summary {
     /// Share of intervals meeting the SLA (1 when none had traffic).
     pub fn interval_attainment(&self) -> f64 {
         ratio(self.intervals_meeting, self.intervals)
+    }
+    /// Share of intervals whose cohort's 90th-percentile TTFT met the target.
+    pub fn interval_p90_attainment(&self) -> f64 {
+        ratio(self.intervals_meeting_p90, self.intervals)
     }
     /// Share of requests meeting both targets (1 for an empty trace).
     pub fn request_attainment(&self) -> f64 {
@@ -292,7 +315,7 @@ impl Outcomes {
 }
 
 /// Sums of what a frontend observes over a window.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug)]
 struct Window {
     completed: f64,
     osl_sum: f64,
@@ -302,10 +325,67 @@ struct Window {
     isl_sum: f64,
     tokens: f64,
     itl_sum: f64,
+    /// Requests accepted (`requests_started_total`).
+    arrivals: f64,
+    isl: Histogram,
+    osl: Histogram,
+    ttft: Histogram,
+    /// Prefill engine-seconds serving, and the seconds covered.
+    prefill_engine_s: f64,
+    span_s: f64,
+    /// Sum of the decode pool's KV-cache usage at each step, and the steps.
+    kv_usage_sum: f64,
+    kv_samples: f64,
+}
+
+impl Default for Window {
+    fn default() -> Self {
+        Self {
+            completed: 0.0,
+            osl_sum: 0.0,
+            duration_sum: 0.0,
+            first_tokens: 0.0,
+            ttft_sum: 0.0,
+            isl_sum: 0.0,
+            tokens: 0.0,
+            itl_sum: 0.0,
+            arrivals: 0.0,
+            isl: Histogram::new(&ISL_BOUNDS),
+            osl: Histogram::new(&OSL_BOUNDS),
+            ttft: Histogram::new(&TTFT_BOUNDS),
+            prefill_engine_s: 0.0,
+            span_s: 0.0,
+            kv_usage_sum: 0.0,
+            kv_samples: 0.0,
+        }
+    }
+}
+
+/// The frontend's gauges at the end of a window.
+#[derive(Clone, Copy, Debug, Default)]
+struct Gauges {
+    inflight: f64,
+    queued: f64,
+}
+
+impl Gauges {
+    fn of(cluster: &Cluster) -> Self {
+        Self {
+            inflight: cluster.in_flight() as f64,
+            queued: cluster.waiting_for_first_token_count() as f64,
+        }
+    }
 }
 
 impl Window {
-    fn observation(&self) -> Observation {
+    /// What the planner reads: upstream's means and count, and the demand signals.
+    fn observation(&self, gauges: Option<Gauges>) -> Observation {
+        let ttft_quantile = (self.ttft.count() > 0.0).then(|| {
+            (
+                OBSERVED_TTFT_QUANTILE,
+                self.ttft.quantile(OBSERVED_TTFT_QUANTILE) * 1000.0,
+            )
+        });
         Observation {
             num_req: self.completed,
             isl: self.isl_sum / self.first_tokens,
@@ -313,6 +393,14 @@ impl Window {
             ttft_ms: self.ttft_sum / self.first_tokens * 1000.0,
             itl_ms: self.itl_sum / self.tokens * 1000.0,
             request_duration_s: self.duration_sum / self.completed,
+            arrivals: gauges.map(|_| self.arrivals),
+            inflight: gauges.map(|g| g.inflight),
+            queued: gauges.map(|g| g.queued),
+            isl_second_moment: self.isl.moments().map(|m| m.second),
+            osl_second_moment: self.osl.moments().map(|m| m.second),
+            ttft_quantile_ms: ttft_quantile,
+            prefill_engines: (self.span_s > 0.0).then(|| self.prefill_engine_s / self.span_s),
+            decode_kv_usage: (self.kv_samples > 0.0).then(|| self.kv_usage_sum / self.kv_samples),
         }
     }
 }
@@ -320,6 +408,9 @@ impl Window {
 /// The simulator's observer: frontend window sums and per-request outcomes.
 struct Recorder<'a> {
     window: Window,
+    /// Since the last fast-path check: arrivals and completions.
+    fast_arrivals: f64,
+    fast_completions: f64,
     outcomes: &'a mut Outcomes,
 }
 
@@ -328,6 +419,8 @@ impl Observer for Recorder<'_> {
         self.window.first_tokens += 1.0;
         self.window.ttft_sum += ttft_s;
         self.window.isl_sum += job.isl;
+        self.window.isl.observe(job.isl);
+        self.window.ttft.observe(ttft_s);
         if let Some(slot) = self.outcomes.ttft_s.get_mut(job.id) {
             *slot = ttft_s;
         }
@@ -348,7 +441,9 @@ impl Observer for Recorder<'_> {
     fn completed(&mut self, job: &Job, _at_s: f64, outcome: &Outcome) {
         self.window.completed += 1.0;
         self.window.osl_sum += job.osl;
+        self.window.osl.observe(job.osl);
         self.window.duration_sum += outcome.duration_s;
+        self.fast_completions += 1.0;
         if let Some(done) = self.outcomes.done.get_mut(job.id) {
             *done = true;
         }
@@ -445,7 +540,7 @@ pub fn run<C: PerformanceCurves>(
             target: (min, min),
             serving: (min, min),
             scaling_up: false,
-            window: Window::default().observation(),
+            window: Window::default().observation(None),
             samples: &empty_samples,
             prefill_utilisation: 0.0,
             upcoming: requests,
@@ -461,8 +556,18 @@ pub fn run<C: PerformanceCurves>(
     let mut cluster = Cluster::new(0.0, initial.0, initial.1);
     let mut recorder = Recorder {
         window: Window::default(),
+        fast_arrivals: 0.0,
+        fast_completions: 0.0,
         outcomes: &mut outcomes,
     };
+    let fast_period = policy.fast_period_s(config);
+    let steps_per_fast = if fast_period.is_finite() {
+        steps(fast_period, step)
+    } else {
+        u64::MAX
+    };
+    let mut last_decision_s = 0.0;
+    let mut last_fast_s = 0.0;
     let mut samples = LoadSamples::default();
     let mut work_at_period_start = 0.0;
     let mut next = 0usize;
@@ -485,10 +590,16 @@ pub fn run<C: PerformanceCurves>(
         }
         while let Some(r) = requests.get(next).filter(|r| r.arrival_s < t1) {
             cluster.arrive(job(next, r));
+            recorder.window.arrivals += 1.0;
+            recorder.fast_arrivals += 1.0;
             next += 1;
         }
+        recorder.window.prefill_engine_s += f64::from(cluster.prefill_engines()) * step;
+        recorder.window.span_s += step;
         cluster.advance(model, t1, &mut recorder);
         let snapshot = cluster.snapshot();
+        recorder.window.kv_usage_sum += snapshot.kv_usage;
+        recorder.window.kv_samples += 1.0;
         samples.prefill_queue.push(snapshot.prefill_queue as f64);
         samples.decode_kv_usage.push(snapshot.kv_usage);
         gpu_seconds += (f64::from(prefill.target) * p_gpus + f64::from(decode.target) * d_gpus) * step;
@@ -497,7 +608,58 @@ pub fn run<C: PerformanceCurves>(
         serving_sums.0 += f64::from(cluster.prefill_engines()) * step;
         serving_sums.1 += f64::from(cluster.decode_engines()) * step;
 
-        if (k + 1) % steps_per_period == 0 {
+        let period_end = (k + 1) % steps_per_period == 0;
+        if !period_end && (k + 1) % steps_per_fast == 0 {
+            let window = recorder.window.observation(Some(Gauges::of(&cluster)));
+            let signals = FastSignals {
+                isl: window.isl,
+                isl_second_moment: window.isl_second_moment,
+                osl: window.osl,
+                osl_second_moment: window.osl_second_moment,
+                elapsed_s: t1 - last_decision_s,
+                window_s: t1 - last_fast_s,
+                arrivals: Some(recorder.fast_arrivals),
+                completions: recorder.fast_completions,
+                inflight: Some(cluster.in_flight() as f64),
+                queued: Some(cluster.waiting_for_first_token_count() as f64),
+                prefill_engines: f64::from(cluster.prefill_engines()),
+            };
+            recorder.fast_arrivals = 0.0;
+            recorder.fast_completions = 0.0;
+            last_fast_s = t1;
+            let ctx = DecisionContext {
+                now_s: t1,
+                target: (prefill.target, decode.target),
+                serving: (prefill.serving, decode.serving),
+                scaling_up: !prefill.starting.is_empty() || !decode.starting.is_empty(),
+                window,
+                samples: &samples,
+                prefill_utilisation: 0.0,
+                upcoming: &requests[next..],
+                first_upcoming: next,
+                cluster: &cluster,
+                model,
+                config,
+            };
+            if let Some((p, d)) = policy.fast_decide(&ctx, &signals) {
+                let changed_p = prefill.set(p, t1, delay);
+                let changed_d = decode.set(d, t1, delay);
+                actions += usize::from(changed_p) + usize::from(changed_d);
+                if changed_p || changed_d {
+                    decisions.push((t1, (p, d)));
+                    max_prefill = max_prefill.max(p);
+                    max_decode = max_decode.max(d);
+                }
+                if prefill.activate(t1) || changed_p {
+                    cluster.set_prefill_engines(prefill.serving);
+                }
+                if decode.activate(t1) || changed_d {
+                    cluster.set_decode_engines(decode.serving);
+                }
+            }
+        }
+
+        if period_end {
             let period = steps_per_period as f64 * step;
             let work = snapshot.prefill_work_started_s - work_at_period_start;
             work_at_period_start = snapshot.prefill_work_started_s;
@@ -506,7 +668,7 @@ pub fn run<C: PerformanceCurves>(
                 target: (prefill.target, decode.target),
                 serving: (prefill.serving, decode.serving),
                 scaling_up: !prefill.starting.is_empty() || !decode.starting.is_empty(),
-                window: recorder.window.observation(),
+                window: recorder.window.observation(Some(Gauges::of(&cluster))),
                 samples: &samples,
                 prefill_utilisation: if prefill.serving > 0 {
                     (work / (f64::from(prefill.serving) * period)).min(1.0)
@@ -521,6 +683,10 @@ pub fn run<C: PerformanceCurves>(
             };
             let decision = policy.decide(&ctx);
             recorder.window = Window::default();
+            recorder.fast_arrivals = 0.0;
+            recorder.fast_completions = 0.0;
+            last_decision_s = t1;
+            last_fast_s = t1;
             samples = LoadSamples::default();
             if let Some((p, d)) = decision {
                 let changed_p = prefill.set(p, t1, delay);
@@ -619,6 +785,7 @@ fn summarize(
         tokens: f64,
     }
     let mut cohorts = vec![Cohort::default(); records.len()];
+    let mut cohort_ttfts: Vec<Vec<f64>> = vec![Vec::new(); records.len()];
     let (mut meet_ttft, mut meet_itl, mut meet_both, mut unfinished) = (0, 0, 0, 0);
     let (mut ttft_sum, mut ttft_n, mut itl_sum, mut tokens) = (0.0, 0.0, 0.0, 0.0);
     let mut ttfts = Vec::with_capacity(requests.len());
@@ -643,6 +810,9 @@ fn summarize(
         itl_sum += outcomes.itl_sum_s[i];
         tokens += outcomes.tokens[i];
         let index = (r.arrival_s / interval).floor() as usize;
+        if let Some(list) = cohort_ttfts.get_mut(index) {
+            list.push(ttft);
+        }
         if let Some(c) = cohorts.get_mut(index) {
             c.n += 1;
             c.isl += r.isl;
@@ -664,13 +834,17 @@ fn summarize(
     }
     let intervals = records.iter().filter(|r| r.arrivals > 0).count();
     let intervals_meeting = records.iter().filter(|r| r.meets(sla) == Some(true)).count();
-    ttfts.sort_by(f64::total_cmp);
-    let p95 = if ttfts.is_empty() {
-        f64::NAN
-    } else {
-        let rank = ((0.95 * ttfts.len() as f64).ceil() as usize).clamp(1, ttfts.len());
-        ttfts[rank - 1] * 1000.0
-    };
+    let mut intervals_meeting_p90 = 0;
+    for (r, list) in records.iter().zip(cohort_ttfts.iter_mut()) {
+        if r.arrivals > 0
+            && (r.itl_ms.is_nan() || r.itl_ms <= sla.itl_ms)
+            && nearest_rank(list, 0.9) * 1000.0 <= sla.ttft_ms
+        {
+            intervals_meeting_p90 += 1;
+        }
+    }
+    let p90 = nearest_rank(&mut ttfts, 0.9) * 1000.0;
+    let p95 = nearest_rank(&mut ttfts, 0.95) * 1000.0;
     Summary {
         gpu_hours: 0.0,
         intervals,
@@ -688,11 +862,23 @@ fn summarize(
         } else {
             f64::NAN
         },
+        p90_ttft_ms: p90,
         p95_ttft_ms: p95,
+        intervals_meeting_p90,
         mean_itl_ms: if tokens > 0.0 {
             itl_sum / tokens * 1000.0
         } else {
             f64::NAN
         },
     }
+}
+
+/// Nearest-rank `q`-quantile (sorts `values`); NaN when empty.
+fn nearest_rank(values: &mut [f64], q: f64) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    values.sort_by(f64::total_cmp);
+    let rank = ((q * values.len() as f64).ceil() as usize).clamp(1, values.len());
+    values[rank - 1]
 }

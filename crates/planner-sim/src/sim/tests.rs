@@ -8,7 +8,7 @@
 use super::{
     compare,
     latency::{EngineSpec, LatencyModel},
-    policy::{Fixed, PolicySpec},
+    policy::{Fixed, PolicySpec, SlaPolicy},
     run::{DecisionContext, Policy, RunResult, SimConfig, run},
     trace::Request,
 };
@@ -16,6 +16,7 @@ use planner_core::{
     interpolation::{DecodeOperatingPoint, PerformanceCurves},
     predictor::PredictorKind,
     sla::Observation,
+    state::SlaModel,
 };
 
 /// Flat curves, consistent with the planner's formulas: prefill throughput is `isl / 0.1 s`
@@ -76,13 +77,21 @@ fn specs() -> Vec<PolicySpec> {
         PolicySpec::Oracle,
         PolicySpec::PerfectPrediction,
         PolicySpec::Sla {
+            model: SlaModel::Upstream,
             predictor: PredictorKind::Constant,
             correction: true,
             headroom: false,
         },
         PolicySpec::Sla {
+            model: SlaModel::Upstream,
             predictor: PredictorKind::Kalman,
             correction: false,
+            headroom: false,
+        },
+        PolicySpec::Sla {
+            model: SlaModel::Queueing,
+            predictor: PredictorKind::Constant,
+            correction: true,
             headroom: false,
         },
         PolicySpec::LoadBased,
@@ -112,7 +121,7 @@ fn constant_load_every_policy_holds_one_replica_each_and_meets_the_sla() {
     // 2 requests/s for 10 minutes: one prefill engine is 20 % busy, no request waits.
     let requests = constant(2.0, 0.0, 600.0);
     let results = compare(&requests, &model(), &config(), &specs(), 2);
-    assert_eq!(results.len(), 7);
+    assert_eq!(results.len(), 8);
     for r in &results {
         let s = &r.summary;
         assert_eq!(r.initial, (1, 1), "{}", r.policy);
@@ -219,7 +228,7 @@ fn a_step_up_shows_as_ttft_growth_and_the_oracle_sizes_for_it() {
     // request ends), so an overloaded prefill pool reports its own throughput, 598 requests in
     // the first post-step interval, not the demand: 598 * 1000 / 60 / 10000 < 1 replica. It
     // never scales up, and every post-step interval misses the SLA.
-    let sla = by_name(&results, "sla-constant");
+    let sla = by_name(&results, "upstream-constant");
     assert_eq!(sla.summary.scaling_actions, 0);
     assert_eq!(sla.summary.intervals_meeting, 5);
 }
@@ -227,7 +236,7 @@ fn a_step_up_shows_as_ttft_growth_and_the_oracle_sizes_for_it() {
 #[test]
 fn an_empty_trace_costs_nothing_and_breaks_nothing() {
     let results = compare(&[], &model(), &config(), &PolicySpec::standard(), 2);
-    assert_eq!(results.len(), 17);
+    assert_eq!(results.len(), 21);
     for r in &results {
         assert!(r.intervals.is_empty());
         assert_eq!(r.summary.gpu_hours, 0.0);
@@ -257,7 +266,13 @@ fn a_trace_with_gaps_holds_replicas_through_them() {
         // 7 intervals, 4 of them with traffic; 2 GPUs for 420 s.
         assert_eq!(r.intervals.len(), 7, "{}", r.policy);
         assert_eq!((s.intervals, s.intervals_meeting), (4, 4), "{}", r.policy);
-        assert!((s.gpu_hours - 2.0 * 420.0 / 3600.0).abs() < 1e-9, "{}", r.policy);
+        assert!(
+            (s.gpu_hours - 2.0 * 420.0 / 3600.0).abs() < 1e-9,
+            "{} {} {:?}",
+            r.policy,
+            s.gpu_hours,
+            r.decisions
+        );
         assert_eq!(s.scaling_actions, 0, "{}", r.policy);
         assert!(r.intervals[3].ttft_ms.is_nan());
     }
@@ -297,4 +312,163 @@ fn scale_up_costs_from_the_request_and_serves_after_the_delay() {
     let gpus: Vec<f64> = down.intervals.iter().map(|i| i.gpus).collect();
     assert_eq!(gpus, vec![4.0, 2.0, 2.0, 2.0, 2.0]);
     assert_eq!(down.intervals[1].prefill_serving, 1.0);
+}
+
+/// Wraps a policy and records, for each change of replicas, the target before it and the
+/// requests still waiting for a first token beyond those the prefill engines hold.
+/// A change: time, replicas before and after, requests waiting beyond the prefill engines.
+type Change = (f64, (u32, u32), (u32, u32), f64);
+
+struct Watch<P> {
+    inner: P,
+    changes: Vec<Change>,
+}
+
+impl<P> Watch<P> {
+    fn record<C>(
+        &mut self,
+        ctx: &DecisionContext<'_, C>,
+        decision: Option<(u32, u32)>,
+    ) -> Option<(u32, u32)> {
+        if let Some(target) = decision.filter(|t| *t != ctx.target) {
+            let waiting = ctx.cluster.waiting_for_first_token_count() as f64;
+            let backlog = (waiting - f64::from(ctx.cluster.prefill_engines())).max(0.0);
+            self.changes.push((ctx.now_s, ctx.target, target, backlog));
+        }
+        decision
+    }
+}
+
+impl<C: PerformanceCurves, P: Policy<C>> Policy<C> for Watch<P> {
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+    fn period_s(&self, config: &SimConfig) -> f64 {
+        self.inner.period_s(config)
+    }
+    fn decide(&mut self, ctx: &DecisionContext<'_, C>) -> Option<(u32, u32)> {
+        let decision = self.inner.decide(ctx);
+        self.record(ctx, decision)
+    }
+    fn fast_period_s(&self, config: &SimConfig) -> f64 {
+        self.inner.fast_period_s(config)
+    }
+    fn fast_decide(
+        &mut self,
+        ctx: &DecisionContext<'_, C>,
+        signals: &planner_core::state::FastSignals,
+    ) -> Option<(u32, u32)> {
+        let decision = self.inner.fast_decide(ctx, signals);
+        self.record(ctx, decision)
+    }
+}
+
+fn queueing_policy(config: &SimConfig) -> SlaPolicy {
+    SlaPolicy::new(config, SlaModel::Queueing, PredictorKind::Arima, true, false)
+}
+
+#[test]
+fn overload_recovery_scales_out_fast_and_never_down_with_a_backlog() {
+    // 8 requests/s settle the planner on its own pool; at t=300 arrivals step to four times
+    // what that pool can serve (10 requests/s per prefill engine).
+    let config = config();
+    let base = constant(8.0, 0.0, 300.0);
+    let settled = run(
+        &base,
+        &model(),
+        &config,
+        &mut queueing_policy(&config),
+        Some((1, 1)),
+    );
+    let pool = settled.intervals.last().map_or(1.0, |i| i.prefill_serving);
+    assert!(pool >= 1.0);
+    let step = 4.0 * pool * 10.0;
+    let mut requests = base.clone();
+    requests.extend(constant(step, 300.0, 900.0));
+    let mut watch = Watch {
+        inner: queueing_policy(&config),
+        changes: Vec::new(),
+    };
+    let result = run(&requests, &model(), &config, &mut watch, Some((1, 1)));
+
+    // The first three intervals behave exactly as without the step.
+    assert_eq!(result.intervals[..4], settled.intervals[..4]);
+    // Scaled out within two intervals of the step (the fast path acts within seconds) ...
+    let first_out = watch
+        .changes
+        .iter()
+        .find(|(t, before, after, _)| *t > 300.0 && after.0 > before.0)
+        .map(|c| c.0);
+    assert!(first_out.is_some_and(|t| t <= 420.0), "{:?}", watch.changes);
+    // ... to enough prefill engines for the new rate.
+    let serving = result.intervals[7].prefill_serving;
+    assert!(serving * 10.0 > step, "{serving} engines for {step} requests/s");
+    // TTFT back under the target by the third interval after the step, and from then on.
+    for record in &result.intervals[7..] {
+        assert!(record.ttft_ms <= config.sla.ttft_ms, "{record:?}");
+    }
+    // No scale-down while a backlog remained (more waiting than the engines clear within the
+    // TTFT target: 0.1 s each).
+    for (t, before, after, backlog) in &watch.changes {
+        if after.0 < before.0 || after.1 < before.1 {
+            let engines = f64::from(before.0.min(after.0).max(1));
+            assert!(
+                backlog * 0.1 / engines <= 0.5,
+                "scale-down at {t} with {backlog} waiting"
+            );
+        }
+    }
+}
+
+#[test]
+fn queueing_planner_counts_arrivals_not_completions() {
+    // The step of `a_step_up_shows_as_ttft_growth_and_the_oracle_sizes_for_it`: upstream's formulas stay put (they count
+    // completions, capped by capacity); the queueing model sees the arrivals and scales.
+    let mut requests = constant(2.0, 0.0, 300.0);
+    requests.extend(constant(25.0, 300.0, 600.0));
+    let config = config();
+    let result = run(
+        &requests,
+        &model(),
+        &config,
+        &mut queueing_policy(&config),
+        Some((1, 1)),
+    );
+    assert!(result.summary.max_prefill >= 3, "{:?}", result.decisions);
+    // Within two intervals the cohort TTFT is back under the target.
+    assert!(
+        result.intervals[7].ttft_ms <= config.sla.ttft_ms,
+        "{:?}",
+        result.intervals[7]
+    );
+}
+
+#[test]
+fn observations_carry_arrivals_gauges_and_moments() {
+    let mut requests = constant(2.0, 0.0, 120.0);
+    requests.extend(constant(30.0, 120.0, 180.0));
+    let mut spy = Spy(Vec::new());
+    run(&requests, &model(), &config(), &mut spy, Some((1, 1)));
+    let first = &spy.0[0];
+    assert_eq!(first.arrivals, Some(120.0));
+    assert_eq!(first.queued, Some(0.0));
+    assert_eq!(first.prefill_engines, Some(1.0));
+    assert!(first.isl_second_moment.is_some_and(|m| (m - 1e6).abs() < 1.0));
+    // Every TTFT is 100 ms: histogram_quantile interpolates within the bucket holding it.
+    assert!(
+        first
+            .ttft_quantile_ms
+            .is_some_and(|(q, ms)| q == 0.9 && ms > 50.0 && ms <= 250.0)
+    );
+    // Overloaded (30 requests/s on one engine serving 10): arrivals exceed completions and a
+    // queue builds; the inflight gauge says so too.
+    let overloaded = &spy.0[2];
+    assert_eq!(overloaded.arrivals, Some(1800.0));
+    assert!(overloaded.num_req < 700.0);
+    assert!(overloaded.queued.is_some_and(|q| q > 1000.0));
+    assert!(
+        overloaded
+            .inflight
+            .is_some_and(|i| i >= overloaded.queued.unwrap_or(0.0))
+    );
 }

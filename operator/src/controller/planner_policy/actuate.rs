@@ -55,16 +55,27 @@ pub trait Connector {
     fn scale(&mut self, request: &ScaleRequest<'_>) -> impl Future<Output = Actuation> + Send;
 }
 
-/// Scales the DGD's components (see [`kubernetes`]), only while the DGD is Ready, so a change
-/// still rolling out is not changed again.
+/// Whether a change may go through now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gate {
+    /// Yes.
+    Open,
+    /// Not while the target is not Ready.
+    Closed,
+}
+
+/// Scales the DGD's components (see [`kubernetes`]); `gate` says whether the change may go
+/// through while the DGD is not Ready.
 pub struct KubernetesConnector {
     /// The DGDs of the policy's namespace.
     pub api: Api<DynamoGraphDeployment>,
+    /// Whether to scale now.
+    pub gate: Gate,
 }
 
 impl Connector for KubernetesConnector {
     async fn scale(&mut self, request: &ScaleRequest<'_>) -> Actuation {
-        if !is_ready(request.dgd) {
+        if self.gate == Gate::Closed {
             return Actuation::Deferred("target not Ready, scaling deferred".into());
         }
         let targets = [

@@ -1,17 +1,28 @@
 //! Translation of a validated PlannerPolicy into the planner core's configuration (pure).
 
-use planner_api::{PlannerPolicySpec, PredictorKind};
+use std::time::Duration;
+
+use planner_api::{PlannerPolicySpec, PredictorKind, SlaModel};
 use planner_core::{
     load::LoadConfig,
     predictor::{self, KalmanConfig, PredictorConfig},
     sla::{Limits, SlaTargets},
-    state::SlaPlannerConfig,
+    state::{self, QueueingConfig, SlaPlannerConfig},
 };
 
 use crate::validation::ValidatedPolicy;
 
-/// The SLA planner's configuration.
-pub fn sla_config(spec: &PlannerPolicySpec, validated: &ValidatedPolicy) -> SlaPlannerConfig {
+/// Scale-up delay assumed until one is measured (and when `spec.behavior.scaleUpDelay` is not
+/// set and nothing has been measured yet).
+pub const DEFAULT_SCALE_UP_DELAY: Duration = Duration::from_secs(60);
+
+/// The SLA planner's configuration; `measured_delay` is the scale-up delay measured on the
+/// target, used when the spec sets none.
+pub fn sla_config(
+    spec: &PlannerPolicySpec,
+    validated: &ValidatedPolicy,
+    measured_delay: Option<Duration>,
+) -> SlaPlannerConfig {
     let interval_s = validated.interval.as_secs_f64();
     let predictor = &spec.predictor;
     SlaPlannerConfig {
@@ -39,6 +50,26 @@ pub fn sla_config(spec: &PlannerPolicySpec, validated: &ValidatedPolicy) -> SlaP
             },
             prophet_window_size: usize::try_from(predictor.prophet.window_size).unwrap_or(50),
             interval_seconds: interval_s,
+        },
+        model: match spec.sla.model {
+            SlaModel::Queueing => state::SlaModel::Queueing,
+            SlaModel::Upstream => state::SlaModel::Upstream,
+        },
+        queueing: QueueingConfig {
+            ttft_percentile: spec.sla.ttft_percentile,
+            itl_percentile: spec.sla.itl_percentile,
+            scale_up_delay_s: validated
+                .scale_up_delay
+                .or(measured_delay)
+                .unwrap_or(DEFAULT_SCALE_UP_DELAY)
+                .as_secs_f64(),
+            stabilisation_s: validated.stabilization.as_secs_f64(),
+            fast_period_s: if validated.fast_check_period.is_zero() {
+                f64::INFINITY
+            } else {
+                validated.fast_check_period.as_secs_f64()
+            },
+            ..QueueingConfig::default()
         },
     }
 }
@@ -95,11 +126,18 @@ mod tests {
     fn configs_carry_the_spec() {
         let spec = policy("sla").spec;
         let validated = validation::validate(&spec, "llm", Some(&dgd())).unwrap();
-        let config = sla_config(&spec, &validated);
+        let config = sla_config(&spec, &validated, None);
         assert_eq!(config.interval_s, 180.0);
         assert_eq!(config.limits.max_gpu_budget, Some(16));
         assert_eq!(config.limits.max_replicas, Some(8));
         assert_eq!(config.predictor.kind, predictor::PredictorKind::Arima);
+        assert_eq!(config.model, state::SlaModel::Queueing);
+        assert_eq!(config.queueing.scale_up_delay_s, 60.0);
+        assert_eq!(config.queueing.stabilisation_s, 300.0);
+        assert_eq!(config.queueing.fast_period_s, 10.0);
+        // A measured delay is used unless the spec sets one.
+        let measured = sla_config(&spec, &validated, Some(Duration::from_secs(95)));
+        assert_eq!(measured.queueing.scale_up_delay_s, 95.0);
         let load_spec = policy("load").spec;
         let load = load_config(
             &load_spec,

@@ -7,7 +7,7 @@ use planner_api::{CorrectionFactors, ObservedLoad, PredictedLoad};
 use planner_core::{
     interpolation::PerformanceModel,
     load::{LoadConfig, LoadDecision, LoadPlanner, LoadSamples, LoadSkip},
-    state::{Hold, IntervalMetrics, SlaPlanner, SlaPlannerConfig},
+    state::{FastSignals, Hold, IntervalMetrics, SlaDecision, SlaModel, SlaPlanner, SlaPlannerConfig},
 };
 
 use super::status::{METRICS_AVAILABLE, finite, scaling_limited};
@@ -21,7 +21,7 @@ pub enum PlannerState {
         /// Predictor histories and correction factors.
         planner: Box<SlaPlanner>,
         /// Targets, limits and predictor settings.
-        config: SlaPlannerConfig,
+        config: Box<SlaPlannerConfig>,
         /// The profile's interpolated curves.
         model: Arc<PerformanceModel>,
     },
@@ -52,6 +52,15 @@ pub struct MetricsOrigin {
     pub url: String,
 }
 
+/// The target's replicas when a decision is made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Replicas {
+    /// Replicas serving (available), prefill and decode.
+    pub serving: (u32, u32),
+    /// Replicas asked for (the spec), prefill and decode.
+    pub asked: (u32, u32),
+}
+
 /// One interval's decision and its report.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Decision {
@@ -69,12 +78,11 @@ pub struct Decision {
     pub message: String,
 }
 
-/// Runs one interval of `state`'s planner on `observed`, with `current` (prefill, decode)
-/// replicas serving.
+/// Runs one interval of `state`'s planner on `observed`.
 pub fn decide(
     state: &mut PlannerState,
     observed: Observed,
-    current: (u32, u32),
+    replicas: Replicas,
     origin: &MetricsOrigin,
 ) -> Decision {
     match (state, observed) {
@@ -85,9 +93,18 @@ pub fn decide(
                 model,
             },
             Observed::Sla(metrics),
-        ) => decide_sla(planner, config, model, metrics, current, origin),
+        ) => {
+            // Upstream's formulas are given the replicas serving, as Dynamo's planner reads them;
+            // the queueing model those asked for, so replicas still starting are not asked for
+            // twice.
+            let current = match config.model {
+                SlaModel::Upstream => replicas.serving,
+                SlaModel::Queueing => replicas.asked,
+            };
+            decide_sla(planner, config, model, metrics, current, origin)
+        }
         (PlannerState::Load { planner, config }, Observed::Load(samples)) => {
-            decide_load(planner, config, samples, current, origin)
+            decide_load(planner, config, samples, replicas.serving, origin)
         }
         // The observe step reads what the state's planner needs; a mismatch keeps replicas.
         _ => Decision {
@@ -97,15 +114,33 @@ pub fn decide(
     }
 }
 
-fn decide_sla(
-    planner: &mut SlaPlanner,
-    config: &SlaPlannerConfig,
-    model: &PerformanceModel,
-    metrics: IntervalMetrics,
-    current: (u32, u32),
-    origin: &MetricsOrigin,
-) -> Decision {
-    let tick = planner.tick(config, model, metrics, current);
+/// The fast path between intervals: `Some` when the SLA is at risk and more replicas are needed
+/// at once (never fewer). Only the queueing model has one.
+pub fn decide_fast(state: &mut PlannerState, signals: &FastSignals, replicas: Replicas) -> Option<Decision> {
+    let PlannerState::Sla {
+        planner,
+        config,
+        model,
+    } = state
+    else {
+        return None;
+    };
+    let tick = planner.fast_check(config, model.as_ref(), signals, replicas.asked)?;
+    Some(Decision {
+        target: tick.target(),
+        conditions: tick
+            .plan
+            .is_some()
+            .then(|| scaling_limited(tick.limits()))
+            .into_iter()
+            .collect(),
+        message: tick.explanation(),
+        ..Decision::default()
+    })
+}
+
+/// Reports one SLA planner tick.
+fn report_tick(tick: &SlaDecision, origin: &MetricsOrigin) -> Decision {
     let mut decision = Decision {
         message: tick.explanation(),
         ..Decision::default()
@@ -132,7 +167,7 @@ fn decide_sla(
         decision.conditions.push(scaling_limited(tick.limits()));
     }
     decision.observed = tick.observed.as_ref().map(|o| ObservedLoad {
-        requests: finite(o.num_req),
+        requests: finite(o.arrivals.unwrap_or(o.num_req)),
         isl: finite(o.isl),
         osl: finite(o.osl),
         ttft_ms: finite(o.ttft_ms),
@@ -149,6 +184,18 @@ fn decide_sla(
     });
     decision.target = tick.target();
     decision
+}
+
+fn decide_sla(
+    planner: &mut SlaPlanner,
+    config: &SlaPlannerConfig,
+    model: &PerformanceModel,
+    metrics: IntervalMetrics,
+    current: (u32, u32),
+    origin: &MetricsOrigin,
+) -> Decision {
+    let tick = planner.tick(config, model, metrics, current);
+    report_tick(&tick, origin)
 }
 
 fn decide_load(
@@ -207,6 +254,7 @@ mod tests {
         predictor::{PredictorConfig, PredictorKind},
         profile::Profile,
         sla::{Limits, Observation, SlaTargets},
+        state::QueueingConfig,
     };
 
     use super::*;
@@ -218,7 +266,18 @@ mod tests {
         }
     }
 
+    fn both(n: u32) -> Replicas {
+        Replicas {
+            serving: (n, n),
+            asked: (n, n),
+        }
+    }
+
     fn sla_state() -> PlannerState {
+        sla_state_with(SlaModel::Upstream)
+    }
+
+    fn sla_state_with(model_kind: SlaModel) -> PlannerState {
         let config = SlaPlannerConfig {
             interval_s: 60.0,
             sla: SlaTargets::new(500.0, 50.0),
@@ -235,24 +294,19 @@ mod tests {
                 interval_seconds: 60.0,
                 ..PredictorConfig::default()
             },
+            model: model_kind,
+            queueing: QueueingConfig::default(),
         };
         let profile = Profile::builtin("h200-llama3.1-8b-tp1").unwrap();
         PlannerState::Sla {
             planner: Box::new(SlaPlanner::new(&config)),
-            config,
+            config: Box::new(config),
             model: Arc::new(PerformanceModel::new(&profile).unwrap()),
         }
     }
 
     fn observed(num_req: f64) -> Observation {
-        Observation {
-            num_req,
-            isl: 3000.0,
-            osl: 300.0,
-            ttft_ms: 100.0,
-            itl_ms: 20.0,
-            request_duration_s: 8.0,
-        }
+        Observation::upstream(num_req, 3000.0, 300.0, 100.0, 20.0, 8.0)
     }
 
     #[test]
@@ -263,7 +317,7 @@ mod tests {
             Observed::Sla(IntervalMetrics::Unavailable {
                 reason: "Prometheus at http://prometheus:9090 did not answer".into(),
             }),
-            (2, 2),
+            both(2),
             &origin(),
         );
         assert_eq!(decision.target, None);
@@ -289,7 +343,7 @@ mod tests {
         let decision = decide(
             &mut state,
             Observed::Sla(IntervalMetrics::Observed(observed(60_000.0))),
-            (1, 1),
+            both(1),
             &origin(),
         );
         assert_eq!(decision.target, Some((3, 3)));
@@ -326,7 +380,7 @@ mod tests {
         let decision = decide(
             &mut state,
             Observed::Sla(IntervalMetrics::Observed(idle)),
-            (1, 1),
+            both(1),
             &origin(),
         );
         assert_eq!(decision.target, None);
@@ -345,7 +399,7 @@ mod tests {
         let decision = decide(
             &mut state,
             Observed::Load(Err("no answer".into())),
-            (2, 2),
+            both(2),
             &origin(),
         );
         assert_eq!(decision.target, None);
@@ -353,7 +407,7 @@ mod tests {
         let decision = decide(
             &mut state,
             Observed::Load(Ok(LoadSamples::default())),
-            (2, 2),
+            both(2),
             &origin(),
         );
         assert_eq!(decision.target, None);
@@ -367,9 +421,82 @@ mod tests {
         let decision = decide(
             &mut state,
             Observed::Load(Ok(LoadSamples::default())),
-            (1, 1),
+            both(1),
             &origin(),
         );
         assert_eq!(decision.target, None);
+    }
+
+    #[test]
+    fn the_queueing_model_plans_on_arrivals_and_asked_replicas() {
+        let mut state = sla_state_with(SlaModel::Queueing);
+        // 600 requests accepted, only 60 completed: the pool is overloaded.
+        let mut overloaded = observed(60.0);
+        overloaded.arrivals = Some(600.0);
+        overloaded.inflight = Some(540.0);
+        overloaded.queued = Some(500.0);
+        let replicas = Replicas {
+            serving: (1, 1),
+            asked: (1, 1),
+        };
+        let decision = decide(
+            &mut state,
+            Observed::Sla(IntervalMetrics::Observed(overloaded)),
+            replicas,
+            &origin(),
+        );
+        let (prefill, decode) = decision.target.unwrap();
+        assert!(prefill > 1 && decode >= 1, "{prefill}/{decode}");
+        // The status reports the demand (requests accepted), not the completions.
+        assert_eq!(decision.observed.unwrap().requests, Some(600.0));
+        assert!(decision.message.contains("req/s planned"), "{}", decision.message);
+    }
+
+    #[test]
+    fn the_fast_path_scales_up_on_a_backlog_and_never_down() {
+        let mut state = sla_state_with(SlaModel::Queueing);
+        let mut calm = observed(60.0);
+        calm.arrivals = Some(60.0);
+        calm.inflight = Some(2.0);
+        calm.queued = Some(0.0);
+        let replicas = Replicas {
+            serving: (2, 2),
+            asked: (2, 2),
+        };
+        decide(
+            &mut state,
+            Observed::Sla(IntervalMetrics::Observed(calm)),
+            replicas,
+            &origin(),
+        );
+        let quiet = FastSignals {
+            elapsed_s: 10.0,
+            window_s: 10.0,
+            arrivals: Some(10.0),
+            completions: 10.0,
+            inflight: Some(2.0),
+            queued: Some(0.0),
+            prefill_engines: 2.0,
+            isl: f64::NAN,
+            isl_second_moment: None,
+            osl: f64::NAN,
+            osl_second_moment: None,
+        };
+        assert_eq!(decide_fast(&mut state, &quiet, replicas), None);
+        let flooded = FastSignals {
+            elapsed_s: 20.0,
+            arrivals: Some(400.0),
+            inflight: Some(900.0),
+            queued: Some(800.0),
+            ..quiet
+        };
+        let decision = decide_fast(&mut state, &flooded, replicas).unwrap();
+        let (prefill, decode) = decision.target.unwrap();
+        assert!(prefill > 2 && decode >= 2, "{prefill}/{decode}");
+        assert!(
+            decision.message.contains("requests waiting") || decision.message.contains("exceed"),
+            "{}",
+            decision.message
+        );
     }
 }

@@ -51,8 +51,8 @@ pub mod dereference;
 pub mod observe;
 pub mod status;
 
-use actuate::{Actuation, Connector, EtcdConnector, KubernetesConnector, ScaleRequest};
-use decide::{Decision, MetricsOrigin, PlannerState};
+use actuate::{Actuation, Connector, EtcdConnector, Gate, KubernetesConnector, ScaleRequest};
+use decide::{Decision, MetricsOrigin, PlannerState, Replicas};
 use status::{METRICS_AVAILABLE, Outcome, PROFILE_LOADED, READY, SCALING_LIMITED, TARGET_RESOLVED};
 
 /// Name of this controller in metrics and logs.
@@ -96,6 +96,62 @@ struct PolicyRuntime {
     /// The virtual connector's etcd session (kept for its protocol state).
     etcd: Option<EtcdConnector>,
     next_tick: Option<Instant>,
+    /// The next fast check between intervals (queueing model).
+    next_fast: Option<Instant>,
+    /// Scale-ups waiting for their replicas, to measure the scale-up delay.
+    startup: StartupTracker,
+}
+
+/// Measures the scale-up delay: from asking for more replicas to the target's available
+/// replicas reaching them.
+#[derive(Clone, Debug, Default)]
+struct StartupTracker {
+    /// When replicas were last added, and the replicas then asked for.
+    pending: Option<(Instant, (u32, u32))>,
+    /// Smoothed measured delay.
+    measured: Option<Duration>,
+}
+
+impl StartupTracker {
+    /// Records a change of the replicas asked for.
+    fn scaled(&mut self, from: (u32, u32), to: (u32, u32), now: Instant) {
+        if to.0 > from.0 || to.1 > from.1 {
+            // A further scale-up while one is pending keeps the first one's start.
+            let since = self.pending.map_or(now, |(since, _)| since);
+            self.pending = Some((since, to));
+        } else if self
+            .pending
+            .is_some_and(|(_, pending)| to.0 < pending.0 || to.1 < pending.1)
+        {
+            self.pending = None;
+        }
+    }
+
+    /// Completes the measurement once the replicas serving reach those asked for.
+    fn observe(&mut self, replicas: Replicas, now: Instant) {
+        let Some((since, wanted)) = self.pending else {
+            return;
+        };
+        if replicas.serving.0 >= wanted.0 && replicas.serving.1 >= wanted.1 {
+            let took = now.saturating_duration_since(since);
+            self.measured = Some(match self.measured {
+                Some(previous) => (previous + took) / 2,
+                None => took,
+            });
+            self.pending = None;
+        }
+    }
+
+    /// The measured delay, once there is one.
+    fn delay(&self) -> Option<Duration> {
+        self.measured
+    }
+
+    /// Whether replicas asked for more than `limit` ago are still not serving.
+    fn stuck(&self, now: Instant, limit: Duration) -> bool {
+        self.pending
+            .is_some_and(|(since, _)| now.saturating_duration_since(since) > limit)
+    }
 }
 
 /// Planner state of each policy, keyed by namespace and name; each behind its own lock so
@@ -280,18 +336,38 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
         }
     };
 
-    // 4. The policy's planner state, and whether an interval is due.
+    // 4. The policy's planner state, and what is due: an interval, a fast check, or nothing.
     let runtime = runtime_for(policy, ctx, &validated, model).await;
     let mut runtime = runtime.lock().await;
     let now = Instant::now();
-    let Some(lateness) = due(&mut runtime.next_tick, validated.interval, now) else {
-        // Between intervals nothing is written: the status describes the last interval.
-        return Ok(requeue_at(runtime.next_tick, validated.interval));
+    let current = Replicas {
+        serving: current_replicas(&dgd, &validated.target),
+        asked: (
+            validated.target.prefill.replicas,
+            validated.target.decode.replicas,
+        ),
     };
-    if let Some(lateness) = lateness {
-        ctx.base.metrics.policies.lateness(lateness.as_secs_f64());
-    }
-    outcome.ticked = true;
+    runtime.startup.observe(current, now);
+    let measured_delay = runtime.startup.delay();
+    refresh(&mut runtime.state, &policy.spec, &validated, None, measured_delay);
+    let fast_period = fast_period(&runtime.state, &validated);
+    let step = match due(&mut runtime.next_tick, validated.interval, now) {
+        Some(lateness) => {
+            if let Some(lateness) = lateness {
+                ctx.base.metrics.policies.lateness(lateness.as_secs_f64());
+            }
+            runtime.next_fast = fast_period.map(|period| now + period);
+            Step::Interval
+        }
+        None => match (fast_period, runtime.next_fast) {
+            (Some(period), Some(next)) if next <= now => {
+                runtime.next_fast = Some(now + period);
+                Step::Fast(period)
+            }
+            // Between checks nothing is written: the status describes the last decision.
+            _ => return Ok(next_wake(&runtime, validated.interval)),
+        },
+    };
 
     // 5. Observe.
     let url = ctx.prometheus_url(policy);
@@ -303,17 +379,42 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
         interval: validated.interval,
         pulling_interval: validated.pulling_interval,
         now_unix_s: unix_now(),
+        ttft_quantile: policy
+            .spec
+            .sla
+            .ttft_percentile
+            .map_or(DEFAULT_TTFT_QUANTILE, |p| p / 100.0),
+        prefill_engines: current.serving.0,
     };
-    let observed = observe::observe(&runtime.state, &query, &ctx.base.metrics.policies).await;
-
-    // 6. Decide.
-    let current = current_replicas(&dgd, &validated.target);
     let origin = MetricsOrigin {
         dynamo_namespace: validated.dynamo_namespace.clone(),
         url,
     };
-    let decision = decide::decide(&mut runtime.state, observed, current, &origin);
-    outcome.current = Some(replicas(current));
+
+    // 6. Decide.
+    let decision = match step {
+        Step::Interval => {
+            outcome.ticked = true;
+            outcome.current = Some(replicas(current.serving));
+            let observed = observe::observe(&runtime.state, &query, &ctx.base.metrics.policies).await;
+            decide::decide(&mut runtime.state, observed, current, &origin)
+        }
+        Step::Fast(period) => {
+            let signals =
+                observe::fast_signals(&query, fast_window(period), &ctx.base.metrics.policies).await;
+            let Some(mut signals) = signals else {
+                return Ok(next_wake(&runtime, validated.interval));
+            };
+            signals.elapsed_s = runtime.next_tick.map_or(0.0, |next| {
+                (validated.interval.as_secs_f64() - next.saturating_duration_since(now).as_secs_f64())
+                    .max(0.0)
+            });
+            match decide::decide_fast(&mut runtime.state, &signals, current) {
+                Some(decision) => decision,
+                None => return Ok(next_wake(&runtime, validated.interval)),
+            }
+        }
+    };
     let target = decision.target;
     absorb(&mut outcome, decision);
 
@@ -321,13 +422,10 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
     let mut scaled_from = None;
     if let Some(wanted) = target {
         outcome.desired = Some(replicas(wanted));
-        let spec_replicas = (
-            validated.target.prefill.replicas,
-            validated.target.decode.replicas,
-        );
+        let asked = current.asked;
         if policy.spec.mode == PlannerMode::Observe {
             outcome.message.push_str(" (observe mode: not applied)");
-        } else if wanted != spec_replicas {
+        } else if wanted != asked {
             let request = ScaleRequest {
                 target: wanted,
                 components: (
@@ -338,8 +436,9 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
             };
             let actuation = match policy.spec.connector.kind {
                 ConnectorKind::Kubernetes => {
+                    let gate = ready_gate(&policy.spec, &dgd, &runtime.startup, asked, wanted, now);
                     let api = Api::namespaced(client.clone(), &namespace);
-                    KubernetesConnector { api }.scale(&request).await
+                    KubernetesConnector { api, gate }.scale(&request).await
                 }
                 ConnectorKind::Virtual => {
                     let etcd = runtime.etcd.get_or_insert_with(|| {
@@ -367,7 +466,8 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
                 Actuation::Scaled { decision_id } => {
                     outcome.scaled = true;
                     outcome.decision_id = decision_id;
-                    scaled_from = Some(spec_replicas);
+                    scaled_from = Some(asked);
+                    runtime.startup.scaled(asked, wanted, now);
                 }
                 Actuation::Unchanged => {}
                 Actuation::Deferred(reason) | Actuation::Failed(reason) => {
@@ -400,13 +500,77 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
         .await;
     }
     publish_warnings(policy, ctx, &outcome).await;
-    ctx.base.metrics.policies.record(
-        &namespace,
-        &policy.name_any(),
-        &interval_report(&outcome, target, current),
-    );
+    if outcome.ticked {
+        ctx.base.metrics.policies.record(
+            &namespace,
+            &policy.name_any(),
+            &interval_report(&outcome, target, current.serving),
+        );
+    }
     write_status(policy, ctx, &outcome).await?;
-    Ok(requeue_at(runtime.next_tick, validated.interval))
+    Ok(next_wake(&runtime, validated.interval))
+}
+
+/// The TTFT quantile read from the histogram when no percentile target is set (for status).
+const DEFAULT_TTFT_QUANTILE: f64 = 0.9;
+/// Shortest window the fast path reads rates over: Prometheus needs two scrapes in a window.
+const MIN_FAST_WINDOW: Duration = Duration::from_secs(20);
+
+/// What a reconcile does.
+enum Step {
+    /// An adjustment interval.
+    Interval,
+    /// A fast check between intervals, every this period.
+    Fast(Duration),
+}
+
+/// The fast-check period of a policy: the queueing model's, unless turned off.
+fn fast_period(state: &PlannerState, validated: &ValidatedPolicy) -> Option<Duration> {
+    match state {
+        PlannerState::Sla { config, .. } if config.model == planner_core::state::SlaModel::Queueing => {
+            (!validated.fast_check_period.is_zero()).then_some(validated.fast_check_period)
+        }
+        _ => None,
+    }
+}
+
+/// The window the fast path reads its rates over.
+fn fast_window(period: Duration) -> Duration {
+    period.max(MIN_FAST_WINDOW)
+}
+
+/// Requeue at the next interval or fast check, whichever comes first.
+fn next_wake(runtime: &PolicyRuntime, interval: Duration) -> Action {
+    let next = match (runtime.next_tick, runtime.next_fast) {
+        (Some(tick), Some(fast)) => Some(tick.min(fast)),
+        (tick, fast) => tick.or(fast),
+    };
+    requeue_at(next, interval)
+}
+
+/// Whether the connector may change replicas while the target is not Ready. Upstream's rule
+/// holds every change until the target is Ready; here a scale-down always goes through (a
+/// scale-up that can never schedule must not pin the replicas up), and with the queueing model,
+/// which counts the replicas still starting, so does a scale-up, unless the last one has not
+/// come up within twice the scale-up delay.
+fn ready_gate(
+    spec: &planner_api::PlannerPolicySpec,
+    dgd: &DynamoGraphDeployment,
+    startup: &StartupTracker,
+    asked: (u32, u32),
+    wanted: (u32, u32),
+    now: Instant,
+) -> Gate {
+    if actuate::is_ready(dgd) || (wanted.0 <= asked.0 && wanted.1 <= asked.1) {
+        return Gate::Open;
+    }
+    let queueing = spec.sla.model == planner_api::SlaModel::Queueing && spec.mode != PlannerMode::Load;
+    let delay = startup.delay().unwrap_or(config::DEFAULT_SCALE_UP_DELAY);
+    if queueing && !startup.stuck(now, 2 * delay) {
+        Gate::Open
+    } else {
+        Gate::Closed
+    }
 }
 
 /// Whether an interval is due at `now`: `None` when not yet, else how late it is (`None` for the
@@ -467,7 +631,8 @@ async fn runtime_for(
     if let Some(existing) = existing {
         let mut runtime = existing.lock().await;
         if runtime.fingerprint == fingerprint {
-            refresh(&mut runtime.state, spec, validated, model);
+            let measured = runtime.startup.delay();
+            refresh(&mut runtime.state, spec, validated, model, measured);
             drop(runtime);
             return existing;
         }
@@ -475,7 +640,7 @@ async fn runtime_for(
     }
     let state = match model {
         Some(model) if spec.mode != PlannerMode::Load => {
-            let config = config::sla_config(spec, validated);
+            let config = config::sla_config(spec, validated, None);
             let mut planner = SlaPlanner::new(&config);
             // The semaphore is never closed; without a permit the build would only be unbounded.
             let _permit = ctx.state_builds.acquire().await.ok();
@@ -489,7 +654,7 @@ async fn runtime_for(
             }
             PlannerState::Sla {
                 planner: Box::new(planner),
-                config,
+                config: Box::new(config),
                 model,
             }
         }
@@ -503,6 +668,8 @@ async fn runtime_for(
         state,
         etcd: None,
         next_tick: None,
+        next_fast: None,
+        startup: StartupTracker::default(),
     }));
     if let Ok(mut runtimes) = ctx.runtimes.lock() {
         runtimes.insert(key, Arc::clone(&runtime));
@@ -510,16 +677,18 @@ async fn runtime_for(
     runtime
 }
 
-/// Applies settings that do not need a new state (targets, bounds, a new profile version).
+/// Applies settings that do not need a new state (targets, bounds, a new profile version, the
+/// measured scale-up delay).
 fn refresh(
     state: &mut PlannerState,
     spec: &planner_api::PlannerPolicySpec,
     validated: &ValidatedPolicy,
     new_model: Option<Arc<PerformanceModel>>,
+    measured_delay: Option<Duration>,
 ) {
     match state {
         PlannerState::Sla { config, model, .. } => {
-            *config = config::sla_config(spec, validated);
+            **config = config::sla_config(spec, validated, measured_delay);
             if let Some(new_model) = new_model {
                 *model = new_model;
             }
@@ -643,7 +812,15 @@ async fn publish_warnings(policy: &PlannerPolicy, ctx: &PlannerContext, outcome:
     };
     if let Some(unavailable) = bad(METRICS_AVAILABLE, "False") {
         let note = &unavailable.message;
-        common::publish(&ctx.base.recorder, policy, EventType::Warning, "MetricsUnavailable", "Plan", note).await;
+        common::publish(
+            &ctx.base.recorder,
+            policy,
+            EventType::Warning,
+            "MetricsUnavailable",
+            "Plan",
+            note,
+        )
+        .await;
     }
     if let Some(limited) = bad(SCALING_LIMITED, "True") {
         let unchanged = policy
@@ -653,7 +830,15 @@ async fn publish_warnings(policy: &PlannerPolicy, ctx: &PlannerContext, outcome:
             .is_some_and(|c| c.status == "True" && c.message == limited.message);
         if !unchanged {
             let note = &limited.message;
-            common::publish(&ctx.base.recorder, policy, EventType::Warning, "ScalingLimited", "Plan", note).await;
+            common::publish(
+                &ctx.base.recorder,
+                policy,
+                EventType::Warning,
+                "ScalingLimited",
+                "Plan",
+                note,
+            )
+            .await;
         }
     }
 }
@@ -701,5 +886,42 @@ mod tests {
         let later = start + Duration::from_secs(500);
         assert!(due(&mut next, interval, later).is_some());
         assert_eq!(next, Some(later + interval));
+    }
+
+    #[test]
+    fn the_scale_up_delay_is_measured_until_the_replicas_serve() {
+        let start = Instant::now();
+        let mut tracker = StartupTracker::default();
+        tracker.scaled((1, 1), (3, 1), start);
+        // A second scale-up while the first is pending keeps the first one's start.
+        tracker.scaled((3, 1), (4, 2), start + Duration::from_secs(10));
+        let partly = Replicas {
+            serving: (3, 1),
+            asked: (4, 2),
+        };
+        tracker.observe(partly, start + Duration::from_secs(50));
+        assert_eq!(tracker.delay(), None);
+        assert!(!tracker.stuck(start + Duration::from_secs(50), Duration::from_secs(120)));
+        assert!(tracker.stuck(start + Duration::from_secs(130), Duration::from_secs(120)));
+        let all = Replicas {
+            serving: (4, 2),
+            asked: (4, 2),
+        };
+        tracker.observe(all, start + Duration::from_secs(80));
+        assert_eq!(tracker.delay(), Some(Duration::from_secs(80)));
+        // Later measurements are averaged in.
+        tracker.scaled((4, 2), (5, 2), start + Duration::from_secs(100));
+        tracker.observe(
+            Replicas {
+                serving: (5, 2),
+                asked: (5, 2),
+            },
+            start + Duration::from_secs(140),
+        );
+        assert_eq!(tracker.delay(), Some(Duration::from_secs(60)));
+        // A scale-down below a pending scale-up abandons the measurement.
+        tracker.scaled((5, 2), (8, 2), start + Duration::from_secs(200));
+        tracker.scaled((8, 2), (4, 2), start + Duration::from_secs(210));
+        assert!(!tracker.stuck(start + Duration::from_secs(900), Duration::from_secs(120)));
     }
 }

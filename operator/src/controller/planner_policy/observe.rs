@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use planner_core::state::IntervalMetrics;
+use planner_core::state::{FastSignals, IntervalMetrics};
 
 use super::decide::{Observed, PlannerState};
 use crate::{
@@ -26,6 +26,10 @@ pub struct MetricsQuery<'a> {
     pub pulling_interval: Duration,
     /// The end of the window, Unix seconds.
     pub now_unix_s: f64,
+    /// The TTFT quantile (0..1) read from the histogram.
+    pub ttft_quantile: f64,
+    /// Prefill engines ready now (the target's available replicas).
+    pub prefill_engines: u32,
 }
 
 /// Reads one interval's metrics for `state`'s planner; failures are counted in `metrics`.
@@ -49,15 +53,20 @@ pub async fn observe(state: &PlannerState, query: &MetricsQuery<'_>, metrics: &P
                 dynamo_namespace: query.dynamo_namespace.to_string(),
                 model: query.model.to_string(),
             };
-            Observed::Sla(match client.observe(&filter, window_s).await {
-                Ok(observation) => IntervalMetrics::Observed(observation),
-                Err(error) => {
-                    metrics.metrics_unavailable(error.kind());
-                    IntervalMetrics::Unavailable {
-                        reason: error.to_string(),
+            Observed::Sla(
+                match client.observe(&filter, window_s, query.ttft_quantile).await {
+                    Ok(mut observation) => {
+                        observation.prefill_engines = Some(f64::from(query.prefill_engines));
+                        IntervalMetrics::Observed(observation)
                     }
-                }
-            })
+                    Err(error) => {
+                        metrics.metrics_unavailable(error.kind());
+                        IntervalMetrics::Unavailable {
+                            reason: error.to_string(),
+                        }
+                    }
+                },
+            )
         }
         PlannerState::Load { .. } => Observed::Load(
             client
@@ -73,5 +82,32 @@ pub async fn observe(state: &PlannerState, query: &MetricsQuery<'_>, metrics: &P
                     error.to_string()
                 }),
         ),
+    }
+}
+
+/// Reads the fast path's signals over the last `window`; `None` (counted in `metrics`) when
+/// Prometheus cannot tell: the fast path then waits for the next check.
+pub async fn fast_signals(
+    query: &MetricsQuery<'_>,
+    window: Duration,
+    metrics: &PolicyMetrics,
+) -> Option<FastSignals> {
+    let Ok(client) = query.client else {
+        metrics.metrics_unavailable("client");
+        return None;
+    };
+    let filter = SeriesFilter {
+        dynamo_namespace: query.dynamo_namespace.to_string(),
+        model: query.model.to_string(),
+    };
+    match client.fast_signals(&filter, window.as_secs().max(1)).await {
+        Ok(mut signals) => {
+            signals.prefill_engines = f64::from(query.prefill_engines);
+            Some(signals)
+        }
+        Err(error) => {
+            metrics.metrics_unavailable(error.kind());
+            None
+        }
     }
 }
