@@ -1,10 +1,18 @@
 //! `metav1.Condition` bookkeeping shared by the reconcilers: transition times move only when a
-//! condition's status changes, and conditions other writers own are kept.
+//! condition's status changes, conditions other writers own are kept, and messages are cut to
+//! [`MAX_MESSAGE_BYTES`] so that a long error (a Prometheus reply, a chain of causes) never
+//! makes the status write itself fail.
 
 use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::{Condition, Time},
     jiff::Timestamp,
 };
+
+use crate::controller::common::truncate;
+
+/// Longest condition message written, in bytes (the API server accepts 32768; a status is read
+/// by people, and every condition of every object is kept in etcd and in watch caches).
+pub const MAX_MESSAGE_BYTES: usize = 1024;
 
 /// A condition as a reconciler computes it, before timestamps.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,6 +61,7 @@ impl DesiredCondition {
 
 /// Merges `desired` into `existing`: each desired condition replaces the one of its type,
 /// keeping its `lastTransitionTime` when the status did not change; other types are kept.
+/// Messages longer than [`MAX_MESSAGE_BYTES`] are cut, with an ellipsis.
 pub fn merge(
     existing: &[Condition],
     desired: &[DesiredCondition],
@@ -74,7 +83,7 @@ pub fn merge(
             type_: want.type_.to_string(),
             status: want.status.to_string(),
             reason: want.reason.clone(),
-            message: want.message.clone(),
+            message: truncate(&want.message, MAX_MESSAGE_BYTES),
             observed_generation: generation,
             last_transition_time,
         });
@@ -166,5 +175,39 @@ mod tests {
             at(50),
         );
         assert!(!same(&merged, &changed));
+    }
+
+    #[test]
+    fn long_messages_are_cut_to_what_the_api_server_takes() {
+        // A multi-byte character across the cut: the message stays valid UTF-8.
+        let long = format!("cannot reach Prometheus: {}", "réponse ".repeat(10_000));
+        let merged = merge(
+            &[],
+            &[DesiredCondition::unmet(
+                "MetricsAvailable",
+                "PrometheusError",
+                &long,
+            )],
+            Some(1),
+            at(1),
+        );
+        let message = &merged[0].message;
+        assert!(message.len() <= MAX_MESSAGE_BYTES, "{} bytes", message.len());
+        assert!(message.starts_with("cannot reach Prometheus: réponse"));
+        assert!(message.ends_with('…'));
+        // A cut message compares equal to itself next time: no status rewrite every reconcile.
+        let again = merge(
+            &merged,
+            &[DesiredCondition::unmet(
+                "MetricsAvailable",
+                "PrometheusError",
+                &long,
+            )],
+            Some(1),
+            at(2),
+        );
+        assert!(same(&merged, &again));
+        let short = merge(&[], &[DesiredCondition::met("Ready", "Ok", "ok")], None, at(1));
+        assert_eq!(short[0].message, "ok");
     }
 }
