@@ -615,13 +615,15 @@ pub fn size_decode(
 /// The arrival burstiness `b` that explains an observed mean TTFT with `engines` engines at
 /// `rate` requests/s: the model's mean wait is linear in `b`, so it is solved for directly.
 /// `None` when the observation cannot tell (no load, an unstable queue, or a wait the model
-/// cannot attribute to arrivals); at least 1.
+/// cannot attribute to arrivals); at least `min` (1: no smoother than Poisson; below 1 lets
+/// the burstiness absorb a model that overstates the wait).
 pub fn implied_arrival_scv(
     service: &ServiceMoments,
     rate: f64,
     model: &PrefillQueueModel,
     engines: u32,
     ttft_s: f64,
+    min: f64,
 ) -> Option<f64> {
     let batches = model.batches;
     let queue = Queue {
@@ -648,7 +650,7 @@ pub fn implied_arrival_scv(
         }
         (wait - alpha * service.scv.max(0.0) + beta) / (alpha + beta)
     };
-    Some(b.clamp(1.0, MAX_ARRIVAL_SCV))
+    Some(b.clamp(min.clamp(0.0, 1.0), MAX_ARRIVAL_SCV))
 }
 
 /// Largest arrival burstiness the planner infers.
@@ -833,7 +835,7 @@ mod tests {
                 arrival_scv: 3.0,
             };
             let ttft = prefill_ttft_s(&queue, &model, None, 4);
-            let b = implied_arrival_scv(&service, 10.0, &model, 4, ttft).unwrap();
+            let b = implied_arrival_scv(&service, 10.0, &model, 4, ttft, 1.0).unwrap();
             assert!((b - 3.0).abs() < 1e-9, "{b}");
             let poisson_queue = PrefillQueueModel {
                 batches_queue: false,
@@ -844,14 +846,17 @@ mod tests {
                 ..queue
             };
             let ttft = prefill_ttft_s(&poisson_arrivals, &poisson_queue, None, 4);
-            let b = implied_arrival_scv(&service, 10.0, &poisson_queue, 4, ttft).unwrap();
+            let b = implied_arrival_scv(&service, 10.0, &poisson_queue, 4, ttft, 1.0).unwrap();
             assert!((b - 3.0).abs() < 1e-9, "{b}");
         }
         let poisson = PrefillQueueModel::default();
-        assert_eq!(implied_arrival_scv(&service, 0.0, &poisson, 4, 1.0), None);
-        assert_eq!(implied_arrival_scv(&service, 100.0, &poisson, 4, 1.0), None);
+        assert_eq!(implied_arrival_scv(&service, 0.0, &poisson, 4, 1.0, 1.0), None);
+        assert_eq!(implied_arrival_scv(&service, 100.0, &poisson, 4, 1.0, 1.0), None);
         // Faster than the model with Poisson arrivals: no less than Poisson.
-        assert_eq!(implied_arrival_scv(&service, 10.0, &poisson, 4, 0.2), Some(1.0));
+        assert_eq!(
+            implied_arrival_scv(&service, 10.0, &poisson, 4, 0.2, 1.0),
+            Some(1.0)
+        );
     }
 
     #[test]

@@ -97,6 +97,26 @@ pub struct QueueingConfig {
     pub kv_sigmas: f64,
     /// Share of the KV cache plans may fill.
     pub kv_fill: f64,
+    /// The fast path also scales up when the queueing model, at the recent arrival rate, needs
+    /// more prefill engines than are asked for.
+    pub fast_sizing: bool,
+    /// Rate margin of the fast path's sizing check (the recent rate times this).
+    pub fast_margin: f64,
+    /// Forecast multiplier until enough forecast errors are known to take their quantile.
+    pub cold_margin: f64,
+    /// Plan for at least this share of the last interval's arrival rate, whatever the forecast
+    /// says (0: no floor).
+    pub observed_floor: f64,
+    /// Largest forecast multiplier (a forecast that needs more is not informative; the observed
+    /// floor and the fast path cover what it misses).
+    pub max_forecast_multiplier: f64,
+    /// Smallest arrival burstiness learned: below 1 when intervals show shorter waits than
+    /// Poisson arrivals would.
+    pub min_burstiness: f64,
+    /// Evidence over the model: when the last interval's arrivals came at least at the planned
+    /// rate and its TTFT (ITL) stayed within this share of the target, the engines serving then
+    /// are enough (0: off).
+    pub evidence_slack: f64,
 }
 
 impl Default for QueueingConfig {
@@ -105,12 +125,12 @@ impl Default for QueueingConfig {
             ttft_percentile: None,
             itl_percentile: None,
             scale_up_delay_s: 60.0,
-            forecast_quantile: 0.95,
+            forecast_quantile: 0.7,
             decode_forecast_quantile: 0.9,
-            service_quantile: 0.75,
+            service_quantile: 0.9,
             forecast_errors: 20,
             forecast_margin: 0.0,
-            burst_quantile: 0.75,
+            burst_quantile: 0.6,
             burst_samples: 20,
             max_burstiness: 30.0,
             batches: true,
@@ -121,8 +141,15 @@ impl Default for QueueingConfig {
             fast_period_s: 10.0,
             fast_hold_s: 60.0,
             arrival_scv: 1.0,
-            kv_sigmas: 2.0,
+            kv_sigmas: 2.5,
             kv_fill: 0.95,
+            fast_sizing: false,
+            fast_margin: 1.0,
+            cold_margin: 1.4,
+            observed_floor: 1.0,
+            evidence_slack: 0.0,
+            min_burstiness: 1.0,
+            max_forecast_multiplier: 2.0,
         }
     }
 }
@@ -803,6 +830,7 @@ impl SlaPlanner {
                     &settings.queue_model(settings.arrival_scv),
                     engines.round() as u32,
                     observation.ttft_ms / 1000.0,
+                    settings.min_burstiness,
                 ) {
                     push_bounded(&mut q.bursts, kappa, settings.burst_samples);
                 }
@@ -854,9 +882,14 @@ impl SlaPlanner {
             let from_errors = quantile(errors.iter().copied(), q).map(f64::exp);
             match from_errors {
                 Some(m) if errors.len() >= MIN_FORECAST_ERRORS => m.max(margin),
-                _ => margin.max(1.0),
+                _ => margin.max(settings.cold_margin).max(1.0),
             }
-            .clamp(1.0 / MAX_FORECAST_MULTIPLIER.sqrt(), MAX_FORECAST_MULTIPLIER)
+            .clamp(
+                1.0 / MAX_FORECAST_MULTIPLIER.sqrt(),
+                settings
+                    .max_forecast_multiplier
+                    .clamp(1.0, MAX_FORECAST_MULTIPLIER),
+            )
         };
         // The prefill work (arrivals × mean prefill time) at its upper quantile; the mean
         // prefill time itself corrected for the forecast's bias (its median error), the rate
@@ -875,11 +908,15 @@ impl SlaPlanner {
             mean_s: point_service.mean_s * service_multiplier,
             ..point_service
         };
-        let rate = requests.value * multiplier / interval;
-        let decode_rate = requests.value * decode_multiplier / interval;
+        let floor = arrivals / interval * settings.observed_floor.max(0.0);
+        let rate = (requests.value * multiplier / interval).max(floor);
+        let decode_rate = (requests.value * decode_multiplier / interval).max(floor);
         let burst = quantile(q.bursts.iter().copied(), settings.burst_quantile)
             .unwrap_or(settings.arrival_scv)
-            .clamp(1.0, settings.max_burstiness.max(1.0));
+            .clamp(
+                settings.min_burstiness.clamp(0.0, 1.0),
+                settings.max_burstiness.max(1.0),
+            );
 
         // The backlog at the end of the interval, and what it grows to before a replica asked
         // for now can serve.
@@ -937,7 +974,35 @@ impl SlaPlanner {
         });
         q.fast_rates.clear();
 
-        let desired = (prefill.replicas, decode.replicas);
+        let mut desired = (prefill.replicas, decode.replicas);
+        // What the last interval showed: a pool that served at least the planned rate within
+        // the target (with slack) needs no more engines than it had.
+        let slack = settings.evidence_slack;
+        let observed_rate = arrivals / interval;
+        if slack > 0.0 && observed_rate > 0.0 && backlog <= 0.0 {
+            let ttft_seen = match (targets.ttft_quantile, observation.ttft_quantile_ms) {
+                (Some(p), Some((at, ms))) if (at - p).abs() < 1e-6 => ms,
+                _ => observation.ttft_ms,
+            };
+            if rate <= observed_rate
+                && ttft_seen.is_finite()
+                && ttft_seen <= slack * config.sla.ttft_ms
+                && serving >= 1.0
+            {
+                desired.0 = desired.0.min((serving.round() as u32).max(min));
+            }
+            let kv_ok = observation
+                .decode_kv_usage
+                .is_some_and(|u| u <= slack * settings.kv_fill);
+            if decode_rate <= observed_rate
+                && kv_ok
+                && observation.itl_ms.is_finite()
+                && observation.itl_ms <= slack * config.sla.itl_ms
+                && current.1 >= 1
+            {
+                desired.1 = desired.1.min(current.1.max(min));
+            }
+        }
         let now = q.clock_s;
         // A backlog is what the prefill engines serving would take longer than the TTFT target
         // to clear: no pool scales down while one remains.
@@ -1010,7 +1075,13 @@ impl SlaPlanner {
         };
         q.fast_inflight = signals.inflight.filter(|v| v.is_finite());
         push_bounded(&mut q.fast_rates, arrivals / window, FAST_RATE_SAMPLES);
-        let recent = quantile(q.fast_rates.iter().copied(), 0.5).unwrap_or(0.0);
+        // Until forecast errors are known, the recent rate gets the cold-start margin too.
+        let cold = if q.errors.len() < MIN_FORECAST_ERRORS {
+            settings.cold_margin.max(1.0)
+        } else {
+            1.0
+        };
+        let recent = quantile(q.fast_rates.iter().copied(), 0.5).unwrap_or(0.0) * cold;
         let basis = match q.last_plan {
             Some(basis) => basis,
             None => {
@@ -1046,17 +1117,31 @@ impl SlaPlanner {
         } else {
             0.0
         };
-        let at_risk = drain_s > settings.scale_up_delay_s;
+        let targets = settings.targets(&config.sla);
+        let (min, max) = bounds(&config.limits);
+        let queue_model = settings.queue_model(basis.burst);
+        let interval = config.interval_s.max(1e-3);
+        // The engines the recent rate needs, with the queue wait, against those asked for.
+        let short = settings.fast_sizing
+            && sizing::size_prefill(
+                &service,
+                recent * settings.fast_margin,
+                backlog,
+                interval,
+                &queue_model,
+                &targets,
+                min,
+                max,
+            )
+            .replicas
+                > current.0;
+        let at_risk = drain_s > settings.scale_up_delay_s || short;
         let surge = recent > basis.rate * (1.0 + SURGE_TOLERANCE);
         if !at_risk && !surge {
             return None;
         }
         let rate = recent.max(basis.rate);
         let growth = (rate * service.mean_s - serving).max(0.0) / service.mean_s * settings.scale_up_delay_s;
-        let targets = settings.targets(&config.sla);
-        let (min, max) = bounds(&config.limits);
-        let queue_model = settings.queue_model(basis.burst);
-        let interval = config.interval_s.max(1e-3);
         let prefill = sizing::size_prefill(
             &service,
             rate,
