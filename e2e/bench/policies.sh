@@ -11,7 +11,8 @@
 # - the synthetic Dynamo frontend (`planner-sim synthetic-frontend`) replaying the Azure
 #   conversation trace (`crates/planner-core/tests/fixtures/traces/azure2023_conv.csv`, as the closed-loop e2e test
 #   does) in real time with fixed workers (--prefill 2 --decode 4);
-# - a real Prometheus (Debian's /usr/bin/prometheus) with N static target groups, all pointing at
+# - a real Prometheus (PROMETHEUS_BIN, else the one `make tools` builds or one on PATH) with N
+#   static target groups, all pointing at
 #   that frontend, each adding its own `dynamo_namespace: <namespace>-graph-<i>` (the label the
 #   frontend PodMonitor adds in a cluster): every graph has its own full set of frontend series
 #   (about 115 per graph, 115,000 for 1,000 graphs), nothing dropped by relabelling;
@@ -71,9 +72,12 @@ PROFILE=h200-llama3.1-8b-tp1
 die() { echo "error: $*" >&2; exit 1; }
 log() { echo "[$(date +%T)] $*" >&2; }
 [[ -n "${KUBECONFIG:-}" ]] || die "set KUBECONFIG (eval \"\$(make -s cluster-up)\")"
-for tool in kubectl curl jq prometheus; do
-  command -v "$tool" >/dev/null || die "$tool not found (prometheus: apt-get install prometheus)"
+for tool in kubectl curl jq; do
+  command -v "$tool" >/dev/null || die "$tool not found"
 done
+# shellcheck source=../../tools/env.sh
+source tools/env.sh
+PROMETHEUS="$(prometheus_bin)" || die "no Prometheus: run \`make tools\` (it builds one) or set PROMETHEUS_BIN"
 [[ -f "$TRACE" ]] || die "$TRACE is missing (shared/ must sit beside the repository, or set TRACE)"
 [[ -z "$WARMUP" || -f "$WARMUP" ]] || die "$WARMUP is missing (set WARMUP, or WARMUP= for none)"
 (( N >= 1 && INTERVAL >= 10 && INTERVALS >= 1 && SCRAPE >= 1 )) || die "need N >= 1, INTERVAL >= 10, INTERVALS >= 1, SCRAPE >= 1"
@@ -151,7 +155,7 @@ log "Prometheus on 127.0.0.1:$PROM_PORT: $N target groups, scrape every ${SCRAPE
       "$FE_PORT" "$NS" "$i"
   done
 } >"$TMP/prometheus.yml"
-prometheus --config.file="$TMP/prometheus.yml" --storage.tsdb.path="$TMP/prometheus-data" \
+"$PROMETHEUS" --config.file="$TMP/prometheus.yml" --storage.tsdb.path="$TMP/prometheus-data" \
   --web.listen-address="127.0.0.1:$PROM_PORT" --log.level=warn >"$TMP/prometheus.log" 2>&1 &
 prom_pid=$!
 pids+=("$prom_pid")

@@ -54,4 +54,7 @@ create_fake_nodes
 write_operator_kubeconfig
 
 cd "$TOOLS_SRC/.."
+PROMETHEUS_BIN="$(prometheus_bin)" || fail "no Prometheus: \`make tools\` builds one"
+export PROMETHEUS_BIN
+"${CARGO:-cargo}" build -p planner-operator --bin planner-operator -p planner-sim --bin planner-sim --locked
 KUBECONFIG="$ADMIN_KUBECONFIG" HELM="${HELM:-$TOOLS_BIN/helm}" "${CARGO:-cargo}" test -p e2e --features e2e --locked --test e2e -- "$@"

@@ -131,6 +131,9 @@ fn policy(prometheus: &str) -> Result<PlannerPolicy> {
             "targetRef": {"name": "llama"},
             "adjustmentInterval": format!("{INTERVAL_S}s"),
             "sla": {"ttftMs": 200, "itlMs": 10},
+            // Ten-second intervals: a stabilisation window of three intervals, not the default
+            // five minutes.
+            "behavior": {"scaleDownStabilization": "30s"},
             "bounds": {"minReplicas": 1, "maxReplicas": 12, "maxGpuBudget": -1},
             "predictor": {"type": "constant"},
             "profile": {"builtin": "h200-llama3.1-8b-tp1"},

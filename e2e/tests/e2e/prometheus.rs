@@ -1,5 +1,6 @@
-//! A real Prometheus (Debian's `prometheus` package) for the tests, scraping given targets on
-//! loopback every second, with the static labels the frontend PodMonitor would add.
+//! A real Prometheus for the tests (`PROMETHEUS_BIN`, which `make e2e` sets to the one `make
+//! tools` builds from Go modules or an installed one; else `prometheus` on PATH), scraping given
+//! targets on loopback every second, with the static labels the frontend PodMonitor would add.
 
 use std::{
     process::{Child, Command, Stdio},
@@ -55,7 +56,8 @@ impl Prometheus {
     }
 
     fn spawn(&mut self) -> Result<()> {
-        let child = Command::new("prometheus")
+        let binary = std::env::var_os("PROMETHEUS_BIN").unwrap_or_else(|| "prometheus".into());
+        let child = Command::new(&binary)
             .args([
                 &format!("--config.file={}", self.config.display()),
                 &format!("--storage.tsdb.path={}", self.dir.join("data").display()),
@@ -64,7 +66,12 @@ impl Prometheus {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|e| format!("cannot start prometheus (apt-get install prometheus): {e}"))?;
+            .map_err(|e| {
+                format!(
+                    "cannot start {} (`make tools` builds one; set PROMETHEUS_BIN): {e}",
+                    binary.to_string_lossy()
+                )
+            })?;
         self.child = Some(child);
         Ok(())
     }
