@@ -271,3 +271,128 @@ async fn replicas_follow_the_load_and_missing_metrics_never_scale_down() -> Resu
     })
     .await
 }
+
+/// A sample of the frontend's own metrics text (`name{labels} value`), summed over its series.
+async fn frontend_metric(frontend: &Frontend, name: &str) -> Result<f64> {
+    let addr: std::net::SocketAddr = frontend.control.parse()?;
+    let (_, body) = e2e::http_get(addr, "/metrics").await?;
+    Ok(body
+        .lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overload_is_scaled_out_of_and_no_pool_shrinks_while_a_backlog_remains() -> Result<()> {
+    in_namespace("overload", |ns| async move {
+        install_crds(&ns.client).await?;
+        let dgds: Api<DynamoGraphDeployment> = ns.api();
+        let policies: Api<PlannerPolicy> = ns.api();
+        ns.accepts(&graph()?).await?;
+        let frontend = start_frontend(&ns, "llama")?;
+        let prometheus = Prometheus::start(
+            &frontend.control,
+            &[("dynamo_namespace", &format!("{}-llama", ns.name))],
+        )
+        .await?;
+        let operator = start(&ns, &["--webhook-disabled"]).await?;
+        let outcome = async {
+            policies
+                .create(&PostParams::default(), &policy(&prometheus.url)?)
+                .await?;
+            // Settled at the trace's own rate: two intervals observed.
+            let observed = |policy: &PlannerPolicy| {
+                policy
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.observed.as_ref())
+                    .and_then(|o| Some((o.requests?, o.ttft_ms?)))
+            };
+            poll_until("the policy to observe the trace's load", WAIT, || async {
+                Ok(observed(&policies.get("llama-sla").await?).is_some_and(|(r, _)| r > 0.0))
+            })
+            .await?;
+            tokio::time::sleep(Duration::from_secs(2 * INTERVAL_S)).await;
+            let policy = policies.get("llama-sla").await?;
+            let (requests, ttft_ms) = observed(&policy).ok_or("no observation")?;
+            let before = replicas(&dgds.get("llama").await?);
+            // What the prefill pool serves: engines over the unqueued service time (the TTFT at
+            // this light load); the step asks four times that.
+            let capacity = f64::from(before.0) / (ttft_ms / 1000.0).max(1e-3);
+            let rate = requests / INTERVAL_S as f64;
+            let step = (4.0 * capacity / rate.max(1e-3)).clamp(4.0, 200.0);
+            eprintln!(
+                "pool {before:?} serves ~{capacity:.0} req/s at {rate:.1} req/s; stepping the rate {step:.0}x"
+            );
+            post(&frontend.control, &format!("/control/rate-scale/{step:.0}")).await?;
+            let stepped = std::time::Instant::now();
+
+            // Scaled out within two intervals.
+            poll_until(
+                "a scale-out within two intervals",
+                Duration::from_secs(2 * INTERVAL_S + 5),
+                || async { Ok(replicas(&dgds.get("llama").await?).0 > before.0) },
+            )
+            .await?;
+            eprintln!("scaled out after {:?}", stepped.elapsed());
+
+            // Back under the TTFT target within three intervals of the step, and no pool shrinks
+            // while requests wait beyond the engines serving.
+            let mut last = replicas(&dgds.get("llama").await?);
+            let mut recovered = None;
+            let deadline = std::time::Instant::now() + Duration::from_secs(8 * INTERVAL_S);
+            while std::time::Instant::now() < deadline {
+                let now = replicas(&dgds.get("llama").await?);
+                let queued = frontend_metric(&frontend, "dynamo_frontend_queued_requests").await?;
+                if queued > f64::from(now.0) {
+                    assert!(
+                        now.0 >= last.0 && now.1 >= last.1,
+                        "scaled down from {last:?} to {now:?} with {queued} requests queued"
+                    );
+                }
+                last = now;
+                let policy = policies.get("llama-sla").await?;
+                let fresh = policy
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.last_tick_time.as_ref())
+                    .is_some_and(|t| {
+                        let age = k8s_openapi::jiff::Timestamp::now().duration_since(t.0);
+                        age.as_secs_f64() < INTERVAL_S as f64
+                    });
+                if recovered.is_none()
+                    && fresh
+                    && observed(&policy).is_some_and(|(r, ttft)| r > 0.0 && ttft <= 200.0)
+                    && stepped.elapsed() > Duration::from_secs(INTERVAL_S)
+                {
+                    recovered = Some(stepped.elapsed());
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            let recovered = recovered.ok_or("TTFT never came back under the target after the step")?;
+            eprintln!("TTFT back under the target {recovered:?} after the step; replicas {last:?}");
+            assert!(
+                recovered <= Duration::from_secs(3 * INTERVAL_S + 5),
+                "TTFT back under the target only after {recovered:?}"
+            );
+            let events: Api<Event> = ns.api();
+            let reasons: Vec<String> = events
+                .list(&ListParams::default())
+                .await?
+                .items
+                .into_iter()
+                .filter(|e| e.reason.as_deref() == Some("Scaled"))
+                .filter_map(|e| e.note)
+                .collect();
+            assert!(!reasons.is_empty(), "no Scaled event");
+            eprintln!("Scaled events: {reasons:#?}");
+            operator.check_running()
+        }
+        .await;
+        let stopped = operator.stop().await;
+        drop(frontend);
+        outcome.and(stopped)
+    })
+    .await
+}
