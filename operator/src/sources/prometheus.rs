@@ -609,32 +609,67 @@ impl PrometheusClient {
         Ok(observation)
     }
 
-    /// What the fast path reads for one graph over the last `window_s` seconds: requests
-    /// accepted and completed, and the in-flight and queued gauges now.
-    pub async fn fast_signals(
-        &self,
-        filter: &SeriesFilter,
-        window_s: u64,
-    ) -> Result<FastSignals, MetricsError> {
-        let model = filter.model.as_str();
-        let completions =
-            sum_of(&self.query(&requests_query(filter, window_s)).await?, model).ok_or_else(|| {
-                MetricsError::NoSeries {
-                    metric: format!("{FRONTEND_PREFIX}_requests_total"),
-                    dynamo_namespace: filter.dynamo_namespace.clone(),
-                    model: filter.model.clone(),
-                }
-            })?;
-        Ok(FastSignals {
-            elapsed_s: 0.0,
-            window_s: window_s as f64,
-            arrivals: sum_of(&self.query(&started_query(filter, window_s)).await?, model),
+    /// What the fast path reads, for every graph this Prometheus holds at once (so the query
+    /// rate does not grow with the number of policies): over the last `window_s` seconds, the
+    /// requests accepted and completed, and the in-flight and queued gauges now.
+    pub async fn fast_snapshot(&self, window_s: u64) -> Result<FastSnapshot, MetricsError> {
+        let by_graph = |metric: String| format!("sum by (dynamo_namespace, model) ({metric})");
+        let completions = self
+            .query(&by_graph(format!(
+                "increase({FRONTEND_PREFIX}_requests_total[{window_s}s])"
+            )))
+            .await?;
+        let arrivals = self
+            .query(&by_graph(format!(
+                "increase({FRONTEND_PREFIX}_requests_started_total[{window_s}s])"
+            )))
+            .await?;
+        let inflight = self
+            .query(&by_graph(format!("{FRONTEND_PREFIX}_inflight_requests")))
+            .await?;
+        let queued = self
+            .query(&by_graph(format!("{FRONTEND_PREFIX}_queued_requests")))
+            .await?;
+        Ok(FastSnapshot {
+            window_s,
             completions,
-            inflight: sum_of(
-                &self.query(&gauge_query("inflight_requests", filter)).await?,
-                model,
-            ),
-            queued: sum_of(&self.query(&gauge_query("queued_requests", filter)).await?, model),
+            arrivals,
+            inflight,
+            queued,
+        })
+    }
+}
+
+/// The fast path's signals of every graph of one Prometheus at one moment.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FastSnapshot {
+    /// Seconds the counts cover.
+    pub window_s: u64,
+    completions: Vec<Sample>,
+    arrivals: Vec<Sample>,
+    inflight: Vec<Sample>,
+    queued: Vec<Sample>,
+}
+
+impl FastSnapshot {
+    /// One graph's signals; `None` when the snapshot has no completions series for it (a graph
+    /// without a frontend scraped yet).
+    pub fn signals(&self, filter: &SeriesFilter) -> Option<FastSignals> {
+        let of = |samples: &[Sample]| {
+            let graph: Vec<Sample> = samples
+                .iter()
+                .filter(|s| s.dynamo_namespace.as_deref() == Some(filter.dynamo_namespace.as_str()))
+                .cloned()
+                .collect();
+            sum_of(&graph, &filter.model)
+        };
+        Some(FastSignals {
+            elapsed_s: 0.0,
+            window_s: self.window_s as f64,
+            arrivals: of(&self.arrivals),
+            completions: of(&self.completions)?,
+            inflight: of(&self.inflight),
+            queued: of(&self.queued),
             prefill_engines: 0.0,
             isl: f64::NAN,
             isl_second_moment: None,
@@ -732,6 +767,49 @@ mod tests {
             },
         ];
         assert!(mean_of(&with_nan, "m").unwrap().is_nan());
+    }
+
+    #[test]
+    fn one_fast_snapshot_serves_every_graph() {
+        let vector = |rows: &[(&str, &str, f64)]| {
+            let result: Vec<String> = rows
+                .iter()
+                .map(|(ns, model, v)| {
+                    format!(
+                        r#"{{"metric":{{"dynamo_namespace":"{ns}","model":"{model}"}},"value":[1.0,"{v}"]}}"#
+                    )
+                })
+                .collect();
+            parse_vector(
+                "q",
+                &format!(
+                    r#"{{"status":"success","data":{{"resultType":"vector","result":[{}]}}}}"#,
+                    result.join(",")
+                ),
+            )
+            .unwrap()
+        };
+        let snapshot = FastSnapshot {
+            window_s: 20,
+            completions: vector(&[
+                ("llm-llama-disagg", "llama-3.1-8b", 40.0),
+                ("other", "llama-3.1-8b", 7.0),
+            ]),
+            arrivals: vector(&[("llm-llama-disagg", "llama-3.1-8b", 90.0)]),
+            inflight: vector(&[("llm-llama-disagg", "llama-3.1-8b", 55.0)]),
+            queued: vec![],
+        };
+        let signals = snapshot.signals(&filter()).unwrap();
+        assert_eq!(signals.completions, 40.0);
+        assert_eq!(signals.arrivals, Some(90.0));
+        assert_eq!(signals.inflight, Some(55.0));
+        assert_eq!(signals.queued, None);
+        assert_eq!(signals.window_s, 20.0);
+        let unknown = SeriesFilter {
+            dynamo_namespace: "nobody".into(),
+            model: "m".into(),
+        };
+        assert_eq!(snapshot.signals(&unknown), None);
     }
 
     #[test]

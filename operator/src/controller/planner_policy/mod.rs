@@ -167,6 +167,7 @@ pub struct PlannerContext {
     runtimes: Mutex<Runtimes>,
     models: dereference::ModelCache,
     prometheus: Mutex<HashMap<String, PrometheusClient>>,
+    fast: observe::FastCache,
     state_builds: tokio::sync::Semaphore,
 }
 
@@ -179,6 +180,7 @@ impl PlannerContext {
             runtimes: Mutex::default(),
             models: dereference::ModelCache::default(),
             prometheus: Mutex::default(),
+            fast: observe::FastCache::default(),
             state_builds: tokio::sync::Semaphore::new(STATE_BUILDS),
         }
     }
@@ -400,8 +402,14 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
             decide::decide(&mut runtime.state, observed, current, &origin)
         }
         Step::Fast(period) => {
-            let signals =
-                observe::fast_signals(&query, fast_window(period), &ctx.base.metrics.policies).await;
+            let signals = observe::fast_signals(
+                &query,
+                &ctx.fast,
+                fast_window(period),
+                period,
+                &ctx.base.metrics.policies,
+            )
+            .await;
             let Some(mut signals) = signals else {
                 return Ok(next_wake(&runtime, validated.interval));
             };

@@ -2,14 +2,18 @@
 //! observation of missing metrics (which never scales anything), never an error of the
 //! reconcile.
 
-use std::time::Duration;
+use std::{
+    collections::HashMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use planner_core::state::{FastSignals, IntervalMetrics};
 
 use super::decide::{Observed, PlannerState};
 use crate::{
     metrics::policy::PolicyMetrics,
-    sources::prometheus::{PrometheusClient, SeriesFilter},
+    sources::prometheus::{FastSnapshot, MetricsError, PrometheusClient, SeriesFilter},
 };
 
 /// Where and what to read.
@@ -85,11 +89,63 @@ pub async fn observe(state: &PlannerState, query: &MetricsQuery<'_>, metrics: &P
     }
 }
 
-/// Reads the fast path's signals over the last `window`; `None` (counted in `metrics`) when
-/// Prometheus cannot tell: the fast path then waits for the next check.
+/// Fast-path snapshots by Prometheus URL and window, shared by every policy: one set of
+/// queries per Prometheus per check period, however many policies read it.
+#[derive(Default)]
+pub struct FastCache {
+    #[allow(clippy::type_complexity)]
+    entries: std::sync::Mutex<
+        HashMap<(String, u64), Arc<tokio::sync::Mutex<Option<(Instant, Arc<FastSnapshot>)>>>>,
+    >,
+}
+
+/// Snapshots unused this long are dropped.
+const FAST_CACHE_IDLE: Duration = Duration::from_secs(600);
+
+impl FastCache {
+    /// A snapshot of `client`'s Prometheus over `window_s`, at most `max_age` old; concurrent
+    /// callers wait for one query set.
+    pub async fn snapshot(
+        &self,
+        client: &PrometheusClient,
+        window_s: u64,
+        max_age: Duration,
+    ) -> Result<Arc<FastSnapshot>, MetricsError> {
+        let slot = {
+            let Ok(mut entries) = self.entries.lock() else {
+                return client.fast_snapshot(window_s).await.map(Arc::new);
+            };
+            entries.retain(|_, slot| {
+                slot.try_lock().map_or(true, |s| {
+                    s.as_ref().is_none_or(|(at, _)| at.elapsed() < FAST_CACHE_IDLE)
+                })
+            });
+            Arc::clone(
+                entries
+                    .entry((client.base_url().to_string(), window_s))
+                    .or_default(),
+            )
+        };
+        let mut cached = slot.lock().await;
+        if let Some((at, snapshot)) = cached.as_ref()
+            && at.elapsed() < max_age
+        {
+            return Ok(Arc::clone(snapshot));
+        }
+        let snapshot = Arc::new(client.fast_snapshot(window_s).await?);
+        *cached = Some((Instant::now(), Arc::clone(&snapshot)));
+        Ok(snapshot)
+    }
+}
+
+/// Reads the fast path's signals over the last `window` (from a snapshot at most half a
+/// `period` old); `None` (counted in `metrics`) when Prometheus cannot tell: the fast path then
+/// waits for the next check.
 pub async fn fast_signals(
     query: &MetricsQuery<'_>,
+    cache: &FastCache,
     window: Duration,
+    period: Duration,
     metrics: &PolicyMetrics,
 ) -> Option<FastSignals> {
     let Ok(client) = query.client else {
@@ -100,14 +156,17 @@ pub async fn fast_signals(
         dynamo_namespace: query.dynamo_namespace.to_string(),
         model: query.model.to_string(),
     };
-    match client.fast_signals(&filter, window.as_secs().max(1)).await {
-        Ok(mut signals) => {
-            signals.prefill_engines = f64::from(query.prefill_engines);
-            Some(signals)
-        }
+    let snapshot = match cache.snapshot(client, window.as_secs().max(1), period / 2).await {
+        Ok(snapshot) => snapshot,
         Err(error) => {
             metrics.metrics_unavailable(error.kind());
-            None
+            return None;
         }
-    }
+    };
+    let Some(mut signals) = snapshot.signals(&filter) else {
+        metrics.metrics_unavailable("no_series");
+        return None;
+    };
+    signals.prefill_engines = f64::from(query.prefill_engines);
+    Some(signals)
 }
