@@ -228,9 +228,11 @@ pub fn parse_matrix(query: &str, body: &str) -> Result<Vec<Series>, MetricsError
     if response.status != "success" {
         return Err(MetricsError::Query {
             query: query.into(),
-            reason: response
-                .error
-                .unwrap_or_else(|| format!("status {}", response.status)),
+            reason: shorten(
+                &response
+                    .error
+                    .unwrap_or_else(|| format!("status {}", response.status)),
+            ),
         });
     }
     let data = response.data.ok_or_else(|| MetricsError::Query {
@@ -299,9 +301,11 @@ pub fn parse_vector(query: &str, body: &str) -> Result<Vec<Sample>, MetricsError
     if response.status != "success" {
         return Err(MetricsError::Query {
             query: query.into(),
-            reason: response
-                .error
-                .unwrap_or_else(|| format!("status {}", response.status)),
+            reason: shorten(
+                &response
+                    .error
+                    .unwrap_or_else(|| format!("status {}", response.status)),
+            ),
         });
     }
     let data = response.data.ok_or_else(|| MetricsError::Query {
@@ -369,27 +373,78 @@ fn describe(error: reqwest::Error) -> String {
     text
 }
 
+/// Largest Prometheus response read. A query here returns a handful of series per graph (the
+/// fast snapshot: four per graph); 16 MiB holds tens of thousands of graphs, and a larger reply
+/// is refused rather than buffered.
+pub const MAX_RESPONSE_BYTES: usize = 16 << 20;
+/// Longest Prometheus error text kept in a message.
+const MAX_ERROR_TEXT: usize = 300;
+
+/// At most [`MAX_ERROR_TEXT`] bytes of `text`, cut at a character boundary.
+fn shorten(text: &str) -> String {
+    if text.len() <= MAX_ERROR_TEXT {
+        return text.to_string();
+    }
+    let mut end = MAX_ERROR_TEXT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+/// `url` with any user information replaced by `***` (for messages, status and logs).
+pub fn redact(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+            let (authority, path) = rest.split_at(authority_end);
+            match authority.rsplit_once('@') {
+                Some((_, host)) => format!("{scheme}://***@{host}{path}"),
+                None => url.to_string(),
+            }
+        }
+        None => url.to_string(),
+    }
+}
+
 /// Reads the frontend metrics of one interval.
 #[derive(Clone, Debug)]
 pub struct PrometheusClient {
     http: reqwest::Client,
     base_url: String,
+    /// The base URL as shown in messages (credentials redacted).
+    shown_url: String,
+    /// Sent as `Authorization: Bearer`, when set.
+    bearer_token: Option<String>,
 }
 
 impl PrometheusClient {
-    /// A client for the Prometheus at `base_url`, with a per-request timeout.
+    /// A client for the Prometheus at `base_url`, with a per-request timeout. Redirects are not
+    /// followed (a policy's URL must name Prometheus itself) and responses are capped at
+    /// [`MAX_RESPONSE_BYTES`].
     pub fn new(base_url: &str, timeout: Duration) -> Result<Self, MetricsError> {
+        let shown_url = redact(base_url.trim_end_matches('/'));
         let http = reqwest::Client::builder()
             .timeout(timeout)
+            .connect_timeout(timeout.min(Duration::from_secs(5)))
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| MetricsError::Http {
-                url: base_url.into(),
+                url: shown_url.clone(),
                 reason: e.to_string(),
             })?;
         Ok(Self {
             http,
             base_url: base_url.trim_end_matches('/').to_string(),
+            shown_url,
+            bearer_token: None,
         })
+    }
+
+    /// The same client, authenticating with a bearer token.
+    pub fn with_bearer_token(mut self, token: Option<String>) -> Self {
+        self.bearer_token = token.map(|t| t.trim().to_string()).filter(|t| !t.is_empty());
+        self
     }
 
     /// The base URL.
@@ -397,30 +452,55 @@ impl PrometheusClient {
         &self.base_url
     }
 
+    /// The base URL as messages show it (credentials redacted).
+    pub fn shown_url(&self) -> &str {
+        &self.shown_url
+    }
+
+    /// GETs `path` with `params`; the body, read up to [`MAX_RESPONSE_BYTES`].
+    async fn get(&self, path: &str, params: &[(&str, &str)]) -> Result<String, MetricsError> {
+        let http_error = |reason: String| MetricsError::Http {
+            url: self.shown_url.clone(),
+            reason,
+        };
+        let mut request = self.http.get(format!("{}{path}", self.base_url)).query(params);
+        if let Some(token) = &self.bearer_token {
+            request = request.bearer_auth(token);
+        }
+        let mut response = request.send().await.map_err(|e| http_error(describe(e)))?;
+        let status = response.status();
+        if status.is_redirection() {
+            return Err(http_error(format!(
+                "HTTP {status}: redirects are not followed; name Prometheus's own URL"
+            )));
+        }
+        if response
+            .content_length()
+            .is_some_and(|n| n > MAX_RESPONSE_BYTES as u64)
+        {
+            return Err(http_error(format!(
+                "the response is larger than {MAX_RESPONSE_BYTES} bytes"
+            )));
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| http_error(describe(e)))? {
+            if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
+                return Err(http_error(format!(
+                    "the response is larger than {MAX_RESPONSE_BYTES} bytes"
+                )));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        let body = String::from_utf8_lossy(&body).into_owned();
+        if !status.is_success() && !body.contains("\"status\"") {
+            return Err(http_error(format!("HTTP {status}")));
+        }
+        Ok(body)
+    }
+
     /// Runs an instant query.
     pub async fn query(&self, query: &str) -> Result<Vec<Sample>, MetricsError> {
-        let url = format!("{}/api/v1/query", self.base_url);
-        let response = self
-            .http
-            .get(&url)
-            .query(&[("query", query)])
-            .send()
-            .await
-            .map_err(|e| MetricsError::Http {
-                url: self.base_url.clone(),
-                reason: describe(e),
-            })?;
-        let status = response.status();
-        let body = response.text().await.map_err(|e| MetricsError::Http {
-            url: self.base_url.clone(),
-            reason: describe(e),
-        })?;
-        if !status.is_success() && !body.contains("\"status\"") {
-            return Err(MetricsError::Http {
-                url: self.base_url.clone(),
-                reason: format!("HTTP {status}"),
-            });
-        }
+        let body = self.get("/api/v1/query", &[("query", query)]).await?;
         parse_vector(query, &body)
     }
 
@@ -432,34 +512,18 @@ impl PrometheusClient {
         window_s: f64,
         step_s: f64,
     ) -> Result<Vec<Series>, MetricsError> {
-        let url = format!("{}/api/v1/query_range", self.base_url);
         let (start, end, step) = ((end - window_s).to_string(), end.to_string(), step_s.to_string());
-        let response = self
-            .http
-            .get(&url)
-            .query(&[
-                ("query", query),
-                ("start", start.as_str()),
-                ("end", end.as_str()),
-                ("step", step.as_str()),
-            ])
-            .send()
-            .await
-            .map_err(|e| MetricsError::Http {
-                url: self.base_url.clone(),
-                reason: describe(e),
-            })?;
-        let status = response.status();
-        let body = response.text().await.map_err(|e| MetricsError::Http {
-            url: self.base_url.clone(),
-            reason: describe(e),
-        })?;
-        if !status.is_success() && !body.contains("\"status\"") {
-            return Err(MetricsError::Http {
-                url: self.base_url.clone(),
-                reason: format!("HTTP {status}"),
-            });
-        }
+        let body = self
+            .get(
+                "/api/v1/query_range",
+                &[
+                    ("query", query),
+                    ("start", start.as_str()),
+                    ("end", end.as_str()),
+                    ("step", step.as_str()),
+                ],
+            )
+            .await?;
         parse_matrix(query, &body)
     }
 
@@ -767,6 +831,24 @@ mod tests {
             },
         ];
         assert!(mean_of(&with_nan, "m").unwrap().is_nan());
+    }
+
+    #[test]
+    fn credentials_never_reach_messages() {
+        assert_eq!(redact("http://user:secret@prom:9090/x"), "http://***@prom:9090/x");
+        assert_eq!(
+            redact("https://prom.monitoring:9090"),
+            "https://prom.monitoring:9090"
+        );
+        assert_eq!(redact("http://a@b@prom"), "http://***@prom");
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client =
+            PrometheusClient::new("http://admin:hunter2@127.0.0.1:9/", Duration::from_secs(1)).unwrap();
+        assert_eq!(client.shown_url(), "http://***@127.0.0.1:9");
+        let long = "x".repeat(10_000);
+        let body = format!(r#"{{"status":"error","error":"{long}"}}"#);
+        let error = parse_vector("q", &body).unwrap_err().to_string();
+        assert!(error.len() < 1000, "{}", error.len());
     }
 
     #[test]

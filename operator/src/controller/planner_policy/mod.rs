@@ -390,7 +390,7 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
     };
     let origin = MetricsOrigin {
         dynamo_namespace: validated.dynamo_namespace.clone(),
-        url,
+        url: crate::sources::prometheus::redact(&url),
     };
 
     // 6. Decide.
