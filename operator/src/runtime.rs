@@ -1,21 +1,42 @@
 //! `planner-operator run`: the long-running operator process. Wires the client, the health and
 //! metrics server, leader election and the controllers, and shuts down cleanly on SIGTERM.
+//!
+//! Leadership is fenced. The lease library keeps saying "leader" while it retries a failed
+//! renewal, and a process frozen past its lease (SIGSTOP, a stalled node, a long GC-like pause)
+//! wakes up still believing it leads. So this process reads its Lease itself every few seconds
+//! and knows until when the lease is certainly its own: its `renewTime` plus its duration, less a
+//! margin ([`lease_validity`]). Every write the controllers make goes through a client that
+//! refuses it once that time has passed, whichever task notices first after a pause; and when it
+//! passes while the controllers run, they are stopped (a step-down), to start again only when
+//! the lease is confirmed ours again. `/healthz` fails when the controllers stopped on their own
+//! while leading (the process then releases the lease and exits non-zero), and when a step-down
+//! has not recovered (leading again, or standing by) within [`step_down_recovery`].
 
 use std::{
     net::SocketAddr,
     path::PathBuf,
     sync::{
-        Arc,
+        Arc, Mutex, PoisonError,
         atomic::{AtomicBool, Ordering},
     },
     time::Duration,
 };
 
-use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
+use axum::{
+    Router,
+    extract::State,
+    http::{Method, StatusCode},
+    response::IntoResponse,
+    routing::get,
+};
 use futures::{FutureExt, StreamExt};
-use k8s_openapi::api::{
-    apps::v1::Deployment,
-    core::v1::{Pod, PodSpec},
+use k8s_openapi::{
+    api::{
+        apps::v1::Deployment,
+        coordination::v1::{Lease, LeaseSpec},
+        core::v1::{Pod, PodSpec},
+    },
+    jiff::Timestamp,
 };
 use kube::{
     Api, Client, ResourceExt,
@@ -26,8 +47,8 @@ use kube::{
         reflector, watcher,
     },
 };
-use tokio::sync::watch;
-use tracing::{error, info, warn};
+use tokio::{sync::watch, time::Instant};
+use tracing::{debug, error, info, warn};
 
 use planner_api::{DynamoGraphDeployment, PlannerPolicy};
 
@@ -140,6 +161,10 @@ pub enum RunError {
         /// The error.
         source: kube_lease_manager::LeaseManagerError,
     },
+    /// The controllers stopped while this process was the leader (and not asked to stop): the
+    /// lease was released, and the process exits so that it is restarted.
+    #[error("the controllers stopped while this process was the leader; lease released, exiting")]
+    ControllersStopped,
 }
 
 #[derive(Clone)]
@@ -148,6 +173,192 @@ struct ServerState {
     ready: Arc<AtomicBool>,
     /// The webhook's certificate, when it serves: not ready until one is loaded.
     webhook: Option<Arc<CertResolver>>,
+    health: Arc<Health>,
+}
+
+/// What `/healthz` reports on.
+#[derive(Debug, Default)]
+pub struct Health {
+    /// The controllers stopped on their own while this process led.
+    controllers_stopped: AtomicBool,
+    /// When the last step-down happened, until it recovers; and how long it may take.
+    stepped_down: Mutex<Option<(Instant, Duration)>>,
+}
+
+impl Health {
+    /// Why the process is not healthy, if it is not.
+    pub fn problem(&self) -> Option<String> {
+        if self.controllers_stopped.load(Ordering::Relaxed) {
+            return Some("the controllers stopped while this process was the leader".into());
+        }
+        let stepped_down = *self.stepped_down.lock().unwrap_or_else(PoisonError::into_inner);
+        match stepped_down {
+            Some((at, recovery)) if at.elapsed() > recovery => Some(format!(
+                "stepped down {}s ago (the leader lease was not renewed in time) and neither leads nor stands by since",
+                at.elapsed().as_secs()
+            )),
+            _ => None,
+        }
+    }
+
+    fn stepped_down(&self, recovery: Duration) {
+        *self.stepped_down.lock().unwrap_or_else(PoisonError::into_inner) = Some((Instant::now(), recovery));
+    }
+
+    fn recovered(&self) {
+        *self.stepped_down.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+}
+
+/// Until when this process may write as the leader: the expiry of its lease as last read from
+/// the API server, less a margin; `None` when the lease is not (known to be) its own. Shared by
+/// the lease reader, the fenced client and the step-down watchdog.
+#[derive(Clone, Debug)]
+pub struct LeaseFence {
+    valid_until: Arc<watch::Sender<Option<Instant>>>,
+}
+
+impl Default for LeaseFence {
+    fn default() -> Self {
+        Self {
+            valid_until: Arc::new(watch::Sender::new(None)),
+        }
+    }
+}
+
+impl LeaseFence {
+    /// Whether a write may be sent now.
+    pub fn allows_writes(&self) -> bool {
+        self.valid_until
+            .borrow()
+            .is_some_and(|until| Instant::now() < until)
+    }
+
+    /// Records what the last read of the lease showed.
+    pub fn set(&self, valid_until: Option<Instant>) {
+        self.valid_until.send_replace(valid_until);
+    }
+
+    /// Resolves once the lease's validity has passed without being extended (at once when it
+    /// is not known to be ours).
+    pub async fn expired(&self) {
+        let mut updates = self.valid_until.subscribe();
+        loop {
+            let until = *updates.borrow_and_update();
+            let Some(until) = until.filter(|until| Instant::now() < *until) else {
+                return;
+            };
+            tokio::select! {
+                () = tokio::time::sleep_until(until) => {}
+                changed = updates.changed() => if changed.is_err() { return; },
+            }
+        }
+    }
+
+    /// Resolves once writes are allowed.
+    async fn confirmed(&self) {
+        let mut updates = self.valid_until.subscribe();
+        loop {
+            if self.allows_writes() {
+                return;
+            }
+            if updates.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Until when a lease read at `sent` (monotonic) / `wall` (wall clock, when the request was sent)
+/// is certainly held by `identity`: its renewal time plus its duration, less `margin` (for the
+/// request's own latency and other replicas' clocks), and never further than one duration from
+/// `sent`. `None` when someone else (or nobody) holds it.
+pub fn lease_validity(
+    spec: &LeaseSpec,
+    identity: &str,
+    sent: Instant,
+    wall: Timestamp,
+    margin: Duration,
+) -> Option<Instant> {
+    if spec.holder_identity.as_deref() != Some(identity) {
+        return None;
+    }
+    let renewed = spec.renew_time.as_ref().or(spec.acquire_time.as_ref())?.0;
+    let duration = Duration::from_secs(u64::try_from(spec.lease_duration_seconds?).ok()?);
+    let since_renewal = wall.duration_since(renewed);
+    // Time left before another replica may take the lease, by our clock (a renewal in our
+    // future, from a faster clock, counts as now).
+    let left = if since_renewal.is_negative() {
+        duration
+    } else {
+        duration.saturating_sub(Duration::try_from(since_renewal).ok()?)
+    };
+    Some(sent + left.saturating_sub(margin))
+}
+
+/// How long after a step-down `/healthz` waits for the process to lead again or stand by.
+pub fn step_down_recovery(lease_duration: Duration) -> Duration {
+    lease_duration * 2 + Duration::from_secs(10)
+}
+
+/// Reads the lease every `period` and records in `fence` until when it is certainly ours.
+async fn watch_lease(
+    leases: Api<Lease>,
+    name: String,
+    identity: String,
+    margin: Duration,
+    period: Duration,
+    fence: LeaseFence,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let (sent, wall) = (Instant::now(), Timestamp::now());
+        match leases.get_opt(&name).await {
+            Ok(lease) => {
+                let until = lease
+                    .and_then(|l| l.spec)
+                    .and_then(|spec| lease_validity(&spec, &identity, sent, wall, margin));
+                fence.set(until);
+            }
+            // Keep what is known: it expires by itself.
+            Err(error) => debug!(%error, "cannot read the leader lease"),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(period) => {}
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        }
+    }
+}
+
+/// Why the fenced client refused a request.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{method} {path} refused: this process's leader lease is not confirmed (not renewed before its deadline, or held by another replica)"
+)]
+pub struct FencedWrite {
+    method: Method,
+    path: String,
+}
+
+/// A client that sends reads as `client` does, and writes only while `fence` allows them.
+pub fn fenced_client(client: Client, fence: LeaseFence) -> Client {
+    let default_namespace = client.default_namespace().to_string();
+    let service = tower::service_fn(move |request: axum::http::Request<kube::client::Body>| {
+        let (client, fence) = (client.clone(), fence.clone());
+        async move {
+            let read = matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+            if !read && !fence.allows_writes() {
+                let refused = FencedWrite {
+                    method: request.method().clone(),
+                    path: request.uri().path().to_string(),
+                };
+                warn!(%refused, "write refused");
+                return Err::<_, Box<dyn std::error::Error + Send + Sync>>(Box::new(refused));
+            }
+            client.send(request).await.map_err(|e| Box::new(e) as _)
+        }
+    });
+    Client::new(service, default_namespace)
 }
 
 /// Runs the operator until SIGTERM or Ctrl-C.
@@ -166,12 +377,17 @@ pub async fn run_until(
 ) -> Result<(), RunError> {
     let metrics = Arc::new(OperatorMetrics::new());
     let ready = Arc::new(AtomicBool::new(false));
+    let health = Arc::new(Health::default());
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    tokio::spawn(async move {
-        stop.await;
-        info!("shutdown requested");
-        let _ = shutdown_tx.send(true);
-    });
+    let shutdown_tx = Arc::new(shutdown_tx);
+    {
+        let shutdown_tx = Arc::clone(&shutdown_tx);
+        tokio::spawn(async move {
+            stop.await;
+            info!("shutdown requested");
+            shutdown_tx.send_replace(true);
+        });
+    }
 
     let lease_namespace = args
         .lease_namespace
@@ -218,12 +434,13 @@ pub async fn run_until(
         metrics: Arc::clone(&metrics),
         ready: Arc::clone(&ready),
         webhook: webhook.as_ref().map(|w| Arc::clone(&w.resolver)),
+        health: Arc::clone(&health),
     };
     let server_shutdown = shutdown_signal(shutdown_rx.clone());
     let server = tokio::spawn(async move {
         let router = Router::new()
             .route("/metrics", get(serve_metrics))
-            .route("/healthz", get(|| async { "ok" }))
+            .route("/healthz", get(serve_health))
             .route("/readyz", get(serve_ready))
             .with_state(server_state);
         if let Err(error) = axum::serve(listener, router)
@@ -241,58 +458,20 @@ pub async fn run_until(
     }
 
     let identity = args.identity.clone().unwrap_or_else(default_identity);
+    let mut outcome = Ok(());
     if *shutdown_rx.borrow() {
         // Stopped while waiting for the CRDs.
     } else if args.leader_election {
-        let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &args.lease_name)
-            .with_namespace(&lease_namespace)
-            .with_identity(&identity)
-            .with_duration(args.lease_duration_seconds)
-            .with_grace(args.lease_duration_seconds.div_ceil(3).max(2))
-            .build()
-            .await
-            .map_err(|source| RunError::LeaderElection {
-                namespace: lease_namespace.clone(),
-                name: args.lease_name.clone(),
-                source,
-            })?;
-        let (mut leading, lease_task) = manager.watch().await;
-        info!(%identity, lease = %format!("{lease_namespace}/{}", args.lease_name), "waiting to become the leader");
-        let mut shutdown = shutdown_rx.clone();
-        loop {
-            tokio::select! {
-                changed = leading.changed() => if changed.is_err() { warn!("leader election stopped"); break; },
-                _ = shutdown.changed() => break,
-            }
-            if !*leading.borrow() {
-                continue;
-            }
-            info!(%identity, "became the leader; starting controllers");
-            metrics.set_leader(true);
-            let mut lost = leading.clone();
-            let stop = {
-                let mut shutdown = shutdown_rx.clone();
-                async move {
-                    tokio::select! {
-                        _ = lost.wait_for(|leader| !*leader) => {},
-                        _ = shutdown.wait_for(|stop| *stop) => {},
-                    }
-                }
-            };
-            run_controllers(&client, &args, &identity, Arc::clone(&metrics), stop).await;
-            metrics.set_leader(false);
-            if *shutdown_rx.borrow() {
-                break;
-            }
-            warn!(%identity, "lost the leader lease; controllers stopped until it is regained");
-        }
-        // Dropping the receiver releases the lease, so a standby takes over at once.
-        drop(leading);
-        match tokio::time::timeout(Duration::from_secs(5), lease_task).await {
-            Ok(Ok(Err(error))) => warn!(%error, "releasing the lease failed"),
-            Err(_) => warn!("timed out releasing the lease"),
-            _ => info!("released the leader lease"),
-        }
+        outcome = lead(
+            &client,
+            &args,
+            &identity,
+            &lease_namespace,
+            &metrics,
+            &health,
+            &shutdown_rx,
+        )
+        .await;
     } else {
         metrics.set_leader(true);
         run_controllers(
@@ -303,14 +482,148 @@ pub async fn run_until(
             shutdown_signal(shutdown_rx.clone()),
         )
         .await;
+        if !*shutdown_rx.borrow() {
+            error!("the controllers stopped on their own; exiting");
+            health.controllers_stopped.store(true, Ordering::Relaxed);
+            outcome = Err(RunError::ControllersStopped);
+        }
     }
     ready.store(false, Ordering::Relaxed);
     if let Some(webhook) = webhook {
         webhook.stopped().await;
     }
+    if outcome.is_err() {
+        // Stop the server and the webhook too: the process exits.
+        shutdown_tx.send_replace(true);
+    }
     let _ = server.await;
     info!("stopped");
-    Ok(())
+    outcome
+}
+
+/// Why the controllers of one term as leader stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TermEnd {
+    /// Shutdown was requested.
+    Shutdown,
+    /// The lease library reports another holder.
+    Lost,
+    /// The lease was not confirmed before its deadline: the controllers were stopped.
+    SteppedDown,
+}
+
+/// Leader election: runs the controllers while this process holds the lease and it is
+/// confirmed (see [`LeaseFence`]); returns when shutdown is requested, or with an error when
+/// the controllers stopped on their own while leading.
+async fn lead(
+    client: &Client,
+    args: &RunArgs,
+    identity: &str,
+    lease_namespace: &str,
+    metrics: &Arc<OperatorMetrics>,
+    health: &Arc<Health>,
+    shutdown_rx: &watch::Receiver<bool>,
+) -> Result<(), RunError> {
+    let duration = args.lease_duration_seconds.max(2);
+    let grace = duration.div_ceil(3).max(1).min(duration - 1);
+    let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &args.lease_name)
+        .with_namespace(lease_namespace)
+        .with_identity(identity)
+        .with_duration(duration)
+        .with_grace(grace)
+        .build()
+        .await
+        .map_err(|source| RunError::LeaderElection {
+            namespace: lease_namespace.to_string(),
+            name: args.lease_name.clone(),
+            source,
+        })?;
+    // The lease is renewed `grace` seconds before it expires; writes stop half of that before.
+    let margin = Duration::from_secs(grace) / 2;
+    let fence = LeaseFence::default();
+    let watcher = tokio::spawn(watch_lease(
+        Api::namespaced(client.clone(), lease_namespace),
+        args.lease_name.clone(),
+        identity.to_string(),
+        margin,
+        (Duration::from_secs(grace) / 2).max(Duration::from_millis(500)),
+        fence.clone(),
+        shutdown_rx.clone(),
+    ));
+    let fenced = fenced_client(client.clone(), fence.clone());
+    let recovery = step_down_recovery(Duration::from_secs(duration));
+    let (mut leading, lease_task) = manager.watch().await;
+    info!(%identity, lease = %format!("{lease_namespace}/{}", args.lease_name), "waiting to become the leader");
+    let mut shutdown = shutdown_rx.clone();
+    let mut outcome = Ok(());
+    loop {
+        let leader = *leading.borrow_and_update();
+        if !leader {
+            health.recovered();
+        }
+        if leader && fence.allows_writes() {
+            info!(%identity, "became the leader; starting controllers");
+            health.recovered();
+            metrics.set_leader(true);
+            let ended = Arc::new(Mutex::new(None));
+            let stop = {
+                let (mut lost, mut shutdown, fence, ended) = (
+                    leading.clone(),
+                    shutdown_rx.clone(),
+                    fence.clone(),
+                    Arc::clone(&ended),
+                );
+                async move {
+                    let end = tokio::select! {
+                        _ = shutdown.wait_for(|stop| *stop) => TermEnd::Shutdown,
+                        _ = lost.wait_for(|leader| !*leader) => TermEnd::Lost,
+                        () = fence.expired() => TermEnd::SteppedDown,
+                    };
+                    *ended.lock().unwrap_or_else(PoisonError::into_inner) = Some(end);
+                }
+            };
+            run_controllers(&fenced, args, identity, Arc::clone(metrics), stop).await;
+            metrics.set_leader(false);
+            // `None`: the controllers returned before anything asked them to stop.
+            let end = *ended.lock().unwrap_or_else(PoisonError::into_inner);
+            if *shutdown_rx.borrow() {
+                break;
+            }
+            match end {
+                Some(TermEnd::Lost) => {
+                    warn!(%identity, "lost the leader lease; controllers stopped until it is regained");
+                }
+                Some(TermEnd::SteppedDown) => {
+                    warn!(
+                        %identity,
+                        "the leader lease was not renewed before its deadline; stepped down (controllers stopped, writes refused) until it is confirmed again"
+                    );
+                    health.stepped_down(recovery);
+                }
+                Some(TermEnd::Shutdown) | None => {
+                    error!(%identity, "the controllers stopped on their own while leading; releasing the lease and exiting");
+                    health.controllers_stopped.store(true, Ordering::Relaxed);
+                    outcome = Err(RunError::ControllersStopped);
+                    break;
+                }
+            }
+            continue;
+        }
+        tokio::select! {
+            changed = leading.changed() => if changed.is_err() { warn!("leader election stopped"); break; },
+            () = fence.confirmed(), if leader => {}
+            _ = shutdown.changed() => break,
+        }
+    }
+    watcher.abort();
+    // Dropping the receiver releases the lease, so a standby takes over at once.
+    drop(leading);
+    match tokio::time::timeout(Duration::from_secs(5), lease_task).await {
+        Ok(Ok(Err(error))) => warn!(%error, "releasing the lease failed"),
+        Err(_) => warn!("timed out releasing the lease"),
+        _ => info!("released the leader lease"),
+    }
+    outcome
 }
 
 /// Runs every controller until `stop` resolves.
@@ -490,6 +803,13 @@ async fn serve_metrics(State(state): State<ServerState>) -> impl IntoResponse {
     }
 }
 
+async fn serve_health(State(state): State<ServerState>) -> impl IntoResponse {
+    match state.health.problem() {
+        None => (StatusCode::OK, "ok".to_string()),
+        Some(problem) => (StatusCode::SERVICE_UNAVAILABLE, problem),
+    }
+}
+
 async fn serve_ready(State(state): State<ServerState>) -> impl IntoResponse {
     if !state.ready.load(Ordering::Relaxed) {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready")
@@ -539,4 +859,131 @@ fn default_identity() -> String {
         host
     };
     format!("{host}-{}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+
+    use super::*;
+
+    fn lease(holder: &str, renewed: Timestamp, seconds: i32) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: Some(holder.into()),
+            renew_time: Some(MicroTime(renewed)),
+            lease_duration_seconds: Some(seconds),
+            ..LeaseSpec::default()
+        }
+    }
+
+    #[test]
+    fn a_lease_is_ours_until_its_expiry_less_the_margin() {
+        let sent = Instant::now();
+        let wall = Timestamp::from_second(1_800_000_000).unwrap();
+        let margin = Duration::from_secs(2);
+        // Renewed 5 s ago for 15 s: 10 s left, 8 s once the margin is taken off.
+        let renewed = wall - k8s_openapi::jiff::SignedDuration::from_secs(5);
+        assert_eq!(
+            lease_validity(&lease("me", renewed, 15), "me", sent, wall, margin),
+            Some(sent + Duration::from_secs(8))
+        );
+        // Someone else's, or nobody's.
+        assert_eq!(
+            lease_validity(&lease("you", renewed, 15), "me", sent, wall, margin),
+            None
+        );
+        assert_eq!(
+            lease_validity(&LeaseSpec::default(), "me", sent, wall, margin),
+            None
+        );
+        // Expired: valid until the past, so no write goes out.
+        let old = wall - k8s_openapi::jiff::SignedDuration::from_secs(60);
+        let until = lease_validity(&lease("me", old, 15), "me", sent, wall, margin).unwrap();
+        assert!(until <= sent);
+        // A renewal stamped in our future (a faster clock) counts as now, never beyond one
+        // duration.
+        let future = wall + k8s_openapi::jiff::SignedDuration::from_secs(100);
+        assert_eq!(
+            lease_validity(&lease("me", future, 15), "me", sent, wall, margin),
+            Some(sent + Duration::from_secs(13))
+        );
+    }
+
+    #[tokio::test]
+    async fn the_fence_expires_unless_the_lease_is_confirmed_again() {
+        let fence = LeaseFence::default();
+        assert!(!fence.allows_writes(), "nothing confirmed yet");
+        fence.set(Some(Instant::now() + Duration::from_secs(2)));
+        assert!(fence.allows_writes());
+        let expired = {
+            let fence = fence.clone();
+            tokio::spawn(async move { fence.expired().await })
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // Renewed in time: the deadline moves.
+        fence.set(Some(Instant::now() + Duration::from_secs(2)));
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert!(!expired.is_finished(), "expired although renewed");
+        assert!(fence.allows_writes());
+        // Not renewed: it expires, and writes stop.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(expired.is_finished());
+        assert!(!fence.allows_writes());
+        // Another holder: at once.
+        fence.set(None);
+        tokio::time::timeout(Duration::from_millis(100), fence.expired())
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_fenced_client_refuses_writes_but_not_reads_without_a_confirmed_lease() {
+        // An API server that answers every request with an empty list and counts them.
+        let seen = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let api_server = {
+            let seen = Arc::clone(&seen);
+            tower::service_fn(move |_request: axum::http::Request<kube::client::Body>| {
+                seen.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    let body = r#"{"apiVersion":"v1","kind":"ConfigMapList","metadata":{},"items":[]}"#;
+                    Ok::<_, std::convert::Infallible>(
+                        axum::http::Response::builder()
+                            .header("content-type", "application/json")
+                            .body(kube::client::Body::from(body.as_bytes().to_vec()))
+                            .unwrap(),
+                    )
+                }
+            })
+        };
+        let fence = LeaseFence::default();
+        let client = fenced_client(Client::new(api_server, "default"), fence.clone());
+        let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client, "default");
+        config_maps.list(&Default::default()).await.unwrap();
+        assert_eq!(seen.load(Ordering::SeqCst), 1, "reads pass");
+        let error = config_maps.delete("x", &Default::default()).await.unwrap_err();
+        assert!(
+            crate::controller::common::chain(&error)
+                .contains("DELETE /api/v1/namespaces/default/configmaps/x refused"),
+            "{error}"
+        );
+        assert_eq!(seen.load(Ordering::SeqCst), 1, "the write never left the process");
+        fence.set(Some(Instant::now() + Duration::from_secs(10)));
+        let _ = config_maps.delete("x", &Default::default()).await;
+        assert_eq!(seen.load(Ordering::SeqCst), 2, "a confirmed leader writes");
+    }
+
+    #[test]
+    fn health_fails_after_an_unrecovered_step_down_or_stopped_controllers() {
+        let health = Health::default();
+        assert_eq!(health.problem(), None);
+        health.stepped_down(Duration::from_secs(3600));
+        assert_eq!(health.problem(), None, "still within the recovery time");
+        health.stepped_down(Duration::ZERO);
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(health.problem().unwrap().contains("stepped down"));
+        health.recovered();
+        assert_eq!(health.problem(), None);
+        health.controllers_stopped.store(true, Ordering::Relaxed);
+        assert!(health.problem().unwrap().contains("controllers stopped"));
+    }
 }

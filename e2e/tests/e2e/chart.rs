@@ -16,7 +16,7 @@ use e2e::{
 use planner_operator::{
     rbac::{self, Features, Scope},
     runtime::RunArgs,
-    webhook::configuration::{Target, validating_webhook_configuration},
+    webhook::configuration::{Target, validating_webhook_configuration_for},
 };
 use serde_json::{Value, json};
 
@@ -613,11 +613,18 @@ fn check_mode(objects: &[Value]) -> Result<()> {
         serde_json::from_value(json!({"matchLabels": {"kubernetes.io/metadata.name": watched}}))
     });
     let selector = selector.transpose()?;
-    let ours = serde_json::to_value(validating_webhook_configuration(
+    // The operator's own DGD writes are not sent to the webhook.
+    let operator_user = format!(
+        "system:serviceaccount:{}:{}",
+        deployment["metadata"]["namespace"].as_str().unwrap_or_default(),
+        pod["serviceAccountName"].as_str().unwrap_or_default()
+    );
+    let ours = serde_json::to_value(validating_webhook_configuration_for(
         config_name,
         &target,
         selector,
         None,
+        Some(&operator_user),
     ))?;
     let ours = ours["webhooks"].as_array().cloned().unwrap_or_default();
     check(ours.len() == webhooks.len(), || {

@@ -3,11 +3,15 @@
 //! scheduled, copy its node's topology labels onto the pod, so that the Downward API files under
 //! `/etc/podinfo/topology/` get their values.
 //!
-//! Which labels to copy is on the pod itself: the DGD reconciler renders the annotation
-//! [`topology::LABELS_ANNOTATION`] (`<pod label>=<node label>,...`) into worker pod templates, so
-//! this controller needs neither the DGD nor the ClusterTopology to do its work. A label the pod
-//! already has (set by Grove, or earlier by this controller) is left alone. A node without a label
-//! gets a Warning Event `TopologyLabelMissing` on the pod and the DGD, and the pod gets no label.
+//! Which labels to copy: the DGD reconciler renders the annotation [`topology::LABELS_ANNOTATION`]
+//! (`<pod label>=<node label>,...`) into worker pod templates, and this controller copies the
+//! pairs of the annotation that the pod's DGD resolves to (the levels of its ClusterTopology, or
+//! its explicit `label`), checked against the DGD each time: anyone who can create a pod with the
+//! graph label and the annotation could otherwise have any node label copied onto it (node
+//! names, instance types, anything an admin put on nodes). Pairs it does not resolve are ignored
+//! with a log line. A label the pod already has (set by Grove, or earlier by this controller) is
+//! left alone. A node without a label gets a Warning Event `TopologyLabelMissing` on the pod and
+//! the DGD, and the pod gets no label.
 //!
 //! Runs on the leader only, like the DGD reconciler, which reads the same pod cache to report the
 //! per-domain counts in the DGD's `TopologyResolved` condition.
@@ -57,12 +61,15 @@ pub enum Error {
     /// A Kubernetes API call failed.
     #[error(transparent)]
     Kube(#[from] KubeError),
+    /// Reading the pod's DynamoGraphDeployment failed.
+    #[error("cannot {0}")]
+    Lookup(String),
 }
 
 impl ReconcileError for Error {
     fn category(&self) -> &'static str {
         match self {
-            Self::Kube(_) => "kube_api",
+            Self::Kube(_) | Self::Lookup(_) => "kube_api",
         }
     }
 }
@@ -74,6 +81,19 @@ pub fn wanted_labels(pod: &Pod) -> Vec<(String, String)> {
         .get(topology::LABELS_ANNOTATION)
         .map(|value| topology::parse_labels_annotation(value))
         .unwrap_or_default()
+}
+
+/// `(pod label, node label)` pairs.
+pub type LabelPairs = Vec<(String, String)>;
+
+/// The pairs of `wanted` that `resolved` (the pod's DGD's topology) produces, and the others.
+pub fn permitted_labels(
+    wanted: LabelPairs,
+    resolved: &topology::ResolvedTopology,
+) -> (LabelPairs, LabelPairs) {
+    wanted
+        .into_iter()
+        .partition(|(pod_label, node_label)| resolved.resolves(pod_label, node_label))
 }
 
 /// The `(pod label, node label)` pairs a scheduled pod still lacks.
@@ -176,6 +196,51 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action, Error> {
     .await
 }
 
+/// Which of `missing` the pod's DGD resolves; `None` when the DGD cannot tell (absent, or its
+/// topology unresolvable), and then nothing is copied.
+async fn resolved_pairs(
+    pod: &Pod,
+    missing: &[(String, String)],
+    ctx: &Context,
+) -> Result<Option<Vec<(String, String)>>, Error> {
+    let namespace = pod.namespace().unwrap_or_default();
+    let Some(graph) = pod.labels().get(LABEL_GRAPH) else {
+        return Ok(None);
+    };
+    let dgd = match lookup::dynamo_graph_deployment(&ctx.client, &namespace, graph).await {
+        Ok(Some(dgd)) => dgd,
+        Ok(None) => {
+            warn!(%graph, "the pod's DynamoGraphDeployment does not exist; no topology labels copied");
+            return Ok(None);
+        }
+        Err(error) => {
+            return Err(Error::Lookup(format!(
+                "get DynamoGraphDeployment {graph}: {error}"
+            )));
+        }
+    };
+    let resolved = match super::dgd::resolve_topology(&dgd, ctx).await {
+        Ok(Some(resolved)) => resolved,
+        Ok(None) => {
+            warn!(%graph, "the pod's DynamoGraphDeployment sets no kvCacheTransferTopology; no topology labels copied");
+            return Ok(None);
+        }
+        Err(error) => {
+            warn!(%graph, error = %common::chain(&error), "the pod's topology cannot be resolved; no topology labels copied");
+            return Ok(None);
+        }
+    };
+    let (permitted, ignored) = permitted_labels(missing.to_vec(), &resolved);
+    if !ignored.is_empty() {
+        warn!(
+            ?ignored,
+            topology = %resolved.describe(),
+            "the pod's topology annotation names labels its DynamoGraphDeployment does not resolve; ignored"
+        );
+    }
+    Ok(Some(permitted))
+}
+
 async fn label_pod(
     pod: &Pod,
     node_name: &str,
@@ -184,6 +249,13 @@ async fn label_pod(
 ) -> Result<Action, Error> {
     let namespace = pod.namespace().unwrap_or_default();
     let name = pod.name_any();
+    let Some(missing) = resolved_pairs(pod, missing, ctx).await? else {
+        return Ok(Action::requeue(LABEL_MISSING_RETRY));
+    };
+    if missing.is_empty() {
+        return Ok(Action::await_change());
+    }
+    let missing = missing.as_slice();
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     let Some(node) = nodes
         .get_opt(node_name)
@@ -343,6 +415,51 @@ mod tests {
                 "grove.io/topology.rack".to_string(),
                 "nvidia.com/rack".to_string()
             )]
+        );
+    }
+
+    #[test]
+    fn only_the_pairs_the_dgd_resolves_are_copied() {
+        // A DGD whose frontend names the node label to use: it resolves one pair.
+        let spec: planner_api::DynamoGraphDeploymentSpec = serde_json::from_value(json!({
+            "components": [
+                {"name": "frontend", "type": "frontend",
+                 "kvCacheTransferTopology": {"level": "zone", "label": "topology.kubernetes.io/zone"}},
+                {"name": "decode", "type": "decode"},
+            ]
+        }))
+        .unwrap();
+        let resolved = topology::configured(&spec)
+            .unwrap()
+            .unwrap()
+            .resolve(None)
+            .unwrap();
+        // A pod annotated by hand: the resolved pair, the resolved pod label from another node
+        // label, and an arbitrary node label.
+        let pod = pod(
+            Some("n1"),
+            &[],
+            Some(
+                "topology.kubernetes.io/zone=topology.kubernetes.io/zone,topology.kubernetes.io/zone=kubernetes.io/hostname,leak=node.kubernetes.io/instance-type",
+            ),
+        );
+        let (permitted, ignored) = permitted_labels(missing_labels(&pod), &resolved);
+        assert_eq!(
+            permitted,
+            [(
+                "topology.kubernetes.io/zone".to_string(),
+                "topology.kubernetes.io/zone".to_string()
+            )]
+        );
+        assert_eq!(
+            ignored,
+            [
+                (
+                    "topology.kubernetes.io/zone".to_string(),
+                    "kubernetes.io/hostname".to_string()
+                ),
+                ("leak".into(), "node.kubernetes.io/instance-type".into()),
+            ]
         );
     }
 

@@ -234,6 +234,13 @@ pub struct ResolvedTopology {
 }
 
 impl ResolvedTopology {
+    /// Whether this topology copies node label `node_label` onto pod label `pod_label`.
+    pub fn resolves(&self, pod_label: &str, node_label: &str) -> bool {
+        self.labels
+            .iter()
+            .any(|l| l.pod_label == pod_label && l.node_label == node_label)
+    }
+
     /// The label of the configured level.
     pub fn level_label(&self) -> Option<&TopologyLabel> {
         self.labels.iter().find(|l| l.domain == self.level)

@@ -8,17 +8,22 @@
 //! still change replicas after a ClusterTopology or target was deleted (the reconcilers report
 //! that in conditions). Metadata-only updates and objects being deleted are always admitted, so
 //! that finalizers can be removed.
+//!
+//! Bounded: at most [`MAX_CONCURRENT_REVIEWS`] reviews are read and answered at once (others
+//! wait for a slot), a body must arrive within [`BODY_READ_TIMEOUT`] and be at most
+//! [`MAX_BODY_BYTES`]; see [`super::tls`] for the connection limits.
 
 use std::{future::Future, sync::Arc, time::Duration};
 
 use axum::{
     Router,
-    body::Bytes,
-    extract::{DefaultBodyLimit, State},
-    http::{StatusCode, header},
+    body::Body,
+    extract::State,
+    http::{HeaderMap, StatusCode, header},
     response::{IntoResponse, Response},
     routing::post,
 };
+use futures::StreamExt;
 use kube::{
     Client,
     core::{
@@ -28,6 +33,7 @@ use kube::{
 };
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
 use planner_api::{DynamoGraphDeployment, PlannerPolicy};
@@ -43,9 +49,16 @@ use crate::{
 pub const DGD_PATH: &str = "/validate-nvidia-com-v1beta1-dynamographdeployment";
 /// Path of the PlannerPolicy endpoint.
 pub const PLANNER_POLICY_PATH: &str = "/validate-planner-dynamo-io-v1alpha1-plannerpolicy";
-/// Largest request body: an AdmissionReview carries the object and the old object, each up to
-/// etcd's 1.5 MiB.
-pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+/// Largest request body. An object the API server stores is at most etcd's 1.5 MiB (the API
+/// server itself takes request bodies of at most 3 MiB), and the review of an update carries the
+/// object and the old object: two stored objects and the review's envelope fit in 4 MiB.
+pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+/// How long a client may take to send the body once its headers are in (the API server sends
+/// a review at once and waits at most 30 s for the answer).
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Reviews read and answered at once; others wait (for at most [`BODY_READ_TIMEOUT`]) for a
+/// slot, so memory stays under `MAX_CONCURRENT_REVIEWS * MAX_BODY_BYTES` whatever the load.
+pub const MAX_CONCURRENT_REVIEWS: usize = 32;
 /// How long the lookups of one review may take; under the 10s `timeoutSeconds` of the
 /// ValidatingWebhookConfiguration, so that a slow API server gives a clear denial, not a
 /// webhook timeout.
@@ -99,6 +112,9 @@ pub struct Admission<L> {
     lookups: L,
     metrics: Option<Arc<OperatorMetrics>>,
     timeout: Duration,
+    body_timeout: Duration,
+    max_body: usize,
+    reviews: Semaphore,
 }
 
 impl<L: Lookups> Admission<L> {
@@ -108,6 +124,9 @@ impl<L: Lookups> Admission<L> {
             lookups,
             metrics,
             timeout: LOOKUP_TIMEOUT,
+            body_timeout: BODY_READ_TIMEOUT,
+            max_body: MAX_BODY_BYTES,
+            reviews: Semaphore::new(MAX_CONCURRENT_REVIEWS),
         }
     }
 
@@ -117,6 +136,15 @@ impl<L: Lookups> Admission<L> {
         self.timeout = timeout;
         self
     }
+
+    /// Overrides [`BODY_READ_TIMEOUT`], [`MAX_CONCURRENT_REVIEWS`] and [`MAX_BODY_BYTES`].
+    #[must_use]
+    pub fn with_limits(mut self, body_timeout: Duration, concurrent_reviews: usize, max_body: usize) -> Self {
+        self.body_timeout = body_timeout;
+        self.reviews = Semaphore::new(concurrent_reviews.max(1));
+        self.max_body = max_body;
+        self
+    }
 }
 
 /// The webhook's routes: [`DGD_PATH`] and [`PLANNER_POLICY_PATH`] (POST).
@@ -124,7 +152,6 @@ pub fn router<L: Lookups>(admission: Arc<Admission<L>>) -> Router {
     Router::new()
         .route(DGD_PATH, post(review_dgd::<L>))
         .route(PLANNER_POLICY_PATH, post(review_planner_policy::<L>))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(admission)
 }
 
@@ -151,15 +178,117 @@ impl Kind {
     }
 }
 
-async fn review_dgd<L: Lookups>(State(admission): State<Arc<Admission<L>>>, body: Bytes) -> Response {
-    review(&admission, Kind::Dgd, &body).await
+async fn review_dgd<L: Lookups>(
+    State(admission): State<Arc<Admission<L>>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    bounded_review(&admission, Kind::Dgd, &headers, body).await
 }
 
 async fn review_planner_policy<L: Lookups>(
     State(admission): State<Arc<Admission<L>>>,
-    body: Bytes,
+    headers: HeaderMap,
+    body: Body,
 ) -> Response {
-    review(&admission, Kind::PlannerPolicy, &body).await
+    bounded_review(&admission, Kind::PlannerPolicy, &headers, body).await
+}
+
+/// Why a body could not be read.
+enum BodyError {
+    TooLarge,
+    Unreadable(String),
+}
+
+/// Reads a body of at most `max` bytes.
+async fn read_body(body: Body, max: usize) -> Result<Vec<u8>, BodyError> {
+    let mut stream = body.into_data_stream();
+    let mut bytes = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| BodyError::Unreadable(e.to_string()))?;
+        if bytes.len() + chunk.len() > max {
+            return Err(BodyError::TooLarge);
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
+}
+
+/// Waits for a review slot, reads the body within the time and size limits, then reviews it.
+async fn bounded_review<L: Lookups>(
+    admission: &Admission<L>,
+    kind: Kind,
+    headers: &HeaderMap,
+    body: Body,
+) -> Response {
+    let too_large = || {
+        rejected(
+            admission,
+            kind,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "the request body is larger than the webhook's limit of {} bytes",
+                admission.max_body
+            ),
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > admission.max_body as u64) {
+        return too_large();
+    }
+    let Ok(Ok(_slot)) = tokio::time::timeout(admission.body_timeout, admission.reviews.acquire()).await
+    else {
+        return rejected(
+            admission,
+            kind,
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "the webhook is answering as many reviews as it takes at once and none finished within {:?}; retry",
+                admission.body_timeout
+            ),
+        );
+    };
+    let body = match tokio::time::timeout(admission.body_timeout, read_body(body, admission.max_body)).await {
+        Ok(Ok(body)) => body,
+        Ok(Err(BodyError::TooLarge)) => return too_large(),
+        Ok(Err(BodyError::Unreadable(error))) => {
+            return rejected(
+                admission,
+                kind,
+                StatusCode::BAD_REQUEST,
+                format!("the request body cannot be read: {error}"),
+            );
+        }
+        Err(_) => {
+            return rejected(
+                admission,
+                kind,
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the request body did not arrive within the webhook's limit of {:?}",
+                    admission.body_timeout
+                ),
+            );
+        }
+    };
+    review(admission, kind, &body).await
+}
+
+/// An answer to a request that was not read (too large, too slow, no slot): the connection is
+/// closed after it, so whatever the client still sends is not read.
+fn rejected<L>(admission: &Admission<L>, kind: Kind, status: StatusCode, message: String) -> Response {
+    warn!(kind = kind.name(), %status, %message, "admission request refused");
+    if let Some(metrics) = &admission.metrics {
+        metrics.admission_review(kind.name(), "refused", 0.0);
+    }
+    let mut response = json_response(status, &AdmissionResponse::invalid(message).into_review());
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+    response
 }
 
 async fn review<L: Lookups>(admission: &Admission<L>, kind: Kind, body: &[u8]) -> Response {

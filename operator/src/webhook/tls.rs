@@ -1,6 +1,11 @@
 //! The HTTPS server: rustls (ring) with a certificate that can be swapped at any time (every
 //! handshake reads the current one, so a rotated certificate needs no restart), HTTP/1.1 via
 //! hyper, one task per connection, graceful shutdown.
+//!
+//! Bounded: at most [`MAX_CONNECTIONS`] connections are open (further clients wait in the
+//! listen backlog), a handshake must finish within [`HANDSHAKE_TIMEOUT`] and each request's
+//! headers arrive within [`HEADER_READ_TIMEOUT`] (which also closes idle keep-alive
+//! connections); the body's limits are the handlers' (see [`super::admission`]).
 
 use std::{
     future::Future,
@@ -21,7 +26,7 @@ use rustls::{
     server::{ClientHello, ResolvesServerCert},
     sign::CertifiedKey,
 };
-use tokio::net::TcpListener;
+use tokio::{net::TcpListener, sync::Semaphore};
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info, warn};
 
@@ -31,6 +36,29 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long in-flight requests may run after shutdown begins.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections served at once (the API server keeps a few per replica open).
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// Connection limits of [`serve_with`].
+#[derive(Debug, Clone, Copy)]
+pub struct ServeLimits {
+    /// See [`HANDSHAKE_TIMEOUT`].
+    pub handshake_timeout: Duration,
+    /// See [`HEADER_READ_TIMEOUT`].
+    pub header_read_timeout: Duration,
+    /// See [`MAX_CONNECTIONS`].
+    pub max_connections: usize,
+}
+
+impl Default for ServeLimits {
+    fn default() -> Self {
+        Self {
+            handshake_timeout: HANDSHAKE_TIMEOUT,
+            header_read_timeout: HEADER_READ_TIMEOUT,
+            max_connections: MAX_CONNECTIONS,
+        }
+    }
+}
 
 /// Why TLS material cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -113,10 +141,30 @@ pub async fn serve(
     router: Router,
     shutdown: impl Future<Output = ()>,
 ) {
+    serve_with(listener, config, router, ServeLimits::default(), shutdown).await;
+}
+
+/// [`serve`] with other connection limits.
+pub async fn serve_with(
+    listener: TcpListener,
+    config: ServerConfig,
+    router: Router,
+    limits: ServeLimits,
+    shutdown: impl Future<Output = ()>,
+) {
     let acceptor = TlsAcceptor::from(Arc::new(config));
     let graceful = GracefulShutdown::new();
+    let connections = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
+        // At the limit, stop accepting until a connection closes.
+        let permit = tokio::select! {
+            permit = Arc::clone(&connections).acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+            () = &mut shutdown => break,
+        };
         let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -133,7 +181,8 @@ pub async fn serve(
         let service = TowerToHyperService::new(router.clone());
         let watcher = graceful.watcher();
         tokio::spawn(async move {
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+            let _permit = permit;
+            let tls = match tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp)).await {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(error)) => {
                     debug!(%peer, %error, "TLS handshake failed");
@@ -147,7 +196,7 @@ pub async fn serve(
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
                 .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT);
+                .header_read_timeout(limits.header_read_timeout);
             let connection = builder.serve_connection(TokioIo::new(tls), service);
             if let Err(error) = watcher.watch(connection).await {
                 debug!(%peer, %error, "webhook connection ended with an error");

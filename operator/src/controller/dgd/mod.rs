@@ -1,5 +1,10 @@
 //! The DynamoGraphDeployment reconciler: renders each component as a Deployment (and each
 //! frontend as a Service), applies them, removes what the spec no longer has, writes status.
+//!
+//! It only ever writes objects the DGD controls: a Deployment or Service that already exists
+//! under a rendered name without this DGD's owner reference (someone else's, or a copy) is left
+//! unchanged and reported (`WorkloadsOwned=False`, reason `WorkloadConflict`, and a Warning
+//! Event naming it), as a Deployment controller reports a ReplicaSet it does not own.
 
 use std::{sync::Arc, time::Duration};
 
@@ -52,6 +57,13 @@ const INVALID_RETRY: Duration = Duration::from_secs(600);
 /// Retry delay while the topology cannot be resolved: the ClusterTopology (or Grove) may be
 /// created at any time, and nothing watches for it.
 const TOPOLOGY_RETRY: Duration = Duration::from_secs(30);
+/// Re-check delay while a rendered name is taken by an object this DGD does not own (objects
+/// without the graph label are not watched).
+const CONFLICT_RETRY: Duration = Duration::from_secs(30);
+/// The condition type present while a workload's name is taken by someone else's object.
+pub const WORKLOADS_OWNED: &str = "WorkloadsOwned";
+/// Reason of that condition, and of the Warning Event.
+pub const WORKLOAD_CONFLICT: &str = "WorkloadConflict";
 
 /// Why a reconcile failed.
 #[derive(Debug, thiserror::Error)]
@@ -219,10 +231,26 @@ async fn reconcile_dgd(dgd: &DynamoGraphDeployment, ctx: &Context) -> Result<Act
         }
     };
 
+    // Server-side apply with force takes over any object of that name: apply only to objects
+    // this DGD controls (or that do not exist yet).
+    let uid = dgd.uid().unwrap_or_default();
     let params = PatchParams::apply(FIELD_MANAGER).force();
+    let mut conflicts = Vec::new();
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &namespace);
     for deployment in &rendered.deployments {
         let workload = deployment.name_any();
+        let cached = ctx
+            .deployments
+            .get(&ObjectRef::new(&workload).within(&namespace))
+            .is_some_and(|d| foreign_owner(&d.metadata, &uid).is_none());
+        if !cached && let Some(owner) = existing_owner(&deployments, &workload, &uid, "Deployment").await? {
+            conflicts.push(Conflict {
+                kind: "Deployment",
+                name: workload,
+                owner,
+            });
+            continue;
+        }
         deployments
             .patch(&workload, &params, &Patch::Apply(deployment))
             .await
@@ -231,6 +259,14 @@ async fn reconcile_dgd(dgd: &DynamoGraphDeployment, ctx: &Context) -> Result<Act
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
     for service in &rendered.services {
         let workload = service.name_any();
+        if let Some(owner) = existing_owner(&services, &workload, &uid, "Service").await? {
+            conflicts.push(Conflict {
+                kind: "Service",
+                name: workload,
+                owner,
+            });
+            continue;
+        }
         services
             .patch(&workload, &params, &Patch::Apply(service))
             .await
@@ -238,7 +274,7 @@ async fn reconcile_dgd(dgd: &DynamoGraphDeployment, ctx: &Context) -> Result<Act
     }
     remove_stale(dgd, ctx, &rendered).await?;
 
-    let extra: Vec<DesiredCondition> = topology
+    let mut extra: Vec<DesiredCondition> = topology
         .as_ref()
         .map(|topology| {
             let pods = ctx.pods.state();
@@ -251,21 +287,97 @@ async fn reconcile_dgd(dgd: &DynamoGraphDeployment, ctx: &Context) -> Result<Act
         })
         .into_iter()
         .collect();
+    let conflict_message = (!conflicts.is_empty()).then(|| describe_conflicts(&conflicts));
+    if let Some(message) = &conflict_message {
+        warn!(%message, "workload names taken by objects this DGD does not own; left unchanged");
+        extra.push(DesiredCondition::unmet(
+            WORKLOADS_OWNED,
+            WORKLOAD_CONFLICT,
+            message.clone(),
+        ));
+    }
     let mut status = current_status(dgd, ctx, &extra);
     if topology.is_none() {
         // The field was removed: so is the condition about it.
         status.conditions.retain(|c| c.type_ != TOPOLOGY_RESOLVED);
     }
+    if conflicts.is_empty() {
+        status.conditions.retain(|c| c.type_ != WORKLOADS_OWNED);
+    }
     if status::differs(dgd.status.as_ref(), &status) {
         write_status(&dgds, &name, &status).await?;
         info!(ready = ?status::is_ready(&status), "status updated");
+        if let Some(message) = &conflict_message {
+            publish(ctx, dgd, EventType::Warning, WORKLOAD_CONFLICT, message).await;
+        }
     }
-    Ok(Action::requeue(RESYNC))
+    if conflicts.is_empty() {
+        Ok(Action::requeue(RESYNC))
+    } else {
+        Ok(Action::requeue(CONFLICT_RETRY))
+    }
+}
+
+/// A rendered workload whose name an object this DGD does not control already has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    /// `Deployment` or `Service`.
+    pub kind: &'static str,
+    /// The name.
+    pub name: String,
+    /// Whose it is, as [`foreign_owner`] says.
+    pub owner: String,
+}
+
+/// Why `metadata` is not controlled by the DGD whose uid is `uid`; `None` when it is.
+pub fn foreign_owner(metadata: &ObjectMeta, uid: &str) -> Option<String> {
+    let owners = metadata.owner_references.as_deref().unwrap_or_default();
+    if !uid.is_empty() && owners.iter().any(|o| o.uid == uid) {
+        return None;
+    }
+    Some(
+        match owners
+            .iter()
+            .find(|o| o.controller == Some(true))
+            .or(owners.first())
+        {
+            None => "owned by no object".into(),
+            Some(o) if o.kind == "DynamoGraphDeployment" => format!(
+                "owned by another DynamoGraphDeployment {} (uid {}; an earlier one of this name is being deleted)",
+                o.name, o.uid
+            ),
+            Some(o) => format!("owned by {} {}", o.kind, o.name),
+        },
+    )
+}
+
+/// The condition message (and Event note) for `conflicts`.
+pub fn describe_conflicts(conflicts: &[Conflict]) -> String {
+    let objects: Vec<String> = conflicts
+        .iter()
+        .map(|c| format!("{} {} exists and is {}", c.kind, c.name, c.owner))
+        .collect();
+    format!(
+        "left unchanged, as this DynamoGraphDeployment does not own them: {}; delete or rename them, or rename the components",
+        objects.join("; ")
+    )
+}
+
+/// Whose the existing object `name` is, when it exists and this DGD does not control it.
+async fn existing_owner<K>(api: &Api<K>, name: &str, uid: &str, kind: &str) -> Result<Option<String>, Error>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    let existing = api
+        .get_metadata_opt(name)
+        .await
+        .map_err(kube_error(format!("get {kind} {name}")))?;
+    Ok(existing.and_then(|object| foreign_owner(&object.metadata, uid)))
 }
 
 /// Checks `kvCacheTransferTopology`, looking the ClusterTopology up when it needs one.
 /// `Ok(None)`: the DGD does not use the feature.
-async fn resolve_topology(
+pub(crate) async fn resolve_topology(
     dgd: &DynamoGraphDeployment,
     ctx: &Context,
 ) -> Result<Option<ResolvedTopology>, Error> {
@@ -294,11 +406,14 @@ fn current_status(
         .iter()
         .map(|c| (c.name.clone(), c.replicas.unwrap_or(1)))
         .collect();
+    let uid = dgd.uid().unwrap_or_default();
     let cached = ctx.deployments.state();
     let owned: Vec<&Deployment> = cached
         .iter()
         .filter(|d| {
-            d.namespace().as_deref() == Some(namespace.as_str()) && d.labels().get(LABEL_GRAPH) == Some(&name)
+            d.namespace().as_deref() == Some(namespace.as_str())
+                && d.labels().get(LABEL_GRAPH) == Some(&name)
+                && foreign_owner(&d.metadata, &uid).is_none()
         })
         .map(AsRef::as_ref)
         .collect();
@@ -426,4 +541,74 @@ fn error_policy(
 
 fn now() -> Timestamp {
     Timestamp::now()
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    use super::*;
+
+    fn owned_by(owners: &[(&str, &str, &str)]) -> ObjectMeta {
+        ObjectMeta {
+            name: Some("llama-decode".into()),
+            owner_references: Some(
+                owners
+                    .iter()
+                    .map(|(kind, name, uid)| OwnerReference {
+                        api_version: "v1".into(),
+                        kind: (*kind).into(),
+                        name: (*name).into(),
+                        uid: (*uid).into(),
+                        controller: Some(true),
+                        block_owner_deletion: None,
+                    })
+                    .collect(),
+            ),
+            ..ObjectMeta::default()
+        }
+    }
+
+    #[test]
+    fn only_objects_with_this_dgds_owner_reference_are_its_own() {
+        assert_eq!(
+            foreign_owner(&owned_by(&[("DynamoGraphDeployment", "llama", "u1")]), "u1"),
+            None
+        );
+        assert_eq!(
+            foreign_owner(&ObjectMeta::default(), "u1").as_deref(),
+            Some("owned by no object")
+        );
+        assert_eq!(
+            foreign_owner(&owned_by(&[("ReplicaSet", "other", "u9")]), "u1").as_deref(),
+            Some("owned by ReplicaSet other")
+        );
+        let earlier = foreign_owner(&owned_by(&[("DynamoGraphDeployment", "llama", "u0")]), "u1").unwrap();
+        assert!(
+            earlier.contains("another DynamoGraphDeployment llama (uid u0"),
+            "{earlier}"
+        );
+        // A DGD without a uid (never stored) owns nothing.
+        assert!(foreign_owner(&owned_by(&[("DynamoGraphDeployment", "llama", "")]), "").is_some());
+    }
+
+    #[test]
+    fn conflicts_are_named_with_what_to_do() {
+        let message = describe_conflicts(&[
+            Conflict {
+                kind: "Deployment",
+                name: "llama-decode".into(),
+                owner: "owned by no object".into(),
+            },
+            Conflict {
+                kind: "Service",
+                name: "llama-frontend".into(),
+                owner: "owned by Deployment web".into(),
+            },
+        ]);
+        assert_eq!(
+            message,
+            "left unchanged, as this DynamoGraphDeployment does not own them: Deployment llama-decode exists and is owned by no object; Service llama-frontend exists and is owned by Deployment web; delete or rename them, or rename the components"
+        );
+    }
 }
