@@ -441,6 +441,16 @@ pub struct DecodeModel {
     pub kv_sigmas: f64,
     /// Share of the KV cache plans may fill (admission needs room for a whole prompt).
     pub kv_fill: f64,
+    /// Measured over modelled KV tokens per running request (1: the model as is). Prompt and
+    /// output lengths are often correlated (long prompts, short answers, or the reverse), which
+    /// the independent-lengths model cannot see; the planner learns this factor from the
+    /// pool's observed KV usage.
+    #[serde(default = "unit")]
+    pub kv_scale: f64,
+}
+
+fn unit() -> f64 {
+    1.0
 }
 
 impl Default for DecodeModel {
@@ -448,6 +458,7 @@ impl Default for DecodeModel {
         Self {
             kv_sigmas: 2.0,
             kv_fill: 0.95,
+            kv_scale: 1.0,
         }
     }
 }
@@ -535,10 +546,17 @@ pub fn size_decode(
     let osl_mean = osl.mean.max(1.0);
     let isl_mean = isl.mean.max(0.0);
     // Tokens a running request holds, weighted by how long it runs.
-    let kv_mean = isl_mean + osl.second.max(osl_mean * osl_mean) / (2.0 * osl_mean);
-    let kv_second = isl.second.max(isl_mean * isl_mean)
-        + isl_mean * osl.second.max(osl_mean * osl_mean) / osl_mean
-        + osl.third() / (3.0 * osl_mean);
+    let scale = if model.kv_scale.is_finite() && model.kv_scale > 0.0 {
+        model.kv_scale
+    } else {
+        1.0
+    };
+    let kv_mean = scale * (isl_mean + osl.second.max(osl_mean * osl_mean) / (2.0 * osl_mean));
+    let kv_second = scale
+        * scale
+        * (isl.second.max(isl_mean * isl_mean)
+            + isl_mean * osl.second.max(osl_mean * osl_mean) / osl_mean
+            + osl.third() / (3.0 * osl_mean));
     let decode_tokens = (osl_mean - 1.0).max(0.0);
     let capacity_per_engine = curves.max_kv_tokens().filter(|v| *v > 0.0 && v.is_finite());
     let itl_z = targets
@@ -814,6 +832,34 @@ mod tests {
         let tight = size_decode(&Linear, 40.0, &short, &osl, &model, &targets(500.0, 15.0), 1, 64);
         assert_eq!(tight.bound, Bound::Itl);
         assert!(tight.itl_ms <= 15.0);
+    }
+
+    #[test]
+    fn kv_scale_multiplies_the_tokens_each_running_request_holds() {
+        let isl = LengthMoments::fixed(10_000.0);
+        let osl = LengthMoments::fixed(101.0);
+        let t = targets(500.0, 50.0);
+        let model = |kv_scale: f64| DecodeModel {
+            kv_sigmas: 0.0,
+            kv_fill: 1.0,
+            kv_scale,
+        };
+        let size = |kv_scale: f64| size_decode(&Linear, 40.0, &isl, &osl, &model(kv_scale), &t, 1, 64);
+        let (plain, double, half) = (size(1.0), size(2.0), size(0.5));
+        assert_eq!(plain.bound, Bound::KvCache);
+        // On the same engines, twice the tokens per request is twice the KV demand.
+        let at = |kv_scale: f64| size_decode(&Linear, 40.0, &isl, &osl, &model(kv_scale), &t, 8, 8).kv_tokens;
+        assert!((at(2.0) / at(1.0) - 2.0).abs() < 1e-9);
+        // More engines for more tokens, fewer for fewer (not proportionally: more engines also
+        // run faster, so fewer requests are running).
+        assert!(
+            double.replicas > plain.replicas + plain.replicas / 3,
+            "{double:?} {plain:?}"
+        );
+        assert!(half.replicas < plain.replicas, "{half:?} {plain:?}");
+        // A meaningless factor is ignored.
+        assert_eq!(size(f64::NAN).replicas, plain.replicas);
+        assert_eq!(size(0.0).replicas, plain.replicas);
     }
 
     #[test]

@@ -97,6 +97,11 @@ pub struct QueueingConfig {
     pub kv_sigmas: f64,
     /// Share of the KV cache plans may fill.
     pub kv_fill: f64,
+    /// Correct the KV tokens a running request holds by the decode pool's observed KV usage
+    /// (see [`DecodeModel::kv_scale`]). Off by default: the KV margin (`kv_sigmas`) was set
+    /// with the uncorrected model, which understates the mean where prompt and output lengths
+    /// are positively correlated, so turning it on calls for a smaller margin.
+    pub kv_correction: bool,
     /// The fast path also scales up when the queueing model, at the recent arrival rate, needs
     /// more prefill engines than are asked for.
     pub fast_sizing: bool,
@@ -126,7 +131,7 @@ impl Default for QueueingConfig {
             itl_percentile: None,
             scale_up_delay_s: 60.0,
             forecast_quantile: 0.7,
-            decode_forecast_quantile: 0.9,
+            decode_forecast_quantile: 0.75,
             service_quantile: 0.9,
             forecast_errors: 20,
             forecast_margin: 0.0,
@@ -143,6 +148,7 @@ impl Default for QueueingConfig {
             arrival_scv: 1.0,
             kv_sigmas: 2.5,
             kv_fill: 0.95,
+            kv_correction: false,
             fast_sizing: false,
             fast_margin: 1.0,
             cold_margin: 1.4,
@@ -484,6 +490,17 @@ const DECODE_BOUND_KV_USAGE: f64 = 0.9;
 const SURGE_TOLERANCE: f64 = 0.5;
 /// Fast-path arrival-rate samples kept (their median is the recent rate).
 const FAST_RATE_SAMPLES: usize = 3;
+/// KV-usage ratios kept (their median corrects the decode model).
+const KV_RATIO_SAMPLES: usize = 10;
+/// Intervals after start-up before KV usage corrects the model: until the pool has run for a
+/// few intervals, the completed requests' output lengths are biased short (the long ones are
+/// still running).
+const KV_LEARN_AFTER: u64 = 3;
+/// Largest KV correction either way.
+const MAX_KV_SCALE: f64 = 4.0;
+/// Mean decode KV-cache usage above which an interval's usage is not used to correct the KV
+/// model (admission waits cap what a saturated pool shows).
+const KV_LEARN_MAX_USAGE: f64 = 0.85;
 
 /// The queueing model's state between intervals.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -517,6 +534,13 @@ struct QueueingState {
     fast_rates: VecDeque<f64>,
     /// Inflight gauge at the last fast check.
     fast_inflight: Option<f64>,
+    /// `ln(measured / modelled)` KV tokens held by the decode pool, newest last.
+    #[serde(default)]
+    kv_ratios: VecDeque<f64>,
+    /// Planner clock when the last change of the decode replicas had taken effect (a
+    /// scale-up once its replicas are ready).
+    #[serde(default)]
+    decode_settled_s: f64,
 }
 
 /// What an interval asks of each pool: requests, their mean prefill time, and the decode KV
@@ -560,6 +584,12 @@ struct FastBasis {
     burst: f64,
     isl: LengthMoments,
     osl: LengthMoments,
+    #[serde(default = "one")]
+    kv_scale: f64,
+}
+
+fn one() -> f64 {
+    1.0
 }
 
 /// Blends new moments into smoothed ones (equal weight to the past and the new interval).
@@ -840,6 +870,54 @@ impl SlaPlanner {
         if let Some(moments) = observed_osl {
             q.osl = Some(blend(q.osl, moments));
         }
+        // The decode pool's KV usage against what the model says the interval's arrivals hold
+        // (Little's law over the same engines): the ratio corrects the tokens per running
+        // request. Only while the decode replicas were settled for the whole interval and the
+        // cache was not saturated (admission waits cap what a full cache shows).
+        if settings.kv_correction
+            && self.intervals > KV_LEARN_AFTER
+            && q.decode_settled_s <= q.clock_s - interval + 1e-6
+            && current.1 >= 1
+            && let (Some(usage), Some(capacity), Some(isl_now), Some(osl_now)) = (
+                observation.decode_kv_usage,
+                model.max_kv_tokens(),
+                observed_isl,
+                observed_osl,
+            )
+            && usage.is_finite()
+            && usage > 0.0
+            && usage < KV_LEARN_MAX_USAGE
+            && capacity.is_finite()
+            && capacity > 0.0
+        {
+            let modelled = sizing::size_decode(
+                model,
+                arrivals / interval,
+                &isl_now,
+                &osl_now,
+                &DecodeModel {
+                    kv_sigmas: 0.0,
+                    kv_fill: 1.0,
+                    kv_scale: 1.0,
+                },
+                &settings.targets(&config.sla),
+                current.1,
+                current.1,
+            );
+            let measured = usage * capacity * f64::from(current.1);
+            // At least one request's worth of prompt tokens held on average, for a ratio worth
+            // taking.
+            if modelled.kv_tokens.is_finite() && modelled.kv_tokens > isl_now.mean.max(1.0) {
+                push_bounded(
+                    &mut q.kv_ratios,
+                    (measured / modelled.kv_tokens).ln(),
+                    KV_RATIO_SAMPLES,
+                );
+            }
+        }
+        let kv_scale = quantile(q.kv_ratios.iter().copied(), 0.5)
+            .map_or(1.0, f64::exp)
+            .clamp(1.0 / MAX_KV_SCALE, MAX_KV_SCALE);
 
         // Lengths are learned only from intervals that measured them: an idle interval's NaN
         // means are no evidence of zero-length requests.
@@ -949,9 +1027,11 @@ impl SlaPlanner {
         );
         let without_backlog =
             sizing::size_prefill(&service, rate, 0.0, interval, &queue_model, &targets, min, max);
+
         let decode_model = DecodeModel {
             kv_sigmas: settings.kv_sigmas,
             kv_fill: settings.kv_fill,
+            kv_scale,
         };
         // Draining the prefill backlog feeds decode faster than arrivals do.
         let drain_rate = (backlog + growth) / interval;
@@ -971,6 +1051,7 @@ impl SlaPlanner {
             burst,
             isl: isl_moments,
             osl: osl_moments,
+            kv_scale,
         });
         q.fast_rates.clear();
 
@@ -1008,7 +1089,27 @@ impl SlaPlanner {
         // to clear: no pool scales down while one remains.
         let backlogged = serving > 0.0 && backlog * service.mean_s / serving > config.sla.ttft_ms / 1000.0
             || serving <= 0.0 && backlog > 0.0;
-        let (replicas, held) = stabilise(q, settings, now, desired, current, backlogged);
+        // What the arrivals alone need (no backlog to drain), for the stabilisation window.
+        let decode_sustained = if drain_rate > 0.0 {
+            sizing::size_decode(
+                model,
+                decode_rate,
+                &isl_moments,
+                &osl_moments,
+                &decode_model,
+                &targets,
+                min,
+                max,
+            )
+            .replicas
+        } else {
+            decode.replicas
+        };
+        let sustained = (
+            desired.0.min(without_backlog.replicas.max(min)),
+            desired.1.min(decode_sustained),
+        );
+        let (replicas, held) = stabilise(q, settings, now, desired, sustained, current, backlogged);
         let reason = if held && backlogged {
             ScaleReason::BacklogHold { backlog }
         } else if held {
@@ -1019,6 +1120,14 @@ impl SlaPlanner {
             ScaleReason::Forecast
         };
         let (replicas, limits) = finish(replicas, &config.limits);
+        if replicas.1 != current.1 {
+            let delay = if replicas.1 > current.1 {
+                settings.scale_up_delay_s.max(0.0)
+            } else {
+                0.0
+            };
+            q.decode_settled_s = now + delay;
+        }
         decision.predicted = Some(Load {
             num_req: requests.value,
             isl: isl_moments.mean,
@@ -1099,6 +1208,7 @@ impl SlaPlanner {
                     burst: settings.arrival_scv.max(1.0),
                     isl,
                     osl,
+                    kv_scale: 1.0,
                 }
             }
         };
@@ -1155,6 +1265,7 @@ impl SlaPlanner {
         let decode_model = DecodeModel {
             kv_sigmas: settings.kv_sigmas,
             kv_fill: settings.kv_fill,
+            kv_scale: basis.kv_scale,
         };
         let decode = sizing::size_decode(
             model,
@@ -1181,6 +1292,9 @@ impl SlaPlanner {
             now
         };
         q.desired.push_back((held_from, replicas.0, replicas.1));
+        if replicas.1 > current.1 {
+            q.decode_settled_s = now + settings.scale_up_delay_s.max(0.0);
+        }
         let reason = if at_risk {
             ScaleReason::FastPath {
                 backlog,
@@ -1240,6 +1354,7 @@ fn stabilise(
     settings: &QueueingConfig,
     now: f64,
     desired: (u32, u32),
+    sustained: (u32, u32),
     current: (u32, u32),
     backlogged: bool,
 ) -> ((u32, u32), bool) {
@@ -1248,9 +1363,14 @@ fn stabilise(
     if q.desired.is_empty() {
         q.desired.push_back((now, current.0, current.1));
     }
-    q.desired.push_back((now, desired.0, desired.1));
+    // The window remembers what the arrivals need; what draining a backlog needs on top is
+    // held only while the backlog lasts (below), not for the whole window after it cleared.
+    q.desired
+        .push_back((now, sustained.0.min(desired.0), sustained.1.min(desired.1)));
     let window = settings.stabilisation_s.max(0.0);
-    q.desired.retain(|(t, _, _)| *t >= now - window - 1e-9);
+    // The window is (now − window, now], as Kubernetes keeps recommendations newer than the
+    // cutoff: a recommendation made a full window ago no longer holds.
+    q.desired.retain(|(t, _, _)| *t > now - window + 1e-9);
     let highest = q
         .desired
         .iter()
@@ -1510,7 +1630,8 @@ mod tests {
         let busy = tick(&mut planner, &config, seen(12_000.0, 0.0, 1.0), (1, 1));
         let high = busy.target().unwrap();
         assert!(high.0 > 1);
-        // Load drops: held for the 300 s window (five 60 s intervals), then released.
+        // Load drops: what the arrivals needed is held for the 300 s window (the recommendation
+        // five 60 s intervals old has left it), then released.
         let mut replicas = high;
         let mut released_after = None;
         for i in 1..=8 {
@@ -1520,15 +1641,16 @@ mod tests {
                 seen(600.0, 0.0, f64::from(replicas.0)),
                 replicas,
             );
-            let next = d.target().unwrap();
-            if next.0 < replicas.0 && released_after.is_none() {
+            let plan = d.queueing.clone().unwrap();
+            if plan.reason != ScaleReason::Stabilising && released_after.is_none() {
                 released_after = Some(i);
+                assert!(plan.replicas.0 < replicas.0);
             } else if released_after.is_none() {
-                assert_eq!(d.queueing.unwrap().reason, ScaleReason::Stabilising);
+                assert!(plan.replicas.0 > plan.desired.0 + 4, "{plan:?}");
             }
-            replicas = next;
+            replicas = d.target().unwrap();
         }
-        assert_eq!(released_after, Some(6), "held for the window");
+        assert_eq!(released_after, Some(5), "held for the window");
         // With a backlog nothing scales down, whatever the window says.
         let mut planner = SlaPlanner::new(&config);
         tick(&mut planner, &config, seen(600.0, 0.0, 8.0), (8, 8));
@@ -1541,6 +1663,92 @@ mod tests {
             d.queueing.unwrap().reason,
             ScaleReason::BacklogHold { .. }
         ));
+    }
+
+    #[test]
+    fn a_backlog_scale_up_is_not_held_once_the_backlog_is_gone() {
+        let config = queueing_config();
+        let mut planner = SlaPlanner::new(&config);
+        for _ in 0..3 {
+            tick(&mut planner, &config, seen(600.0, 0.0, 2.0), (2, 2));
+        }
+        // A backlog of 3000 requests: sized to drain it within the interval.
+        let drain = tick(&mut planner, &config, seen(600.0, 3000.0, 2.0), (2, 2));
+        let plan = drain.queueing.unwrap();
+        assert!(
+            matches!(plan.reason, ScaleReason::Backlog { .. }),
+            "{:?}",
+            plan.reason
+        );
+        let high = plan.replicas;
+        assert!(high.0 > 4, "{high:?}");
+        // Drained, same arrivals: back to what the arrivals need at once, not after the window.
+        let after = tick(&mut planner, &config, seen(600.0, 0.0, f64::from(high.0)), high);
+        let (p, _) = after.target().unwrap();
+        assert!(p < high.0, "{p} vs {high:?}");
+        assert!(p <= 3, "{:?}", after.queueing);
+    }
+
+    #[test]
+    fn observed_kv_usage_corrects_the_decode_model_when_enabled() {
+        let on = SlaPlannerConfig {
+            queueing: QueueingConfig {
+                kv_correction: true,
+                ..QueueingConfig::default()
+            },
+            ..queueing_config()
+        };
+        let off = queueing_config();
+        // The pool holds far more KV than the model says 3000 requests a minute hold (long
+        // outputs on long prompts, say): the corrected plan asks for more decode engines.
+        let run = |config: &SlaPlannerConfig, usage: f64| {
+            let mut planner = SlaPlanner::new(config);
+            let mut last = None;
+            for _ in 0..8 {
+                let o = Observation {
+                    decode_kv_usage: Some(usage),
+                    ..seen(3000.0, 0.0, 4.0)
+                };
+                last = tick(&mut planner, config, o, (4, 4)).target();
+            }
+            last.unwrap().1
+        };
+        let plain = run(&off, 0.8);
+        assert_eq!(run(&off, 0.1), plain, "off: usage is not read");
+        assert!(run(&on, 0.8) > plain, "{} vs {plain}", run(&on, 0.8));
+        assert!(run(&on, 0.02) <= plain);
+        // A saturated cache says nothing (admission waits cap what it shows).
+        assert_eq!(run(&on, 0.95), plain);
+    }
+
+    #[test]
+    fn a_surge_the_pool_can_absorb_does_not_scale() {
+        let config = queueing_config();
+        let mut planner = SlaPlanner::new(&config);
+        for _ in 0..8 {
+            tick(&mut planner, &config, seen(600.0, 0.0, 8.0), (8, 8));
+        }
+        // Twice the planned rate, but eight engines serve it well within the target.
+        let calm = FastSignals {
+            elapsed_s: 10.0,
+            window_s: 10.0,
+            arrivals: Some(200.0),
+            completions: 200.0,
+            inflight: Some(20.0),
+            queued: Some(1.0),
+            prefill_engines: 8.0,
+            isl: 3000.0,
+            isl_second_moment: None,
+            osl: 300.0,
+            osl_second_moment: None,
+        };
+        for i in 0..3 {
+            let signals = FastSignals {
+                elapsed_s: 10.0 + 10.0 * f64::from(i),
+                ..calm
+            };
+            assert!(planner.fast_check(&config, &model(), &signals, (8, 8)).is_none());
+        }
     }
 
     #[test]
