@@ -49,11 +49,28 @@ pub enum ProfileLoadError {
     Invalid(String),
 }
 
+/// Models built at once. Each build is CPU-bound (bounded by the profile caps of
+/// `planner_core::profile`) and runs on the blocking pool, so the async runtime that serves the
+/// webhook, renews the lease and answers `/healthz` never waits for one.
+const MODEL_BUILDS: usize = 2;
+/// Longest wait for one model build (a model at the caps builds in well under a second).
+const MODEL_BUILD_TIMEOUT: Duration = Duration::from_secs(20);
+
 /// Performance models by profile, shared by the policies that use the same one. A ConfigMap's
-/// model is keyed by its resourceVersion, so an edit builds a new one.
-#[derive(Default)]
+/// model is keyed by its resourceVersion, so an edit builds a new one; a deleted policy's
+/// ConfigMap models go with the next edit of that ConfigMap (built-in ones are a fixed few).
 pub struct ModelCache {
     models: Mutex<HashMap<String, Arc<PerformanceModel>>>,
+    builds: tokio::sync::Semaphore,
+}
+
+impl Default for ModelCache {
+    fn default() -> Self {
+        Self {
+            models: Mutex::default(),
+            builds: tokio::sync::Semaphore::new(MODEL_BUILDS),
+        }
+    }
 }
 
 impl ModelCache {
@@ -68,9 +85,12 @@ impl ModelCache {
         };
         if let Some(builtin) = profile.builtin {
             let name = builtin.name();
-            let model = self.cached(&format!("builtin:{name}"), || {
-                Profile::builtin(name).map_err(|e| e.to_string())
-            })?;
+            let model = self
+                .cached(format!("builtin:{name}"), move || {
+                    let profile = Profile::builtin(name).map_err(|e| e.to_string())?;
+                    PerformanceModel::new(&profile).map_err(|e| e.to_string())
+                })
+                .await?;
             return Ok((model, format!("builtin {name}")));
         }
         let Some(reference) = &profile.config_map_ref else {
@@ -89,38 +109,60 @@ impl ModelCache {
             cm.resource_version().unwrap_or_default()
         );
         let source = format!("ConfigMap {}", reference.name);
-        let model = self.cached(&key, || {
-            Profile::from_config_map_entries(
-                &source,
-                |k| cm.data.as_ref().and_then(|d| d.get(k).cloned()),
-                |k| {
-                    cm.binary_data
-                        .as_ref()
-                        .and_then(|d| d.get(k).map(|b| b.0.clone()))
-                },
-            )
-            .map_err(|e| e.to_string())
-        })?;
+        let shown = source.clone();
+        let model = self
+            .cached(key, move || {
+                PerformanceModel::from_config_map_entries(
+                    &shown,
+                    |k| cm.data.as_ref().and_then(|d| d.get(k).cloned()),
+                    |k| {
+                        cm.binary_data
+                            .as_ref()
+                            .and_then(|d| d.get(k).map(|b| b.0.clone()))
+                    },
+                )
+                .map_err(|e| e.to_string())
+            })
+            .await?;
         Ok((model, source))
     }
 
-    fn cached(
+    /// The model cached under `key`, else built by `build` on the blocking pool (at most
+    /// [`MODEL_BUILDS`] at once, each for at most [`MODEL_BUILD_TIMEOUT`]).
+    async fn cached(
         &self,
-        key: &str,
-        load: impl FnOnce() -> Result<Profile, String>,
+        key: String,
+        build: impl FnOnce() -> Result<PerformanceModel, String> + Send + 'static,
     ) -> Result<Arc<PerformanceModel>, ProfileLoadError> {
-        if let Some(model) = self.models.lock().ok().and_then(|m| m.get(key).cloned()) {
+        if let Some(model) = self.models.lock().ok().and_then(|m| m.get(&key).cloned()) {
             return Ok(model);
         }
-        let profile = load().map_err(ProfileLoadError::Invalid)?;
-        let model =
-            Arc::new(PerformanceModel::new(&profile).map_err(|e| ProfileLoadError::Invalid(e.to_string()))?);
+        // The semaphore is never closed; without a permit the build would only be unbounded.
+        let _permit = self.builds.acquire().await.ok();
+        if let Some(model) = self.models.lock().ok().and_then(|m| m.get(&key).cloned()) {
+            return Ok(model);
+        }
+        let built = match tokio::time::timeout(MODEL_BUILD_TIMEOUT, tokio::task::spawn_blocking(build)).await
+        {
+            Ok(Ok(built)) => built.map_err(ProfileLoadError::Invalid)?,
+            Ok(Err(join)) => {
+                return Err(ProfileLoadError::Invalid(format!(
+                    "building the performance model failed: {join}"
+                )));
+            }
+            Err(_) => {
+                return Err(ProfileLoadError::Invalid(format!(
+                    "building the performance model took longer than {MODEL_BUILD_TIMEOUT:?}; use a smaller profile"
+                )));
+            }
+        };
+        let model = Arc::new(built);
         if let Ok(mut models) = self.models.lock() {
             // Older versions of the same ConfigMap are not needed any more.
             if let Some((prefix, _)) = key.split_once('@') {
                 models.retain(|k, _| !k.starts_with(prefix));
             }
-            models.insert(key.to_string(), Arc::clone(&model));
+            models.insert(key, Arc::clone(&model));
         }
         Ok(model)
     }
@@ -181,5 +223,58 @@ pub async fn restore(
             planner.replay(&history);
         }
         Err(error) => info!(%error, "no Prometheus history to restore; starting cold"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+
+    /// A slow build leaves the (single-threaded) runtime free: a timer task keeps ticking while
+    /// the model is built; concurrent requests for one key build it at most once per permit, and
+    /// later ones reuse it.
+    #[tokio::test(flavor = "current_thread")]
+    async fn models_are_built_off_the_async_runtime() {
+        let cache = ModelCache::default();
+        let ticks = Arc::new(AtomicU32::new(0));
+        let ticker = {
+            let ticks = Arc::clone(&ticks);
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    ticks.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        };
+        let builds = Arc::new(AtomicU32::new(0));
+        let build = |builds: Arc<AtomicU32>| {
+            move || {
+                builds.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(300));
+                let profile = Profile::builtin("h200-llama3.1-8b-tp1").map_err(|e| e.to_string())?;
+                PerformanceModel::new(&profile).map_err(|e| e.to_string())
+            }
+        };
+        let (a, b) = tokio::join!(
+            cache.cached("k".into(), build(Arc::clone(&builds))),
+            cache.cached("k".into(), build(Arc::clone(&builds))),
+        );
+        let (a, b) = (a.unwrap(), b.unwrap());
+        assert!(builds.load(Ordering::Relaxed) <= 2);
+        let again = cache
+            .cached("k".into(), build(Arc::clone(&builds)))
+            .await
+            .unwrap();
+        assert!(Arc::ptr_eq(&again, &a) || Arc::ptr_eq(&again, &b));
+        assert!(builds.load(Ordering::Relaxed) <= 2);
+        assert!(
+            ticks.load(Ordering::Relaxed) >= 10,
+            "the runtime was blocked: {} ticks",
+            ticks.load(Ordering::Relaxed)
+        );
+        ticker.abort();
     }
 }
