@@ -100,6 +100,8 @@ pub struct PlannerPolicySpec {
     #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
     #[x_kube(validation = Rule::new("!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) >= duration('10s')")
         .message("spec.adjustmentInterval must be at least 10s"))]
+    #[x_kube(validation = Rule::new("!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('168h')")
+        .message("spec.adjustmentInterval must be at most 168h"))]
     pub adjustment_interval: String,
 
     /// Latency targets the `sla` mode plans for.
@@ -648,6 +650,8 @@ pub struct Connector {
     /// (`scaled_decision_id`) before publishing a new one anyway.
     #[serde(default = "default_decision_timeout")]
     #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
+    #[x_kube(validation = Rule::new("!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('168h')")
+        .message("spec.connector.decisionTimeout must be at most 168h"))]
     pub decision_timeout: String,
 }
 
@@ -701,6 +705,8 @@ pub struct LoadThresholds {
     /// How often the load metrics are sampled within an interval.
     #[serde(default = "default_metric_pulling_interval")]
     #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
+    #[x_kube(validation = Rule::new("!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('1h')")
+        .message("spec.load.metricPullingInterval must be at most 1h"))]
     pub metric_pulling_interval: String,
     /// Mean KV-cache usage of decode workers (0 to 1) above which decode scales up.
     #[serde(default = "default_kv_up")]
