@@ -352,14 +352,27 @@ pub struct PoolComponents {
     .field_path(".maxReplicas"))]
 #[serde(rename_all = "camelCase")]
 pub struct Bounds {
-    /// Fewest replicas of each pool (prefill and decode). At least 1.
+    /// Fewest replicas of each pool (prefill and decode). At least 1, at most 512.
     #[serde(default = "default_min_replicas")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 512))]
     pub min_replicas: i32,
-    /// Most replicas of each pool (prefill and decode). Unset: no limit but the GPU budget.
+    /// Most replicas of each pool (prefill and decode), at most 512. Unset: the GPU budget, and
+    /// never more than 512 however the metrics read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 512))]
+    pub max_replicas: Option<i32>,
+    /// Most replicas one decision may add to a pool (the fast check's included). Unset: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
-    pub max_replicas: Option<i32>,
+    pub max_scale_up_step: Option<i32>,
+    /// Most replicas one decision may remove from a pool. Unset: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_scale_down_step: Option<i32>,
+    /// Allow scaling both pools to zero when the GPU budget cannot fit their minimum replicas
+    /// (Dynamo's planner does). Default: the replicas are kept, and the policy says why.
+    #[serde(default)]
+    pub allow_scale_to_zero: bool,
     /// Most GPUs the prefill and decode pools may use together; `-1` disables the budget.
     /// GPUs per replica come from the component's `nvidia.com/gpu` limit (then request), or 1.
     #[serde(default = "default_max_gpu_budget")]
@@ -381,6 +394,9 @@ impl Default for Bounds {
         Self {
             min_replicas: default_min_replicas(),
             max_replicas: None,
+            max_scale_up_step: None,
+            max_scale_down_step: None,
+            allow_scale_to_zero: false,
             max_gpu_budget: default_max_gpu_budget(),
         }
     }

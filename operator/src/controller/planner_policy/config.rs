@@ -10,6 +10,7 @@ use planner_core::{
     state::{self, QueueingConfig, SlaPlannerConfig},
 };
 
+use super::decide::{ABSOLUTE_MAX_REPLICAS, Guards};
 use crate::validation::ValidatedPolicy;
 
 /// Scale-up delay assumed until one is measured (and when `spec.behavior.scaleUpDelay` is not
@@ -81,6 +82,19 @@ fn limits(spec: &PlannerPolicySpec, validated: &ValidatedPolicy) -> Limits {
         max_gpu_budget: u32::try_from(spec.bounds.max_gpu_budget).ok(),
         prefill_gpus_per_engine: validated.target.prefill.gpus,
         decode_gpus_per_engine: validated.target.decode.gpus,
+    }
+}
+
+/// What one decision may do (`spec.bounds`).
+pub fn guards(spec: &PlannerPolicySpec) -> Guards {
+    let positive = |v: Option<i32>| v.and_then(|v| u32::try_from(v).ok()).filter(|v| *v > 0);
+    Guards {
+        max_replicas: positive(spec.bounds.max_replicas)
+            .unwrap_or(ABSOLUTE_MAX_REPLICAS)
+            .min(ABSOLUTE_MAX_REPLICAS),
+        max_step_up: positive(spec.bounds.max_scale_up_step),
+        max_step_down: positive(spec.bounds.max_scale_down_step),
+        allow_zero: spec.bounds.allow_scale_to_zero,
     }
 }
 

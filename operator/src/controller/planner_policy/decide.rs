@@ -10,7 +10,7 @@ use planner_core::{
     state::{FastSignals, Hold, IntervalMetrics, SlaDecision, SlaModel, SlaPlanner, SlaPlannerConfig},
 };
 
-use super::status::{METRICS_AVAILABLE, finite, scaling_limited};
+use super::status::{METRICS_AVAILABLE, SCALING_LIMITED, finite, scaling_limited};
 use crate::controller::conditions::DesiredCondition;
 
 /// A policy's planner between intervals, with what it plans with.
@@ -137,6 +137,90 @@ pub fn decide_fast(state: &mut PlannerState, signals: &FastSignals, replicas: Re
         message: tick.explanation(),
         ..Decision::default()
     })
+}
+
+/// Most replicas of a pool whatever the metrics say, when the policy sets no maximum: garbage
+/// metrics must never ask for thousands of GPUs.
+pub const ABSOLUTE_MAX_REPLICAS: u32 = 512;
+
+/// Limits on what one decision may do, from `spec.bounds`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Guards {
+    /// Most replicas of a pool (`maxReplicas`, else [`ABSOLUTE_MAX_REPLICAS`]).
+    pub max_replicas: u32,
+    /// Most replicas one decision adds to a pool.
+    pub max_step_up: Option<u32>,
+    /// Most replicas one decision removes from a pool.
+    pub max_step_down: Option<u32>,
+    /// Whether a decision may take a pool to zero replicas.
+    pub allow_zero: bool,
+}
+
+impl Default for Guards {
+    fn default() -> Self {
+        Self {
+            max_replicas: ABSOLUTE_MAX_REPLICAS,
+            max_step_up: None,
+            max_step_down: None,
+            allow_zero: false,
+        }
+    }
+}
+
+/// Applies `guards` to a decision against the replicas asked for now: a decision to zero
+/// replicas (the GPU budget below both pools' minimums, as Dynamo's planner computes it) keeps
+/// the replicas unless zero is allowed, and every pool stays within the absolute cap and the
+/// step limits. Each change is said in the message and `ScalingLimited`.
+pub fn guard(mut decision: Decision, asked: (u32, u32), guards: &Guards) -> Decision {
+    let Some(target) = decision.target else {
+        return decision;
+    };
+    if !guards.allow_zero && (target.0 == 0 || target.1 == 0) && (asked.0 > 0 || asked.1 > 0) {
+        let why = format!(
+            "keeping replicas: the decision was {} prefill and {} decode replicas (the GPU budget cannot fit both pools' minimums); set spec.bounds.allowScaleToZero to allow it, or raise spec.bounds.maxGpuBudget",
+            target.0, target.1
+        );
+        decision.target = None;
+        decision.conditions.retain(|c| c.type_ != SCALING_LIMITED);
+        decision.conditions.push(DesiredCondition::met(
+            SCALING_LIMITED,
+            "BudgetBelowMinimum",
+            why.clone(),
+        ));
+        decision.message = why;
+        return decision;
+    }
+    let mut notes = Vec::new();
+    let mut bound = |pool: &str, want: u32, now: u32| -> u32 {
+        let mut r = want;
+        if r > guards.max_replicas {
+            notes.push(format!("{pool} capped at {} replicas", guards.max_replicas));
+            r = guards.max_replicas;
+        }
+        if let Some(up) = guards.max_step_up.filter(|&up| r > now.saturating_add(up)) {
+            notes.push(format!("{pool} +{up} per decision (asked {r})"));
+            r = now.saturating_add(up);
+        }
+        if let Some(down) = guards.max_step_down.filter(|&down| r < now.saturating_sub(down)) {
+            notes.push(format!("{pool} -{down} per decision (asked {r})"));
+            r = now.saturating_sub(down);
+        }
+        r
+    };
+    let guarded = (
+        bound("prefill", target.0, asked.0),
+        bound("decode", target.1, asked.1),
+    );
+    if !notes.is_empty() {
+        let note = notes.join("; ");
+        decision.message.push_str(&format!("; {note}"));
+        decision.conditions.retain(|c| c.type_ != SCALING_LIMITED);
+        decision
+            .conditions
+            .push(DesiredCondition::met(SCALING_LIMITED, "StepLimit", note));
+        decision.target = Some(guarded);
+    }
+    decision
 }
 
 /// Reports one SLA planner tick.
@@ -498,5 +582,43 @@ mod tests {
             "{}",
             decision.message
         );
+    }
+
+    fn wanting(target: (u32, u32)) -> Decision {
+        Decision {
+            target: Some(target),
+            message: "sized for the forecast".into(),
+            ..Decision::default()
+        }
+    }
+
+    #[test]
+    fn zero_replicas_are_held_unless_allowed() {
+        let held = guard(wanting((0, 0)), (2, 2), &Guards::default());
+        assert_eq!(held.target, None);
+        assert!(held.message.contains("allowScaleToZero"), "{}", held.message);
+        assert_eq!(held.conditions[0].reason, "BudgetBelowMinimum");
+        let allowed = Guards {
+            allow_zero: true,
+            ..Guards::default()
+        };
+        assert_eq!(guard(wanting((0, 0)), (2, 2), &allowed).target, Some((0, 0)));
+    }
+
+    #[test]
+    fn garbage_is_capped_and_steps_are_limited() {
+        let capped = guard(wanting((1_000_000, 3)), (2, 2), &Guards::default());
+        assert_eq!(capped.target, Some((ABSOLUTE_MAX_REPLICAS, 3)));
+        assert!(capped.message.contains("capped at 512"), "{}", capped.message);
+        let stepped = Guards {
+            max_step_up: Some(4),
+            max_step_down: Some(1),
+            ..Guards::default()
+        };
+        let up = guard(wanting((20, 1)), (2, 5), &stepped);
+        assert_eq!(up.target, Some((6, 4)));
+        assert_eq!(up.conditions[0].reason, "StepLimit");
+        // Within the limits nothing changes.
+        assert_eq!(guard(wanting((3, 4)), (2, 5), &stepped), wanting((3, 4)));
     }
 }

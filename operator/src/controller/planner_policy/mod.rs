@@ -423,6 +423,7 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
             }
         }
     };
+    let decision = decide::guard(decision, current.asked, &config::guards(&policy.spec));
     let target = decision.target;
     absorb(&mut outcome, decision);
 
