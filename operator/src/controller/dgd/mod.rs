@@ -363,16 +363,21 @@ pub fn describe_conflicts(conflicts: &[Conflict]) -> String {
     )
 }
 
-/// Whose the existing object `name` is, when it exists and this DGD does not control it.
+/// Whose the existing object `name` is, when it exists and this DGD does not control it. A
+/// list by name (the operator may list these kinds, not get them).
 async fn existing_owner<K>(api: &Api<K>, name: &str, uid: &str, kind: &str) -> Result<Option<String>, Error>
 where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
 {
     let existing = api
-        .get_metadata_opt(name)
+        .list_metadata(&ListParams::default().fields(&format!("metadata.name={name}")))
         .await
-        .map_err(kube_error(format!("get {kind} {name}")))?;
-    Ok(existing.and_then(|object| foreign_owner(&object.metadata, uid)))
+        .map_err(kube_error(format!("list {kind} {name}")))?;
+    Ok(existing
+        .items
+        .iter()
+        .find(|object| object.metadata.name.as_deref() == Some(name))
+        .and_then(|object| foreign_owner(&object.metadata, uid)))
 }
 
 /// Checks `kvCacheTransferTopology`, looking the ClusterTopology up when it needs one.
