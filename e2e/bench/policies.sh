@@ -25,7 +25,7 @@
 #
 # Why these policies. `mode: sla` with the `kubernetes` connector, `minReplicas: 1`,
 # `maxReplicas: 1`, the ARIMA predictor (the CRD default) and the built-in
-# h200-llama3.1-8b-tp1 profile: every interval each policy runs its 6 Prometheus queries, feeds
+# h200-llama3.1-8b-tp1 profile: every interval each policy runs its 13 Prometheus queries, feeds
 # the predictors, computes the SLA plan, clamps it to the bounds, compares it with the DGD spec
 # and writes its status, events and metrics, as in production. The bounds pin the decision to
 # (1, 1), which is what each DGD already asks for, so the connector has nothing to patch, and a
@@ -34,6 +34,9 @@
 # need). Pods would only load the API server and the 8 kwok nodes, not the planner; the
 # operator's per-graph cost with rendered workloads is what `e2e/bench/rss.sh` measures.
 # `observe` mode would skip the connector step entirely, and `load` mode reads other metrics.
+# The queueing model's fast check runs between intervals (FAST_CHECK, default the CRD's 10s;
+# `0s` turns it off); its snapshot queries are shared by every policy reading the same
+# Prometheus.
 #
 # Measured: idle RSS (operator with the namespace empty), RSS with the N DGDs, peak (VmHWM) and
 # steady (median of 2 s samples) RSS while every policy plans, over INTERVALS whole intervals
@@ -241,6 +244,7 @@ spec:
   sla: {ttftMs: 500, itlMs: 50}
   bounds: {minReplicas: 1, maxReplicas: 1, maxGpuBudget: 2}
   predictor: $predictor
+  behavior: {fastCheckPeriod: ${FAST_CHECK:-10s}}
   profile: {builtin: $PROFILE}
   metrics: {prometheus: {url: "http://127.0.0.1:$PROM_PORT"}, modelName: $MODEL}
   connector: {type: kubernetes}
@@ -260,6 +264,10 @@ metric() { # file name-regex
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 tck=$(getconf CLK_TCK)
 scrape >"$TMP/metrics.before"
+# Prometheus's own count of the queries it answered (instant and range).
+prom_queries() { curl -fsS "http://127.0.0.1:$PROM_PORT/metrics" |
+  awk '$1 ~ /^prometheus_http_requests_total\{.*handler="\/api\/v1\/query(_range)?"/ {s += $2} END {printf "%.0f\n", s}'; }
+queries_before=$(prom_queries)
 cpu_before=$(cpu_ticks "$op_pid")
 prom_cpu_before=$(cpu_ticks "$prom_pid")
 window_start=$SECONDS
@@ -270,6 +278,7 @@ while (( SECONDS - window_start < window )); do
   sleep 2
 done
 scrape >"$TMP/metrics.after"
+queries_after=$(prom_queries)
 cpu_after=$(cpu_ticks "$op_pid")
 prom_cpu_after=$(cpu_ticks "$prom_pid")
 window_s=$((SECONDS - window_start))
@@ -324,6 +333,7 @@ echo "| Every policy planned once | ${first_s} s after creation |"
 echo "| Intervals run in ${window_s} s | $ran of $expected expected ($reconciles reconciles) |"
 echo "| Lateness p50 / p90 / p99 / max (bucket bounds) | <= ${p50} / <= ${p90} / <= ${p99} / <= ${pmax} s (mean ${late_mean} s) |"
 echo "| Operator CPU | ${cpu_pct} % of one core |"
+echo "| Prometheus queries | $((queries_after - queries_before)) in ${window_s} s ($(awk -v q=$((queries_after - queries_before)) -v w="$window_s" 'BEGIN {printf "%.1f", q / w}') per second; fast check every ${FAST_CHECK:-10s}) |"
 echo "| Prometheus query failures / reconcile errors | $unavailable intervals / $errors (MetricsAvailable=False at the end: $unavailable_now) |"
 echo "| Operator series of the policies | $policy_series |"
 echo "| Policies that observed requests and decided, at the end | $observing of $N |"

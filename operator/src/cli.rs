@@ -72,7 +72,7 @@ pub fn main() -> ExitCode {
 
 fn run(args: crate::runtime::RunArgs) -> ExitCode {
     // One TLS provider for every client and server in the process (kube, reqwest, webhook).
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    crate::install_crypto_provider();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {

@@ -21,3 +21,11 @@ pub mod webhook;
 /// Field manager of every object and status this operator writes with server-side apply. The
 /// planner's replica changes use their own manager (see [`connector::kubernetes`]).
 pub const FIELD_MANAGER: &str = "planner-operator";
+
+/// Installs the process's TLS provider (ring) if none is installed yet. reqwest is built without
+/// one of its own, so every HTTP client constructor calls this first: a library user who never
+/// ran `main` gets a working client instead of a panic.
+pub fn install_crypto_provider() {
+    // An error only says a provider is already installed.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

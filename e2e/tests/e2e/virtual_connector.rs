@@ -10,7 +10,7 @@ use std::{
 use e2e::{Result, poll_until};
 use planner_operator::connector::{
     etcd::EtcdClient,
-    virtual_etcd::{Published, VirtualConnector},
+    virtual_etcd::{Published, VirtualConnector, VirtualError},
 };
 
 struct Etcd {
@@ -46,6 +46,11 @@ fn free_port() -> u16 {
 async fn start_etcd() -> Result<Etcd> {
     let (client, peer) = (free_port(), free_port());
     let data = std::env::temp_dir().join(format!("e2e-etcd-{}-{client}", std::process::id()));
+    start_etcd_at(client, peer, data).await
+}
+
+/// An etcd on these ports and data directory (a restart keeps its keys).
+async fn start_etcd_at(client: u16, peer: u16, data: std::path::PathBuf) -> Result<Etcd> {
     let endpoint = format!("http://127.0.0.1:{client}");
     let child = Command::new("etcd")
         .args([
@@ -162,5 +167,75 @@ async fn virtual_connector_publishes_decisions_and_waits_for_the_orchestrator() 
         read(&mut orchestrator, "decision_id").await?.as_deref(),
         Some("2")
     );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_down_and_back_and_a_concurrent_writer() -> Result<()> {
+    let (client_port, peer_port) = (free_port(), free_port());
+    let data = std::env::temp_dir().join(format!("e2e-etcd-outage-{}-{client_port}", std::process::id()));
+    let mut etcd = start_etcd_at(client_port, peer_port, data.clone()).await?;
+    let endpoint = etcd.endpoint.clone();
+    let orchestrator = EtcdClient::new(std::slice::from_ref(&endpoint), Duration::from_secs(10))?;
+    let short = |endpoint: String| async move {
+        VirtualConnector::connect(
+            &[endpoint],
+            "e2e-outage",
+            Duration::from_secs(3600),
+            Duration::from_secs(2),
+        )
+        .await
+    };
+    let mut connector = short(endpoint.clone()).await?;
+    assert_eq!(connector.publish(1, 1).await?, Published::Decision(0));
+
+    // etcd down: a bounded error, no panic, nothing half-written.
+    let _ = etcd.child.kill();
+    let _ = etcd.child.wait();
+    let started = std::time::Instant::now();
+    assert!(connector.publish(2, 2).await.is_err());
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // Back, with its data: the protocol state is where it was.
+    std::mem::forget(etcd); // its data directory must survive the restart
+    let etcd = start_etcd_at(client_port, peer_port, data).await?;
+    orchestrator
+        .put("v1/e2e-outage/planner/scaled_decision_id", "0")
+        .await?;
+    let mut connector = short(endpoint.clone()).await?;
+    assert_eq!(connector.publish(2, 2).await?, Published::Decision(1));
+
+    // Two writers with the same view: the second's transaction fails (no lost update), and it
+    // publishes after reloading what etcd holds.
+    orchestrator
+        .put("v1/e2e-outage/planner/scaled_decision_id", "1")
+        .await?;
+    let mut first = short(endpoint.clone()).await?;
+    let mut second = short(endpoint.clone()).await?;
+    assert_eq!(first.publish(4, 4).await?, Published::Decision(2));
+    let conflict = second.publish(5, 5).await;
+    assert!(
+        matches!(conflict, Err(VirtualError::Conflict { .. })),
+        "{conflict:?}"
+    );
+    orchestrator
+        .put("v1/e2e-outage/planner/scaled_decision_id", "2")
+        .await?;
+    assert_eq!(second.publish(5, 5).await?, Published::Decision(3));
+    let held = |key: &'static str| {
+        let orchestrator = &orchestrator;
+        async move {
+            let kv = orchestrator.get(&format!("v1/e2e-outage/planner/{key}")).await?;
+            Result::<Option<String>>::Ok(kv.map(|kv| String::from_utf8_lossy(&kv.value).into_owned()))
+        }
+    };
+    assert_eq!(held("decision_id").await?.as_deref(), Some("3"));
+    assert_eq!(held("num_prefill_workers").await?.as_deref(), Some("5"));
+    assert_eq!(held("num_decode_workers").await?.as_deref(), Some("5"));
+    drop(etcd);
     Ok(())
 }

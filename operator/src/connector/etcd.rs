@@ -109,6 +109,7 @@ impl EtcdClient {
             }
             cleaned.push(trimmed.to_string());
         }
+        crate::install_crypto_provider();
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(5)))

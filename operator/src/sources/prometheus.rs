@@ -424,6 +424,7 @@ impl PrometheusClient {
     /// [`MAX_RESPONSE_BYTES`].
     pub fn new(base_url: &str, timeout: Duration) -> Result<Self, MetricsError> {
         let shown_url = redact(base_url.trim_end_matches('/'));
+        crate::install_crypto_provider();
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(5)))
