@@ -59,16 +59,19 @@ const MODEL_BUILD_TIMEOUT: Duration = Duration::from_secs(20);
 /// Performance models by profile, shared by the policies that use the same one. A ConfigMap's
 /// model is keyed by its resourceVersion, so an edit builds a new one; a deleted policy's
 /// ConfigMap models go with the next edit of that ConfigMap (built-in ones are a fixed few).
+/// A profile that fails to build is remembered too, so it is not rebuilt on every reconcile.
 pub struct ModelCache {
-    models: Mutex<HashMap<String, Arc<PerformanceModel>>>,
-    builds: tokio::sync::Semaphore,
+    models: Mutex<HashMap<String, Result<Arc<PerformanceModel>, String>>>,
+    builds: Arc<tokio::sync::Semaphore>,
+    build_timeout: Duration,
 }
 
 impl Default for ModelCache {
     fn default() -> Self {
         Self {
             models: Mutex::default(),
-            builds: tokio::sync::Semaphore::new(MODEL_BUILDS),
+            builds: Arc::new(tokio::sync::Semaphore::new(MODEL_BUILDS)),
+            build_timeout: MODEL_BUILD_TIMEOUT,
         }
     }
 }
@@ -127,44 +130,45 @@ impl ModelCache {
         Ok((model, source))
     }
 
-    /// The model cached under `key`, else built by `build` on the blocking pool (at most
-    /// [`MODEL_BUILDS`] at once, each for at most [`MODEL_BUILD_TIMEOUT`]).
+    /// The model (or build error) cached under `key`, else built by `build` on the blocking pool
+    /// (at most [`MODEL_BUILDS`] at once, each awaited for at most [`MODEL_BUILD_TIMEOUT`]).
     async fn cached(
         &self,
         key: String,
         build: impl FnOnce() -> Result<PerformanceModel, String> + Send + 'static,
     ) -> Result<Arc<PerformanceModel>, ProfileLoadError> {
-        if let Some(model) = self.models.lock().ok().and_then(|m| m.get(&key).cloned()) {
-            return Ok(model);
+        let find = |key: &str| self.models.lock().ok().and_then(|m| m.get(key).cloned());
+        if let Some(cached) = find(&key) {
+            return cached.map_err(ProfileLoadError::Invalid);
         }
         // The semaphore is never closed; without a permit the build would only be unbounded.
-        let _permit = self.builds.acquire().await.ok();
-        if let Some(model) = self.models.lock().ok().and_then(|m| m.get(&key).cloned()) {
-            return Ok(model);
+        let permit = Arc::clone(&self.builds).acquire_owned().await.ok();
+        if let Some(cached) = find(&key) {
+            return cached.map_err(ProfileLoadError::Invalid);
         }
-        let built = match tokio::time::timeout(MODEL_BUILD_TIMEOUT, tokio::task::spawn_blocking(build)).await
-        {
-            Ok(Ok(built)) => built.map_err(ProfileLoadError::Invalid)?,
-            Ok(Err(join)) => {
-                return Err(ProfileLoadError::Invalid(format!(
-                    "building the performance model failed: {join}"
-                )));
-            }
-            Err(_) => {
-                return Err(ProfileLoadError::Invalid(format!(
-                    "building the performance model took longer than {MODEL_BUILD_TIMEOUT:?}; use a smaller profile"
-                )));
-            }
+        // The permit goes with the build: a build that outlives the timeout still holds its slot
+        // until it really ends, so timed-out builds never pile up on the blocking pool.
+        let task = tokio::task::spawn_blocking(move || {
+            let built = build();
+            drop(permit);
+            built
+        });
+        let built = match tokio::time::timeout(self.build_timeout, task).await {
+            Ok(Ok(built)) => built.map(Arc::new),
+            Ok(Err(join)) => Err(format!("building the performance model failed: {join}")),
+            Err(_) => Err(format!(
+                "building the performance model took longer than {:?}; use a smaller profile",
+                self.build_timeout
+            )),
         };
-        let model = Arc::new(built);
         if let Ok(mut models) = self.models.lock() {
             // Older versions of the same ConfigMap are not needed any more.
             if let Some((prefix, _)) = key.split_once('@') {
                 models.retain(|k, _| !k.starts_with(prefix));
             }
-            models.insert(key, Arc::clone(&model));
+            models.insert(key, built.clone());
         }
-        Ok(model)
+        built.map_err(ProfileLoadError::Invalid)
     }
 }
 
@@ -276,5 +280,52 @@ mod tests {
             ticks.load(Ordering::Relaxed)
         );
         ticker.abort();
+    }
+
+    /// A build that outlives its timeout keeps its slot until it ends (the next build waits for
+    /// it), and a failed build is remembered: the same key is not built again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn timed_out_builds_keep_their_slot_and_failures_are_cached() {
+        let cache = ModelCache {
+            models: Mutex::default(),
+            builds: Arc::new(tokio::sync::Semaphore::new(1)),
+            build_timeout: Duration::from_millis(100),
+        };
+        let slow_done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let done = Arc::clone(&slow_done);
+        let slow = cache
+            .cached("slow".into(), move || {
+                std::thread::sleep(Duration::from_millis(600));
+                done.store(true, Ordering::SeqCst);
+                Err("never used".into())
+            })
+            .await;
+        let message = slow.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(message.contains("took longer than 100ms"), "{message}");
+        assert!(!slow_done.load(Ordering::SeqCst), "the timeout came before the build ended");
+
+        let done = Arc::clone(&slow_done);
+        let next = cache
+            .cached("next".into(), move || {
+                Err(format!("started after the slow build ended: {}", done.load(Ordering::SeqCst)))
+            })
+            .await;
+        assert_eq!(
+            next.err().map(|e| e.to_string()).as_deref(),
+            Some("started after the slow build ended: true")
+        );
+
+        let builds = Arc::new(AtomicU32::new(0));
+        for _ in 0..3 {
+            let builds = Arc::clone(&builds);
+            let bad = cache
+                .cached("bad@1".into(), move || {
+                    builds.fetch_add(1, Ordering::Relaxed);
+                    Err("not a profile".into())
+                })
+                .await;
+            assert_eq!(bad.err().map(|e| e.to_string()).as_deref(), Some("not a profile"));
+        }
+        assert_eq!(builds.load(Ordering::Relaxed), 1);
     }
 }
