@@ -24,7 +24,7 @@ lint:
 fmt:
 	$(CARGO) fmt --all
 
-## manifests: regenerate the CRDs in config/crd/ and charts/planner-operator/crds/ from the Rust types
+## manifests: regenerate the CRDs in config/crd/ and the chart (crds/; the DGD CRD in files/crds/) from the Rust types
 manifests:
 	$(CARGO) run --quiet --locked -p crd-gen
 

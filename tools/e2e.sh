@@ -40,8 +40,11 @@ cd "$TOOLS_SRC/.."
 "${CARGO:-cargo}" build -p planner-operator --bin planner-operator -p planner-sim --bin planner-sim --locked
 # Not exec: the EXIT trap removes the PATH directory afterwards.
 if [[ $# -eq 0 ]]; then
-  # The start-up race test deletes and reinstalls the shared CRDs: alone, before the others.
+  # Tests that delete, replace (with NVIDIA's shapes) or add shared CRDs: alone, before the
+  # others (each puts this operator's CRDs back).
   "${CARGO:-cargo}" test -p e2e --features e2e --locked --test e2e -- --ignored --exact \
-    crd_race::operator_started_before_its_crds_reconciles_once_they_are_served
+    crd_race::operator_started_before_its_crds_reconciles_once_they_are_served \
+    dynamo_operator::planner_only_scales_nvidia_dgds_of_both_versions_and_adapters_and_writes_nothing_else \
+    dynamo_operator::a_cluster_topology_binding_is_read_and_named
 fi
 "${CARGO:-cargo}" test -p e2e --features e2e --locked --test e2e -- "$@"

@@ -1,7 +1,9 @@
 //! Writes every CRD of planner-operator as YAML, generated from the Rust types.
 //!
-//! `crd-gen` writes to `config/crd/` and `charts/planner-operator/crds/` (run from the repository
-//! root, or pass the root as the only argument); `crd-gen --check` writes nothing and exits 1 when
+//! `crd-gen` writes to `config/crd/` and the chart, `charts/planner-operator/crds/` (the DGD CRD to
+//! `charts/planner-operator/files/crds/`, installed only on request; see
+//! `planner_api::chart_crd_dir`) (run from the repository root, or pass the root as the only
+//! argument); `crd-gen --check` writes nothing and exits 1 when
 //! a committed file differs from what would be written.
 
 use std::{
@@ -9,10 +11,10 @@ use std::{
     process::ExitCode,
 };
 
-use planner_api::crd_manifests;
+use planner_api::{chart_crd_dir, crd_manifests};
 
-/// Folders the CRDs are written to, relative to the repository root.
-const OUTPUT_DIRS: [&str; 2] = ["config/crd", "charts/planner-operator/crds"];
+/// The chart's folder, relative to the repository root.
+const CHART: &str = "charts/planner-operator";
 
 fn main() -> ExitCode {
     let mut check = false;
@@ -49,12 +51,16 @@ fn main() -> ExitCode {
 fn run(root: &Path, check: bool) -> Result<Vec<PathBuf>, String> {
     let manifests = crd_manifests().map_err(|e| format!("cannot render the CRDs: {e}"))?;
     let mut stale = Vec::new();
-    for dir in OUTPUT_DIRS {
-        let dir = root.join(dir);
-        if !check {
-            std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        }
+    for chart in [false, true] {
         for (file_name, yaml) in &manifests {
+            let dir = if chart {
+                root.join(CHART).join(chart_crd_dir(file_name))
+            } else {
+                root.join("config/crd")
+            };
+            if !check {
+                std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            }
             let path = dir.join(file_name);
             let current = std::fs::read_to_string(&path).ok();
             if current.as_deref() == Some(yaml.as_str()) {

@@ -174,11 +174,18 @@ fn short_type_name<K>() -> &'static str {
 /// apply's annotation) and waits until each is Established. Idempotent, so every test that needs
 /// the CRDs calls it. Returns the CRD names.
 pub async fn install_crds(client: &Client) -> Result<Vec<String>> {
+    apply_crds(client, &yaml_files(&repo_root().join("config/crd"))?).await
+}
+
+/// Applies the CRDs of `files` server-side under the tests' field manager (so a CRD of the same
+/// name applied before is replaced, field for field) and waits until each is Established.
+/// Returns the CRD names.
+pub async fn apply_crds(client: &Client, files: &[PathBuf]) -> Result<Vec<String>> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let params = PatchParams::apply(FIELD_MANAGER).force().validation_strict();
     let mut names = Vec::new();
-    for path in yaml_files(&repo_root().join("config/crd"))? {
-        for crd in load_yaml(&path)? {
+    for path in files {
+        for crd in load_yaml(path)? {
             let name = crd["metadata"]["name"]
                 .as_str()
                 .ok_or_else(|| format!("{}: CRD without metadata.name", path.display()))?

@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod rbac;
 pub mod runtime;
 pub mod sources;
+pub mod target;
 pub mod telemetry;
 pub mod topology;
 pub mod validation;

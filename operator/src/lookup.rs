@@ -1,5 +1,6 @@
-//! API lookups shared by the reconcilers and the admission webhook: the ClusterTopology a DGD
-//! names (telling a missing Grove CRD from a missing object) and a DGD by name.
+//! API lookups shared by the reconcilers and the admission webhook: the ClusterTopologyBinding or
+//! ClusterTopology a DGD names (telling a missing Grove CRD from a missing object), a DGD by name,
+//! and a PlannerPolicy's target DGD at whichever version is served ([`target_graph`]).
 
 use std::fmt;
 
@@ -8,12 +9,17 @@ use kube::{
     core::{ApiResource, DynamicObject},
 };
 
-use planner_api::{ClusterTopologySpec, DynamoGraphDeployment};
+use planner_api::{ClusterTopologySpec, DynamoGraphDeployment, TopologyLevel};
+use serde::Deserialize;
 
-use crate::topology::ClusterTopologyLookup;
+use crate::{
+    target::{ShapeError, TargetGraph, graph_resource},
+    topology::ClusterTopologyLookup,
+};
 
-/// Group and version Grove serves ClusterTopologies under (`grove.io/v1alpha1` by default;
-/// `--cluster-topology-api-version` follows Grove if it moves the kind).
+/// Group and version Grove serves ClusterTopologyBindings (and, in earlier releases,
+/// ClusterTopologies) under (`grove.io/v1alpha1` by default; `--cluster-topology-api-version`
+/// follows Grove if it moves the kinds).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterTopologyApi {
     /// API group, e.g. `grove.io`.
@@ -56,7 +62,7 @@ impl std::str::FromStr for ClusterTopologyApi {
 }
 
 impl ClusterTopologyApi {
-    /// The API resource of ClusterTopologies.
+    /// The API resource of ClusterTopologies (Grove releases before the rename).
     pub fn resource(&self) -> ApiResource {
         ApiResource {
             group: self.group.clone(),
@@ -64,6 +70,67 @@ impl ClusterTopologyApi {
             api_version: self.to_string(),
             kind: "ClusterTopology".into(),
             plural: "clustertopologies".into(),
+        }
+    }
+
+    /// The API resource of ClusterTopologyBindings (today's Grove).
+    pub fn binding_resource(&self) -> ApiResource {
+        ApiResource {
+            group: self.group.clone(),
+            version: self.version.clone(),
+            api_version: self.to_string(),
+            kind: "ClusterTopologyBinding".into(),
+            plural: "clustertopologybindings".into(),
+        }
+    }
+}
+
+/// Which of Grove's topology kinds the API server serves.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TopologyKindsServed {
+    /// `clustertopologybindings`.
+    pub binding: bool,
+    /// `clustertopologies`.
+    pub legacy: bool,
+}
+
+impl TopologyKindsServed {
+    /// The served resources, the binding first.
+    pub fn resources(self, api: &ClusterTopologyApi) -> Vec<ApiResource> {
+        let mut resources = Vec::new();
+        if self.binding {
+            resources.push(api.binding_resource());
+        }
+        if self.legacy {
+            resources.push(api.resource());
+        }
+        resources
+    }
+}
+
+/// A ClusterTopologyBinding's spec as far as it is read: `levels[]` of `{domain, key}`.
+#[derive(Deserialize)]
+struct BindingSpec {
+    levels: Vec<BindingLevel>,
+}
+
+#[derive(Deserialize)]
+struct BindingLevel {
+    domain: String,
+    key: String,
+}
+
+impl From<BindingSpec> for ClusterTopologySpec {
+    fn from(spec: BindingSpec) -> Self {
+        Self {
+            levels: spec
+                .levels
+                .into_iter()
+                .map(|l| TopologyLevel {
+                    domain: l.domain,
+                    label_key: l.key,
+                })
+                .collect(),
         }
     }
 }
@@ -81,53 +148,124 @@ pub enum LookupError {
     },
 }
 
-/// Looks up a ClusterTopology by name. A 404 is followed by API discovery, so that a missing
-/// CRD (Grove not installed) is told apart from a missing object.
+/// Looks up the topology a DGD names: a ClusterTopologyBinding when that CRD is served, else (or
+/// when no binding has the name) a ClusterTopology when that CRD is served. API discovery first
+/// tells which are served, so that a missing CRD (Grove not installed) is told apart from a
+/// missing object.
 pub async fn cluster_topology(
     client: &Client,
     api: &ClusterTopologyApi,
     name: &str,
 ) -> Result<ClusterTopologyLookup, LookupError> {
-    let resource = api.resource();
-    let topologies: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-    let kube_error = |action: String| move |source| LookupError::Kube { action, source };
-    // Not `get_opt`: for a group/version nobody serves (Grove not installed) the API server
-    // answers 404 with a plain-text body, which kube reports with reason "Failed to parse error
-    // data", and `Status::is_not_found` only looks at the reason.
-    let found = match topologies.get(name).await {
-        Ok(object) => Some(object),
-        Err(kube::Error::Api(status)) if status.code == 404 => None,
-        Err(source) => return Err(kube_error(format!("get ClusterTopology {name}"))(source)),
-    };
-    match found {
-        Some(object) => {
-            let spec = object.data.get("spec").cloned().unwrap_or_default();
-            Ok(match serde_json::from_value::<ClusterTopologySpec>(spec) {
-                Ok(spec) => ClusterTopologyLookup::Found(spec),
-                Err(error) => ClusterTopologyLookup::Unreadable(error.to_string()),
-            })
+    let served = topology_kinds_served(client, api).await?;
+    if served.binding {
+        match get_spec::<BindingSpec>(client, &api.binding_resource(), name).await? {
+            Some(Ok(spec)) => return Ok(ClusterTopologyLookup::FoundBinding(spec.into())),
+            Some(Err(error)) => return Ok(ClusterTopologyLookup::BindingUnreadable(error)),
+            None if !served.legacy => {
+                return Ok(ClusterTopologyLookup::BindingNotFound { legacy_served: false });
+            }
+            None => {}
         }
-        None => Ok(if cluster_topologies_served(client, api).await? {
-            ClusterTopologyLookup::NotFound
-        } else {
-            ClusterTopologyLookup::GroveNotInstalled
+    }
+    if !served.legacy {
+        return Ok(ClusterTopologyLookup::GroveNotInstalled);
+    }
+    Ok(
+        match get_spec::<ClusterTopologySpec>(client, &api.resource(), name).await? {
+            Some(Ok(spec)) => ClusterTopologyLookup::Found(spec),
+            Some(Err(error)) => ClusterTopologyLookup::Unreadable(error),
+            None if served.binding => ClusterTopologyLookup::BindingNotFound { legacy_served: true },
+            None => ClusterTopologyLookup::NotFound,
+        },
+    )
+}
+
+/// The spec of the cluster-scoped object `name` of `resource`: `None` when absent, `Some(Err)`
+/// with the parse error when it is not a `T`.
+async fn get_spec<T: serde::de::DeserializeOwned>(
+    client: &Client,
+    resource: &ApiResource,
+    name: &str,
+) -> Result<Option<Result<T, String>>, LookupError> {
+    let objects: Api<DynamicObject> = Api::all_with(client.clone(), resource);
+    // Not `get_opt`: for a group/version nobody serves the API server answers 404 with a
+    // plain-text body, which kube reports with reason "Failed to parse error data", and
+    // `Status::is_not_found` only looks at the reason.
+    match objects.get(name).await {
+        Ok(object) => {
+            let spec = object.data.get("spec").cloned().unwrap_or_default();
+            Ok(Some(serde_json::from_value::<T>(spec).map_err(|e| e.to_string())))
+        }
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+        Err(source) => Err(LookupError::Kube {
+            action: format!("get {} {name}", resource.kind),
+            source,
         }),
     }
 }
 
-/// Whether the API server serves ClusterTopologies (Grove, or the copy of its CRD, installed).
-pub async fn cluster_topologies_served(
+/// Which of Grove's topology kinds the API server serves (one discovery request).
+pub async fn topology_kinds_served(
     client: &Client,
     api: &ClusterTopologyApi,
-) -> Result<bool, LookupError> {
+) -> Result<TopologyKindsServed, LookupError> {
     match client.list_api_group_resources(&api.to_string()).await {
-        Ok(list) => Ok(list.resources.iter().any(|r| r.name == api.resource().plural)),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
+        Ok(list) => {
+            let has = |plural: String| list.resources.iter().any(|r| r.name == plural);
+            Ok(TopologyKindsServed {
+                binding: has(api.binding_resource().plural),
+                legacy: has(api.resource().plural),
+            })
+        }
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(TopologyKindsServed::default()),
         Err(source) => Err(LookupError::Kube {
             action: format!("discover {api}"),
             source,
         }),
     }
+}
+
+/// What looking a PlannerPolicy's target up found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TargetLookup {
+    /// The DGD, read at either served version.
+    Found(TargetGraph),
+    /// No DGD has the name (or no version of the DGD CRD is served).
+    NotFound,
+    /// The object exists but is not a DGD of either layout.
+    Unreadable(ShapeError),
+}
+
+/// A policy's target DGD, read at `nvidia.com/v1beta1` and, where that version is not served (an
+/// older Dynamo operator), at `v1alpha1`. Either way the graph is read by its layout (see
+/// [`TargetGraph`]).
+pub async fn target_graph(client: &Client, namespace: &str, name: &str) -> Result<TargetLookup, LookupError> {
+    for version in ["v1beta1", "v1alpha1"] {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), namespace, &graph_resource(version));
+        match api.get(name).await {
+            Ok(object) => {
+                return Ok(match TargetGraph::from_object(&object) {
+                    Ok(graph) => TargetLookup::Found(graph),
+                    Err(error) => TargetLookup::Unreadable(error),
+                });
+            }
+            // The object is not there (a Status with reason NotFound)...
+            Err(kube::Error::Api(status)) if status.reason == "NotFound" => {
+                return Ok(TargetLookup::NotFound);
+            }
+            // ...or the version is not served (a plain-text 404): try the next one.
+            Err(kube::Error::Api(status)) if status.code == 404 => continue,
+            Err(source) => {
+                return Err(LookupError::Kube {
+                    action: format!("get DynamoGraphDeployment {namespace}/{name} (nvidia.com/{version})"),
+                    source,
+                });
+            }
+        }
+    }
+    Ok(TargetLookup::NotFound)
 }
 
 /// A DGD by namespace and name; `None` when it does not exist.
@@ -156,6 +294,13 @@ mod tests {
         let api: ClusterTopologyApi = "grove.io/v1alpha1".parse().unwrap();
         assert_eq!(api, ClusterTopologyApi::default());
         assert_eq!(api.resource().plural, "clustertopologies");
+        assert_eq!(api.binding_resource().kind, "ClusterTopologyBinding");
+        let both = TopologyKindsServed {
+            binding: true,
+            legacy: true,
+        };
+        let kinds: Vec<String> = both.resources(&api).into_iter().map(|r| r.kind).collect();
+        assert_eq!(kinds, ["ClusterTopologyBinding", "ClusterTopology"]);
         assert!("grove.io".parse::<ClusterTopologyApi>().is_err());
         assert!("/v1".parse::<ClusterTopologyApi>().is_err());
         assert!("a/b/c".parse::<ClusterTopologyApi>().is_err());

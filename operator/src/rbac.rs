@@ -30,6 +30,9 @@ pub enum Scope {
 pub enum Needed {
     /// Always.
     Always,
+    /// With the DGD reconciler and the topology label controller (`--dgd-controller`, on by
+    /// default); planner-only operation next to NVIDIA's Dynamo operator needs none of these.
+    DgdController,
     /// With leader election (`--leader-election`, on by default).
     LeaderElection,
     /// When the webhook is served and keeps the caBundle of a ValidatingWebhookConfiguration
@@ -63,6 +66,8 @@ pub struct Permission {
 /// The operator's configuration, as far as it changes which permissions it needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Features {
+    /// `--dgd-controller`.
+    pub dgd_controller: bool,
     /// `--leader-election`.
     pub leader_election: bool,
     /// The webhook is served (no `--webhook-disabled`).
@@ -77,6 +82,7 @@ impl Default for Features {
     /// The defaults of `planner-operator run` (and of the chart).
     fn default() -> Self {
         Self {
+            dgd_controller: true,
             leader_election: true,
             webhook: true,
             ca_bundle: true,
@@ -90,6 +96,7 @@ impl Needed {
     pub fn applies(self, features: Features) -> bool {
         match self {
             Self::Always => true,
+            Self::DgdController => features.dgd_controller,
             Self::LeaderElection => features.leader_election,
             Self::CaBundle => features.webhook && features.ca_bundle,
             Self::GeneratedCertificates => features.webhook && features.generated_certificates,
@@ -103,13 +110,23 @@ pub const PERMISSIONS: &[Permission] = &[
         group: "nvidia.com",
         group_set_by: None,
         resource: "dynamographdeployments",
-        verbs: &["get", "list", "watch"],
+        verbs: &["get"],
         named_by: None,
         scope: Scope::Watched,
         needed: Needed::Always,
-        used_by: "list+watch: the DGD controller (controller/dgd) and the startup wait for the CRDs (runtime::wait_for_crds); \
-                  get: the PlannerPolicy reconciler reads its target, the webhook checks a PlannerPolicy's \
-                  targetRef, the topology label controller refers its events to the DGD (controller/lookup)",
+        used_by: "the PlannerPolicy reconciler reads its target and the webhook checks a PlannerPolicy's \
+                  targetRef, at nvidia.com/v1beta1 or v1alpha1 (lookup::target_graph); the topology label \
+                  controller refers its events to the DGD",
+    },
+    Permission {
+        group: "nvidia.com",
+        group_set_by: None,
+        resource: "dynamographdeployments",
+        verbs: &["list", "watch"],
+        named_by: None,
+        scope: Scope::Watched,
+        needed: Needed::DgdController,
+        used_by: "the DGD controller (controller/dgd) and the startup wait for its CRD (runtime::wait_for_crds)",
     },
     Permission {
         group: "nvidia.com",
@@ -120,6 +137,18 @@ pub const PERMISSIONS: &[Permission] = &[
         scope: Scope::Watched,
         needed: Needed::Always,
         used_by: "the kubernetes connector scales a DGD's prefill and decode replicas with a JSON patch \
+                  (connector/kubernetes), at the version whose layout the DGD has",
+    },
+    Permission {
+        group: "nvidia.com",
+        group_set_by: None,
+        resource: "dynamographdeploymentscalingadapters/scale",
+        verbs: &["get", "patch"],
+        named_by: None,
+        scope: Scope::Watched,
+        needed: Needed::Always,
+        used_by: "the kubernetes connector reads the Scale of a pool's DynamoGraphDeploymentScalingAdapter \
+                  (whether it exists, its spec and status replicas) and scales through it with a JSON patch \
                   (connector/kubernetes)",
     },
     Permission {
@@ -129,7 +158,7 @@ pub const PERMISSIONS: &[Permission] = &[
         verbs: &["patch"],
         named_by: None,
         scope: Scope::Watched,
-        needed: Needed::Always,
+        needed: Needed::DgdController,
         used_by: "the DGD controller writes status (Ready, TopologyResolved, component counts) with server-side apply",
     },
     Permission {
@@ -160,7 +189,7 @@ pub const PERMISSIONS: &[Permission] = &[
         verbs: &["list", "watch", "create", "patch", "delete"],
         named_by: None,
         scope: Scope::Watched,
-        needed: Needed::Always,
+        needed: Needed::DgdController,
         used_by: "the DGD controller: watches the Deployments it renders (labelled with the graph), applies \
                   them with server-side apply (a patch, which needs create as well when the object is new), \
                   lists and deletes those of removed components",
@@ -172,7 +201,7 @@ pub const PERMISSIONS: &[Permission] = &[
         verbs: &["list", "watch", "create", "patch", "delete"],
         named_by: None,
         scope: Scope::Watched,
-        needed: Needed::Always,
+        needed: Needed::DgdController,
         used_by: "the DGD controller: watches, applies (server-side apply: patch, and create when new), lists and \
                   deletes frontend Services",
     },
@@ -183,7 +212,7 @@ pub const PERMISSIONS: &[Permission] = &[
         verbs: &["list", "watch", "patch"],
         named_by: None,
         scope: Scope::Watched,
-        needed: Needed::Always,
+        needed: Needed::DgdController,
         used_by: "list+watch: the shared cache of DGD pods (TopologyResolved counts, topology label controller); \
                   patch: the topology label controller copies the node's topology labels onto worker pods",
     },
@@ -216,8 +245,20 @@ pub const PERMISSIONS: &[Permission] = &[
         verbs: &["get"],
         named_by: None,
         scope: Scope::Cluster,
-        needed: Needed::Always,
+        needed: Needed::DgdController,
         used_by: "the topology label controller reads the labels of a worker pod's node",
+    },
+    Permission {
+        group: "grove.io",
+        group_set_by: Some("--cluster-topology-api-version"),
+        resource: "clustertopologybindings",
+        verbs: &["get", "list", "watch"],
+        named_by: None,
+        scope: Scope::Cluster,
+        needed: Needed::DgdController,
+        used_by: "get: the DGD controller and the webhook resolve spec.topologyConstraint.clusterTopologyName \
+                  against today's Grove (lookup::cluster_topology); list+watch: the DGD controller re-checks \
+                  DGDs when one changes",
     },
     Permission {
         group: "grove.io",
@@ -226,9 +267,9 @@ pub const PERMISSIONS: &[Permission] = &[
         verbs: &["get", "list", "watch"],
         named_by: None,
         scope: Scope::Cluster,
-        needed: Needed::Always,
-        used_by: "get: the DGD controller and the webhook resolve spec.topologyConstraint.clusterTopologyName \
-                  (controller/lookup); list+watch: the DGD controller re-checks DGDs when one changes",
+        needed: Needed::DgdController,
+        used_by: "get: the same, against Grove releases before ClusterTopologyBinding (lookup::cluster_topology); \
+                  list+watch: the DGD controller re-checks DGDs when one changes",
     },
     Permission {
         group: "admissionregistration.k8s.io",
@@ -339,13 +380,56 @@ mod tests {
     #[test]
     fn without_leader_election_and_webhook_only_the_watched_and_cluster_rules_remain() {
         let features = Features {
+            dgd_controller: true,
             leader_election: false,
             webhook: false,
             ca_bundle: true,
             generated_certificates: true,
         };
-        assert!(required(features).all(|p| p.needed == Needed::Always));
+        assert!(required(features).all(|p| matches!(p.needed, Needed::Always | Needed::DgdController)));
         assert!(required(features).all(|p| p.scope != Scope::OwnNamespace));
         assert_eq!(required(Features::default()).count(), PERMISSIONS.len());
+    }
+
+    #[test]
+    fn planner_only_needs_no_workload_pod_node_topology_or_status_rules() {
+        let planner_only = Features {
+            dgd_controller: false,
+            ..Features::default()
+        };
+        let mut watched: Vec<(&str, &str)> = Vec::new();
+        for permission in required(planner_only) {
+            for verb in permission.verbs {
+                watched.push((permission.resource, verb));
+            }
+        }
+        for resource in [
+            "deployments",
+            "services",
+            "pods",
+            "nodes",
+            "clustertopologies",
+            "clustertopologybindings",
+            "dynamographdeployments/status",
+        ] {
+            assert!(
+                watched.iter().all(|(r, _)| *r != resource),
+                "planner-only needs {resource}"
+            );
+        }
+        assert!(!watched.contains(&("dynamographdeployments", "list")));
+        assert!(!watched.contains(&("dynamographdeployments", "watch")));
+        for needed in [
+            ("dynamographdeployments", "get"),
+            ("dynamographdeployments", "patch"),
+            ("dynamographdeploymentscalingadapters/scale", "get"),
+            ("dynamographdeploymentscalingadapters/scale", "patch"),
+            ("plannerpolicies", "list"),
+            ("plannerpolicies/status", "patch"),
+            ("configmaps", "get"),
+            ("events", "create"),
+        ] {
+            assert!(watched.contains(&needed), "planner-only lacks {needed:?}");
+        }
     }
 }

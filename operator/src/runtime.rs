@@ -53,10 +53,11 @@ use tracing::{debug, error, info, warn};
 use planner_api::{DynamoGraphDeployment, PlannerPolicy};
 
 use crate::{
-    controller::{self, Context},
+    controller::{self, Context, selection::DgdSelection},
     lookup::{self, ClusterTopologyApi},
     metrics::operator::OperatorMetrics,
     telemetry::{self, LogFormat},
+    topology::EnvContract,
     webhook::{self, WebhookSettings, certs::CertSettings, tls::CertResolver},
 };
 use planner_api::labels::LABEL_GRAPH;
@@ -95,13 +96,30 @@ pub struct RunArgs {
         default_value = "http://prometheus-operated.monitoring.svc:9090"
     )]
     pub prometheus_url: String,
-    /// Group and version Grove serves ClusterTopologies under.
+    /// Group and version Grove serves ClusterTopologyBindings (and, in earlier releases,
+    /// ClusterTopologies) under.
     #[arg(
         long,
         env = "CLUSTER_TOPOLOGY_API_VERSION",
         default_value = "grove.io/v1alpha1"
     )]
     pub cluster_topology_api_version: ClusterTopologyApi,
+    /// Run the DGD reconciler and the topology label controller (render DGDs into Deployments
+    /// and Services, write their status, copy topology labels onto pods). Off: planner-only
+    /// operation next to NVIDIA's Dynamo operator, which renders the DGDs; only PlannerPolicies
+    /// are reconciled and a DGD is only ever written to scale its replicas.
+    #[arg(long, env = "DGD_CONTROLLER", default_value_t = true, action = clap::ArgAction::Set)]
+    pub dgd_controller: bool,
+    /// Which DGDs the DGD reconciler renders: `unmarked` (every DGD not marked as another
+    /// controller's) or `marked` (only those labelled planner.dynamo.io/dgd-controller=planner-operator).
+    #[arg(long, env = "DGD_SELECTION", value_enum, default_value = "unmarked")]
+    pub dgd_selection: DgdSelection,
+    /// Environment contract of the topology injected into worker pods: `planner` (this
+    /// operator's names, files at /etc/podinfo/topology) or `dynamo` (the released Dynamo
+    /// runtime's DYN_KV_TRANSFER_DOMAIN, DYN_TOPOLOGY_MOUNT_PATH, files at /etc/dynamo/topology).
+    /// A DGD's planner.dynamo.io/topology-env annotation overrides it.
+    #[arg(long, env = "TOPOLOGY_ENV", value_enum, default_value = "planner")]
+    pub topology_env: EnvContract,
     /// Do not serve the admission webhook (e.g. when another replica set serves it).
     #[arg(long, env = "WEBHOOK_DISABLED")]
     pub webhook_disabled: bool,
@@ -453,7 +471,14 @@ pub async fn run_until(
     info!(addr = %args.metrics_addr, "serving /metrics, /healthz and /readyz");
     // Not ready until the CRDs are served: `kubectl apply` of the CRDs returns before they are
     // Established, and a chart's pod may start first.
-    if wait_for_crds(&client, args.namespace.as_deref(), shutdown_rx.clone()).await {
+    if wait_for_crds(
+        &client,
+        args.namespace.as_deref(),
+        args.dgd_controller,
+        shutdown_rx.clone(),
+    )
+    .await
+    {
         ready.store(true, Ordering::Relaxed);
     }
 
@@ -626,7 +651,9 @@ async fn lead(
     outcome
 }
 
-/// Runs every controller until `stop` resolves.
+/// Runs every controller until `stop` resolves: the PlannerPolicy reconciler, and with
+/// `--dgd-controller` the DGD reconciler and the topology label controller (and the Deployment
+/// and pod caches they read).
 async fn run_controllers(
     client: &Client,
     args: &RunArgs,
@@ -634,6 +661,34 @@ async fn run_controllers(
     metrics: Arc<OperatorMetrics>,
     stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "planner-operator".into(),
+            instance: Some(identity.to_string()),
+        },
+    );
+    let stop = stop.shared();
+    if !args.dgd_controller {
+        info!("DGD controller off (--dgd-controller=false): reconciling PlannerPolicies only");
+        // Empty caches: nothing reads them without the DGD controller.
+        let ctx = Arc::new(Context {
+            client: client.clone(),
+            recorder,
+            metrics,
+            deployments: reflector::store().0,
+            pods: reflector::store().0,
+            cluster_topology_api: args.cluster_topology_api_version.clone(),
+            dgd_selection: args.dgd_selection,
+            topology_env: args.topology_env,
+        });
+        let planner_ctx = Arc::new(controller::planner_policy::PlannerContext::new(
+            ctx,
+            args.prometheus_url.clone(),
+        ));
+        controller::planner_policy::run(planner_ctx, args.namespace.clone(), stop).await;
+        return;
+    }
     let deployments_api: Api<Deployment> = match &args.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
@@ -675,13 +730,6 @@ async fn run_controllers(
             warn!(%error, "pod watch failed; retrying");
         }
     });
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "planner-operator".into(),
-            instance: Some(identity.to_string()),
-        },
-    );
     let ctx = Arc::new(Context {
         client: client.clone(),
         recorder,
@@ -689,22 +737,25 @@ async fn run_controllers(
         deployments: store,
         pods: pod_store.clone(),
         cluster_topology_api: args.cluster_topology_api_version.clone(),
+        dgd_selection: args.dgd_selection,
+        topology_env: args.topology_env,
     });
-    // Watch ClusterTopologies only where they are served; without Grove the periodic resync
-    // re-checks DGDs that name one.
+    // Watch ClusterTopologyBindings and ClusterTopologies only where they are served; without
+    // Grove the periodic resync re-checks DGDs that name one.
     let topology_api = &args.cluster_topology_api_version;
-    let cluster_topologies = match lookup::cluster_topologies_served(client, topology_api).await {
-        Ok(true) => Some(topology_api.resource()),
-        Ok(false) => {
-            info!(api = %topology_api, "ClusterTopologies are not served (Grove not installed); not watching them");
-            None
+    let cluster_topologies = match lookup::topology_kinds_served(client, topology_api).await {
+        Ok(served) => {
+            let resources = served.resources(topology_api);
+            if resources.is_empty() {
+                info!(api = %topology_api, "ClusterTopologyBindings and ClusterTopologies are not served (Grove not installed); not watching them");
+            }
+            resources
         }
         Err(error) => {
-            warn!(%error, "cannot tell whether ClusterTopologies are served; not watching them");
-            None
+            warn!(%error, "cannot tell whether Grove's topology kinds are served; not watching them");
+            Vec::new()
         }
     };
-    let stop = stop.shared();
     let planner_ctx = Arc::new(controller::planner_policy::PlannerContext::new(
         Arc::clone(&ctx),
         args.prometheus_url.clone(),
@@ -743,16 +794,17 @@ fn trim_pod(pod: &mut Pod) {
 /// First and longest wait between checks for the CRDs.
 const CRD_RETRY: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(30));
 
-/// Waits, with backoff, until the API server serves the CRDs this operator reads; `false` when
-/// shutdown was requested first.
+/// Waits, with backoff, until the API server serves the CRDs this operator watches (the DGD's
+/// only with `dgd_controller`); `false` when shutdown was requested first.
 async fn wait_for_crds(
     client: &Client,
     namespace: Option<&str>,
+    dgd_controller: bool,
     mut shutdown: watch::Receiver<bool>,
 ) -> bool {
     let mut delay = CRD_RETRY.0;
     loop {
-        let missing = match crds_served(client, namespace).await {
+        let missing = match crds_served(client, namespace, dgd_controller).await {
             Ok(()) => return true,
             Err(missing) => missing,
         };
@@ -770,13 +822,22 @@ async fn wait_for_crds(
     }
 }
 
-/// Lists one object of each CRD the controllers watch; the error names the CRD that failed.
-async fn crds_served(client: &Client, namespace: Option<&str>) -> Result<(), (&'static str, kube::Error)> {
+/// Lists one object of each CRD the controllers watch (DGDs only with the DGD controller: the
+/// planner alone reads its targets by name, and NVIDIA's operator may install their CRD later);
+/// the error names the CRD that failed.
+async fn crds_served(
+    client: &Client,
+    namespace: Option<&str>,
+    dgd_controller: bool,
+) -> Result<(), (&'static str, kube::Error)> {
     let params = ListParams::default().limit(1);
-    let dgds: Api<DynamoGraphDeployment> = crate::controller::common::scoped_api(client.clone(), namespace);
-    dgds.list_metadata(&params)
-        .await
-        .map_err(|e| ("dynamographdeployments.nvidia.com", e))?;
+    if dgd_controller {
+        let dgds: Api<DynamoGraphDeployment> =
+            crate::controller::common::scoped_api(client.clone(), namespace);
+        dgds.list_metadata(&params)
+            .await
+            .map_err(|e| ("dynamographdeployments.nvidia.com", e))?;
+    }
     let policies: Api<PlannerPolicy> = crate::controller::common::scoped_api(client.clone(), namespace);
     policies
         .list_metadata(&params)

@@ -25,6 +25,8 @@ use axum::{
 };
 use planner_api::{ClusterTopology, ClusterTopologySpec, DynamoGraphDeployment};
 use planner_operator::{
+    lookup::TargetLookup,
+    target::TargetGraph,
     topology::ClusterTopologyLookup,
     webhook::{
         Admission, Lookups,
@@ -78,16 +80,18 @@ impl Lookups for World {
         })
     }
 
-    async fn dynamo_graph_deployment(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<DynamoGraphDeployment>, String> {
+    async fn target_graph(&self, namespace: &str, name: &str) -> Result<TargetLookup, String> {
         self.wait().await;
         if let Some(message) = &self.failing {
             return Err(message.clone());
         }
-        Ok(self.dgds.get(&(namespace.into(), name.into())).cloned())
+        Ok(match self.dgds.get(&(namespace.into(), name.into())) {
+            Some(dgd) => match TargetGraph::try_from(dgd) {
+                Ok(graph) => TargetLookup::Found(graph),
+                Err(error) => TargetLookup::Unreadable(error),
+            },
+            None => TargetLookup::NotFound,
+        })
     }
 }
 

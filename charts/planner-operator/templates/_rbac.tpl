@@ -7,19 +7,31 @@ these rules and that table differ in any group, resource, verb or resourceNames.
 {{/* Rules for namespaced objects the operator watches (Scope::Watched): a ClusterRole in the
 default mode, a Role in watchNamespace in namespace-scoped mode. */}}
 {{- define "planner-operator.rules.watched" -}}
-# DGD controller (controller/dgd) and startup check list+watch DGDs; the PlannerPolicy reconciler,
-# the webhook (a PlannerPolicy's targetRef) and the topology label controller get one.
+# The PlannerPolicy reconciler and the webhook (a PlannerPolicy's targetRef) read a DGD, at
+# nvidia.com/v1beta1 or v1alpha1 (lookup::target_graph); the topology label controller refers its
+# events to one.
 - apiGroups: ["nvidia.com"]
   resources: ["dynamographdeployments"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["get"]
 # The kubernetes connector scales a DGD's prefill and decode replicas (connector/kubernetes).
 - apiGroups: ["nvidia.com"]
   resources: ["dynamographdeployments"]
   verbs: ["patch"]
+# The kubernetes connector reads a pool's DynamoGraphDeploymentScalingAdapter's Scale and scales
+# through it (connector/kubernetes).
+- apiGroups: ["nvidia.com"]
+  resources: ["dynamographdeploymentscalingadapters/scale"]
+  verbs: ["get", "patch"]
+{{- if .Values.dgdController.enabled }}
+# DGD controller (controller/dgd) and startup check list+watch DGDs.
+- apiGroups: ["nvidia.com"]
+  resources: ["dynamographdeployments"]
+  verbs: ["list", "watch"]
 # The DGD controller writes DGD status with server-side apply.
 - apiGroups: ["nvidia.com"]
   resources: ["dynamographdeployments/status"]
   verbs: ["patch"]
+{{- end }}
 # The PlannerPolicy controller (controller/planner_policy) and startup check.
 - apiGroups: ["planner.dynamo.io"]
   resources: ["plannerpolicies"]
@@ -28,6 +40,7 @@ default mode, a Role in watchNamespace in namespace-scoped mode. */}}
 - apiGroups: ["planner.dynamo.io"]
   resources: ["plannerpolicies/status"]
   verbs: ["patch"]
+{{- if .Values.dgdController.enabled }}
 # The DGD controller watches its Deployments, applies them with server-side apply (a patch, which
 # needs create as well when the object is new), and lists and deletes those of removed components.
 - apiGroups: ["apps"]
@@ -42,6 +55,7 @@ default mode, a Role in watchNamespace in namespace-scoped mode. */}}
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch", "patch"]
+{{- end }}
 # The PlannerPolicy reconciler reads profile.configMapRef and predictor.warmupTrace.configMapRef.
 - apiGroups: [""]
   resources: ["configmaps"]
@@ -54,15 +68,21 @@ default mode, a Role in watchNamespace in namespace-scoped mode. */}}
 
 {{/* Rules for cluster-scoped objects (Scope::Cluster): a ClusterRole in every mode. */}}
 {{- define "planner-operator.rules.cluster" -}}
+{{- if .Values.dgdController.enabled }}
 # The topology label controller reads the labels of a worker pod's node.
 - apiGroups: [""]
   resources: ["nodes"]
   verbs: ["get"]
-# The DGD controller and the webhook resolve a DGD's ClusterTopology (get) and the DGD controller
-# re-checks DGDs when one changes (list+watch); controller/lookup.
+# The DGD controller and the webhook resolve a DGD's ClusterTopologyBinding (today's Grove) or
+# ClusterTopology (earlier releases) (get) and the DGD controller re-checks DGDs when one changes
+# (list+watch); lookup::cluster_topology.
+- apiGroups: [{{ include "planner-operator.clusterTopologyGroup" . | quote }}]
+  resources: ["clustertopologybindings"]
+  verbs: ["get", "list", "watch"]
 - apiGroups: [{{ include "planner-operator.clusterTopologyGroup" . | quote }}]
   resources: ["clustertopologies"]
   verbs: ["get", "list", "watch"]
+{{- end }}
 {{- if include "planner-operator.patchesCaBundle" . }}
 # Webhook certificate maintenance (webhook/certs) watches this release's webhook configuration
 # (by metadata.name) and patches its caBundle.

@@ -34,7 +34,20 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
     ]
 }
 
-/// File name and YAML of every CRD, as committed under `config/crd/` and the chart's `crds/`.
+/// Folder of the Helm chart (`charts/planner-operator/`) a CRD file is written to: `crds/`, which
+/// Helm installs with the chart, for the PlannerPolicy and ClusterTopology CRDs; `files/crds/`
+/// for the DynamoGraphDeployment CRD, which the chart installs only when asked
+/// (`dgdCrd.install`), since NVIDIA's Dynamo operator owns that kind in clusters that run it.
+pub fn chart_crd_dir(file_name: &str) -> &'static str {
+    if file_name.starts_with("dynamographdeployments.") {
+        "files/crds"
+    } else {
+        "crds"
+    }
+}
+
+/// File name and YAML of every CRD, as committed under `config/crd/` and the chart (see
+/// [`chart_crd_dir`]).
 pub fn crd_manifests() -> Result<Vec<(String, String)>, serde_yaml::Error> {
     crds()
         .into_iter()

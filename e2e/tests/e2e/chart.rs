@@ -66,6 +66,14 @@ fn modes() -> Result<Vec<Mode>> {
         ],
     ));
     modes.push(set(
+        "planner-only-namespace-scoped-cert-manager",
+        &[
+            "dgdController.enabled=false",
+            "watchNamespace=team-a",
+            "webhook.certificate.mode=certManager",
+        ],
+    ));
+    modes.push(set(
         "names-overridden",
         &[
             "fullnameOverride=dynamo-planner",
@@ -186,6 +194,7 @@ fn grants(rules: &Value) -> Result<BTreeSet<Grant>> {
 /// release namespace.
 fn expected_grants(args: &RunArgs) -> Result<BTreeMap<String, BTreeSet<Grant>>> {
     let features = Features {
+        dgd_controller: args.dgd_controller,
         leader_election: args.leader_election,
         webhook: !args.webhook_disabled,
         ca_bundle: !args.webhook_config_name.is_empty(),
@@ -329,8 +338,66 @@ async fn notes_say_what_to_apply_next_in_every_mode() -> Result<()> {
                 ));
             }
         }
+        // Which mode it is in: planner only, or the full operator.
+        let mode_line = if output.contains("--dgd-controller=false") {
+            "Mode: planner only"
+        } else {
+            "Mode: full operator"
+        };
+        if !notes.contains(mode_line) {
+            failures.push(format!(
+                "{}: NOTES.txt does not say {mode_line:?}:\n{notes}",
+                mode.name
+            ));
+        }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+    Ok(())
+}
+
+/// The DGD CRD is installed only when asked (`dgdCrd.install`), kept on uninstall, and is the
+/// generated one; planner-only mode registers no DGD webhook and passes `--dgd-controller=false`.
+#[tokio::test]
+async fn the_dgd_crd_and_the_dgd_controller_are_there_only_when_asked() -> Result<()> {
+    let crds = |objects: &[Value]| -> Vec<Value> {
+        of_kind(objects, "CustomResourceDefinition")
+            .into_iter()
+            .cloned()
+            .collect()
+    };
+    assert!(crds(&template(RELEASE, NAMESPACE, &[]).await?).is_empty());
+    let installed = template(RELEASE, NAMESPACE, &["--set", "dgdCrd.install=true"]).await?;
+    let [crd] = crds(&installed).try_into().map_err(|_| "expected one CRD")?;
+    assert_eq!(crd["metadata"]["name"], "dynamographdeployments.nvidia.com");
+    assert_eq!(
+        crd["metadata"]["annotations"]["helm.sh/resource-policy"], "keep",
+        "helm uninstall must not delete the DGDs"
+    );
+    let generated =
+        e2e::load_yaml(&e2e::repo_root().join("config/crd/dynamographdeployments.nvidia.com.yaml"))?;
+    // Helm's YAML turns 0.0 into 0: compare the numbers as numbers.
+    check(
+        numbers_as_f64(&crd["spec"]) == numbers_as_f64(&generated[0]["spec"]),
+        || "the chart's DGD CRD is not the generated one".into(),
+    )?;
+
+    let planner_only = template(RELEASE, NAMESPACE, &["--set", "dgdController.enabled=false"]).await?;
+    let args = run_args(&planner_only)?;
+    assert!(!args.dgd_controller);
+    assert!(crds(&planner_only).is_empty());
+    let config = one_of_kind(&planner_only, "ValidatingWebhookConfiguration")?;
+    let names: Vec<&str> = config["webhooks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|w| w["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [planner_operator::webhook::configuration::PLANNER_POLICY_WEBHOOK]
+    );
+    let full = run_args(&template(RELEASE, NAMESPACE, &[]).await?)?;
+    assert!(full.dgd_controller);
     Ok(())
 }
 
@@ -387,6 +454,18 @@ async fn every_mode_renders_objects_that_agree_with_the_operator_flags() -> Resu
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     Ok(())
+}
+
+/// `value` with every number as a float, so that `0` and `0.0` compare equal.
+fn numbers_as_f64(value: &Value) -> Value {
+    match value {
+        Value::Number(n) => json!(n.as_f64()),
+        Value::Array(items) => Value::Array(items.iter().map(numbers_as_f64).collect()),
+        Value::Object(map) => {
+            Value::Object(map.iter().map(|(k, v)| (k.clone(), numbers_as_f64(v))).collect())
+        }
+        other => other.clone(),
+    }
 }
 
 fn check(ok: bool, what: impl FnOnce() -> String) -> Result<()> {
@@ -626,7 +705,11 @@ fn check_mode(objects: &[Value]) -> Result<()> {
         None,
         Some(&operator_user),
     ))?;
-    let ours = ours["webhooks"].as_array().cloned().unwrap_or_default();
+    let mut ours = ours["webhooks"].as_array().cloned().unwrap_or_default();
+    // DGDs are validated only where this operator renders them.
+    if !args.dgd_controller {
+        ours.retain(|w| w["name"] != planner_operator::webhook::configuration::DGD_WEBHOOK);
+    }
     check(ours.len() == webhooks.len(), || {
         "not the operator's two webhooks".into()
     })?;

@@ -11,6 +11,7 @@ mod crd_race;
 mod crds;
 mod dgd;
 mod dgd_ownership;
+mod dynamo_operator;
 mod fake_prometheus;
 mod leader_freeze;
 mod operator;

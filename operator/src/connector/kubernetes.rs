@@ -1,19 +1,36 @@
-//! The `kubernetes` connector: sets `spec.components[].replicas` of the target DGD.
+//! The `kubernetes` connector: sets the replicas of the target DGD's prefill and decode
+//! components, whichever version NVIDIA's operator (or this one) serves it at.
 //!
-//! A JSON Patch, not a server-side apply: each replace is guarded by a `test` of the
-//! component's name at that index, so a concurrent reordering of the list makes the patch fail
-//! instead of scaling the wrong component, and it works whether or not the installed DGD CRD
-//! (ours, or upstream Dynamo's) declares `components` as a list-map or other required fields,
-//! which a partial apply of `spec.components` would have to satisfy. The planner's writes are
-//! recorded under their own field manager.
+//! Per component, the way upstream Dynamo's planner scales:
+//! 1. Through the component's `DynamoGraphDeploymentScalingAdapter` (DGDSA, `nvidia.com/v1beta1`,
+//!    named `<dgd>-<component in lower case>`) when it exists: a JSON Patch of its Scale
+//!    subresource (`.spec.replicas`), so the adapter, which owns the component's replicas, carries
+//!    the change to the DGD.
+//! 2. A component that declares `scalingAdapter` but whose adapter does not exist (yet) is not
+//!    scaled: its replicas belong to the adapter NVIDIA's operator is about to create, and a DGD
+//!    patch would be undone by it.
+//! 3. Otherwise a JSON Patch of the DGD: v1beta1 `spec.components[i].replicas`, guarded by a `test`
+//!    of the component's name at index `i` (a reordered list makes the patch fail instead of
+//!    scaling the wrong component), or v1alpha1 `spec.services.<name>.replicas`.
+//!
+//! Every write is also guarded by a `test` of the replicas value that was read, so that a
+//! concurrent change (`kubectl scale`, another autoscaler) makes it fail, reported as a conflict
+//! and retried at the next interval, instead of being silently overwritten. (A JSON Patch rather
+//! than a merge patch for v1alpha1 too: a merge patch cannot carry that test.) JSON Patches also
+//! work whatever else the installed CRD requires, which a partial server-side apply of
+//! `spec.components` would have to satisfy. The planner's writes are recorded under their own
+//! field manager.
+
+use std::collections::BTreeMap;
 
 use kube::{
-    Api,
+    Api, Client,
     api::{Patch, PatchParams},
+    core::DynamicObject,
 };
 use serde_json::{Value, json};
 
-use planner_api::DynamoGraphDeployment;
+use crate::target::{ADAPTER_KIND, Shape, TargetGraph, adapter_name, adapter_resource};
 
 /// Field manager of the planner's replica writes.
 pub const PLANNER_FIELD_MANAGER: &str = "planner-operator-planner";
@@ -24,80 +41,256 @@ pub enum ScaleError {
     /// The DGD no longer has a component the policy scales.
     #[error("the DynamoGraphDeployment has no component named {0:?}")]
     NoSuchComponent(String),
-    /// The patch was refused.
-    #[error("cannot patch the DynamoGraphDeployment's replicas: {0}")]
-    Patch(#[source] kube::Error),
+    /// The component's replicas belong to a scaling adapter that does not exist.
+    #[error(
+        "component {component:?} declares scalingAdapter, so its replicas belong to {ADAPTER_KIND} {adapter:?}, which does not exist (yet; NVIDIA's Dynamo operator creates it); the DynamoGraphDeployment is not patched"
+    )]
+    AdapterMissing {
+        /// The component.
+        component: String,
+        /// The adapter's name.
+        adapter: String,
+    },
+    /// The replicas changed between the read and the write.
+    #[error(
+        "{object}: the replicas changed since they were read (another writer, e.g. kubectl scale or another autoscaler); not overwritten, retried at the next interval"
+    )]
+    Conflict {
+        /// What was being patched.
+        object: String,
+    },
+    /// An API call failed.
+    #[error("cannot {action}")]
+    Api {
+        /// What was attempted.
+        action: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
 }
 
-/// The JSON Patch setting each named component's replicas (components already at their target
-/// are left out). `None` when nothing changes.
-pub fn replicas_patch(
-    dgd: &DynamoGraphDeployment,
-    targets: &[(&str, u32)],
-) -> Result<Option<Value>, ScaleError> {
+/// A component's scaling adapter, as its Scale subresource shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdapterScale {
+    /// The adapter's name.
+    pub name: String,
+    /// `spec.replicas`: the replicas asked for.
+    pub spec_replicas: u32,
+    /// `status.replicas`: the replicas the adapter last carried to the DGD.
+    pub status_replicas: Option<u32>,
+}
+
+impl AdapterScale {
+    /// Whether the adapter has carried its `spec.replicas` to the DGD.
+    pub fn synced(&self) -> bool {
+        self.status_replicas == Some(self.spec_replicas)
+    }
+}
+
+/// The scaling adapters of some components, by component name (components without one are
+/// absent).
+pub type Adapters = BTreeMap<String, AdapterScale>;
+
+fn to_u32(n: Option<i32>) -> u32 {
+    n.map_or(0, |n| u32::try_from(n).unwrap_or(0))
+}
+
+/// Reads the scaling adapter of each of `components` (their Scale subresources); a 404 (no
+/// adapter, or the adapter CRD not installed) leaves the component out.
+pub async fn adapters(
+    client: &Client,
+    graph: &TargetGraph,
+    components: &[&str],
+) -> Result<Adapters, ScaleError> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &graph.namespace, &adapter_resource());
+    let mut found = Adapters::new();
+    for component in components {
+        let name = adapter_name(&graph.name, component);
+        match api.get_scale(&name).await {
+            Ok(scale) => {
+                found.insert(
+                    (*component).to_string(),
+                    AdapterScale {
+                        name,
+                        spec_replicas: to_u32(scale.spec.and_then(|s| s.replicas)),
+                        status_replicas: scale.status.map(|s| to_u32(Some(s.replicas))),
+                    },
+                );
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(source) => {
+                return Err(ScaleError::Api {
+                    action: format!("get the scale of {ADAPTER_KIND} {}/{name}", graph.namespace),
+                    source,
+                });
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Escapes a map key for a JSON Pointer (RFC 6901).
+fn pointer_token(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+/// The JSON Patch of the DGD setting each named component's replicas (components already at
+/// their target are left out); `None` when nothing changes.
+pub fn graph_patch(graph: &TargetGraph, targets: &[(&str, u32)]) -> Result<Option<Value>, ScaleError> {
     let mut operations = Vec::new();
     for (name, replicas) in targets {
-        let index = dgd
-            .spec
-            .components
-            .iter()
-            .position(|c| c.name == *name)
+        let component = graph
+            .component(name)
             .ok_or_else(|| ScaleError::NoSuchComponent((*name).to_string()))?;
-        let current = dgd.spec.components[index].replicas;
+        let current = component.replicas;
         if current == Some(i32::try_from(*replicas).unwrap_or(i32::MAX)) {
             continue;
         }
-        operations
-            .push(json!({"op": "test", "path": format!("/spec/components/{index}/name"), "value": name}));
-        let op = if current.is_some() { "replace" } else { "add" };
-        operations
-            .push(json!({"op": op, "path": format!("/spec/components/{index}/replicas"), "value": replicas}));
+        let base = match graph.shape {
+            Shape::Components => {
+                let base = format!("/spec/components/{}", component.index);
+                operations.push(json!({"op": "test", "path": format!("{base}/name"), "value": name}));
+                base
+            }
+            Shape::Services => format!("/spec/services/{}", pointer_token(name)),
+        };
+        let path = format!("{base}/replicas");
+        let op = match current {
+            Some(current) => {
+                operations.push(json!({"op": "test", "path": path, "value": current}));
+                "replace"
+            }
+            None => "add",
+        };
+        operations.push(json!({"op": op, "path": path, "value": replicas}));
     }
     Ok((!operations.is_empty()).then_some(Value::Array(operations)))
 }
 
-/// Applies the patch for `targets`; returns whether anything changed.
+/// The JSON Patch of an adapter's Scale subresource: test the replicas read, set the new ones.
+pub fn adapter_patch(adapter: &AdapterScale, replicas: u32) -> Value {
+    json!([
+        {"op": "test", "path": "/spec/replicas", "value": adapter.spec_replicas},
+        {"op": "replace", "path": "/spec/replicas", "value": replicas},
+    ])
+}
+
+/// The message of the API server's 422 for a JSON Patch it could not apply (a `test` that
+/// failed, or a path that is gone); it says nothing more (no causes), unlike a schema violation.
+const PATCH_NOT_APPLICABLE: &str = "the server rejected our request due to an error in our request";
+
+/// Whether an API error says the object changed since it was read: a JSON Patch that could not
+/// be applied (422 without causes; the patch was built from what was read, so a failed `test` or a
+/// vanished path means a concurrent change), or a write conflict (409).
+fn is_conflict(error: &kube::Error) -> bool {
+    let kube::Error::Api(status) = error else {
+        return false;
+    };
+    let no_causes = status.details.as_ref().is_none_or(|d| d.causes.is_empty());
+    status.code == 409 || (status.code == 422 && status.message == PATCH_NOT_APPLICABLE && no_causes)
+}
+
+fn patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(PLANNER_FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    }
+}
+
+fn json_patch(operations: Value) -> Result<json_patch::Patch, ScaleError> {
+    serde_json::from_value(operations).map_err(|e| ScaleError::Api {
+        action: "build the JSON patch".into(),
+        source: kube::Error::SerdeError(e),
+    })
+}
+
+fn api_error(object: String) -> impl FnOnce(kube::Error) -> ScaleError {
+    move |source| {
+        if is_conflict(&source) {
+            ScaleError::Conflict { object }
+        } else {
+            ScaleError::Api {
+                action: format!("patch {object}"),
+                source,
+            }
+        }
+    }
+}
+
+/// Sets `targets` (component, replicas): through `adapters` where a component has one, else
+/// with a JSON Patch of the DGD (see the module documentation). Returns whether anything
+/// changed.
 pub async fn set_replicas(
-    api: &Api<DynamoGraphDeployment>,
-    dgd: &DynamoGraphDeployment,
+    client: &Client,
+    graph: &TargetGraph,
+    adapters: &Adapters,
     targets: &[(&str, u32)],
 ) -> Result<bool, ScaleError> {
-    let Some(patch) = replicas_patch(dgd, targets)? else {
-        return Ok(false);
+    let mut direct = Vec::new();
+    let mut changed = false;
+    for (component, replicas) in targets {
+        if let Some(adapter) = adapters.get(*component) {
+            if adapter.spec_replicas == *replicas {
+                continue;
+            }
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), &graph.namespace, &adapter_resource());
+            let object = format!("the scale of {ADAPTER_KIND} {}", adapter.name);
+            api.patch_scale(
+                &adapter.name,
+                &patch_params(),
+                &Patch::Json::<()>(json_patch(adapter_patch(adapter, *replicas))?),
+            )
+            .await
+            .map_err(api_error(object))?;
+            changed = true;
+        } else if graph.component(component).is_some_and(|c| c.scaling_adapter) {
+            return Err(ScaleError::AdapterMissing {
+                component: (*component).to_string(),
+                adapter: adapter_name(&graph.name, component),
+            });
+        } else {
+            direct.push((*component, *replicas));
+        }
+    }
+    let Some(operations) = graph_patch(graph, &direct)? else {
+        return Ok(changed);
     };
-    let patch: json_patch::Patch =
-        serde_json::from_value(patch).map_err(|e| ScaleError::Patch(kube::Error::SerdeError(e)))?;
-    let name = dgd.metadata.name.as_deref().unwrap_or_default();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &graph.namespace, &graph.shape.api_resource());
+    let object = format!("DynamoGraphDeployment {} ({})", graph.name, graph.shape);
     api.patch(
-        name,
-        &PatchParams {
-            field_manager: Some(PLANNER_FIELD_MANAGER.into()),
-            ..PatchParams::default()
-        },
-        &Patch::Json::<()>(patch),
+        &graph.name,
+        &patch_params(),
+        &Patch::Json::<()>(json_patch(operations)?),
     )
     .await
-    .map_err(ScaleError::Patch)?;
+    .map_err(api_error(object))?;
     Ok(true)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use planner_api::DynamoGraphDeployment;
 
-    fn dgd() -> DynamoGraphDeployment {
-        serde_yaml::from_str(include_str!("../../../config/samples/dgd-disagg.yaml")).unwrap()
+    fn dgd() -> TargetGraph {
+        let dgd: DynamoGraphDeployment =
+            serde_yaml::from_str(include_str!("../../../config/samples/dgd-disagg.yaml")).unwrap();
+        TargetGraph::try_from(&dgd).unwrap()
     }
 
     #[test]
-    fn patch_tests_the_name_then_replaces_replicas() {
-        let patch = replicas_patch(&dgd(), &[("prefill", 3), ("decode", 1)])
+    fn patch_tests_the_name_and_the_replicas_then_replaces_them() {
+        let patch = graph_patch(&dgd(), &[("prefill", 3), ("decode", 1)])
             .unwrap()
             .unwrap();
         assert_eq!(
             patch,
             json!([
                 {"op": "test", "path": "/spec/components/1/name", "value": "prefill"},
+                {"op": "test", "path": "/spec/components/1/replicas", "value": 1},
                 {"op": "replace", "path": "/spec/components/1/replicas", "value": 3}
             ])
         );
@@ -106,16 +299,93 @@ mod tests {
     #[test]
     fn no_change_no_patch_and_missing_replicas_are_added() {
         assert_eq!(
-            replicas_patch(&dgd(), &[("prefill", 1), ("decode", 1)]).unwrap(),
+            graph_patch(&dgd(), &[("prefill", 1), ("decode", 1)]).unwrap(),
             None
         );
-        let mut dgd = dgd();
-        dgd.spec.components[2].replicas = None;
-        let patch = replicas_patch(&dgd, &[("decode", 2)]).unwrap().unwrap();
-        assert_eq!(patch[1]["op"], "add");
+        let mut graph = dgd();
+        graph.components[2].replicas = None;
+        let patch = graph_patch(&graph, &[("decode", 2)]).unwrap().unwrap();
+        assert_eq!(
+            patch,
+            json!([
+                {"op": "test", "path": "/spec/components/2/name", "value": "decode"},
+                {"op": "add", "path": "/spec/components/2/replicas", "value": 2}
+            ])
+        );
         assert!(matches!(
-            replicas_patch(&dgd, &[("workers", 2)]),
+            graph_patch(&graph, &[("workers", 2)]),
             Err(ScaleError::NoSuchComponent(_))
         ));
+    }
+
+    #[test]
+    fn v1alpha1_services_are_patched_by_key() {
+        let graph = TargetGraph::from_value(&json!({
+            "metadata": {"name": "g", "namespace": "ns"},
+            "spec": {"services": {
+                "VllmDecodeWorker": {"subComponentType": "decode", "replicas": 2},
+                "odd/name~": {"subComponentType": "prefill"}
+            }}
+        }))
+        .unwrap();
+        let patch = graph_patch(&graph, &[("VllmDecodeWorker", 4), ("odd/name~", 1)])
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            patch,
+            json!([
+                {"op": "test", "path": "/spec/services/VllmDecodeWorker/replicas", "value": 2},
+                {"op": "replace", "path": "/spec/services/VllmDecodeWorker/replicas", "value": 4},
+                {"op": "add", "path": "/spec/services/odd~1name~0/replicas", "value": 1}
+            ])
+        );
+    }
+
+    #[test]
+    fn adapter_patch_tests_what_was_read() {
+        let adapter = AdapterScale {
+            name: "g-decode".into(),
+            spec_replicas: 2,
+            status_replicas: Some(1),
+        };
+        assert!(!adapter.synced());
+        assert_eq!(
+            adapter_patch(&adapter, 5),
+            json!([
+                {"op": "test", "path": "/spec/replicas", "value": 2},
+                {"op": "replace", "path": "/spec/replicas", "value": 5}
+            ])
+        );
+    }
+
+    #[test]
+    fn failed_tests_and_409s_are_conflicts() {
+        let status = |code: u16, message: &str, cause: Option<&str>| {
+            let mut status = kube::core::Status::failure(message, "Invalid").with_code(code);
+            if let Some(cause) = cause {
+                status.details = Some(
+                    serde_json::from_value(json!({
+                        "causes": [{"reason": "UnexpectedServerResponse", "message": cause}]
+                    }))
+                    .unwrap(),
+                );
+            }
+            kube::Error::Api(Box::new(status))
+        };
+        // What the API server answers when a `test` fails (no details at all).
+        assert!(is_conflict(&status(422, PATCH_NOT_APPLICABLE, None)));
+        assert!(is_conflict(&status(409, "conflict", None)));
+        // Schema violations are not conflicts.
+        assert!(!is_conflict(&status(
+            422,
+            "spec.replicas: Invalid value: -1",
+            None
+        )));
+        assert!(!is_conflict(&status(
+            422,
+            PATCH_NOT_APPLICABLE,
+            Some("spec.replicas: Invalid value: -1")
+        )));
+        assert!(!is_conflict(&status(403, "forbidden", None)));
     }
 }

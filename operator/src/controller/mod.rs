@@ -16,6 +16,7 @@ pub mod common;
 pub mod conditions;
 pub mod dgd;
 pub mod planner_policy;
+pub mod selection;
 pub mod topology_labels;
 
 /// What every reconcile needs.
@@ -32,6 +33,10 @@ pub struct Context {
     /// Cache of the pods of DGD components (trimmed to labels, the topology annotation and
     /// `spec.nodeName`).
     pub pods: Store<Pod>,
-    /// Where Grove's ClusterTopologies are served.
+    /// Where Grove's ClusterTopologyBindings and ClusterTopologies are served.
     pub cluster_topology_api: lookup::ClusterTopologyApi,
+    /// Which DGDs the DGD reconciler renders.
+    pub dgd_selection: selection::DgdSelection,
+    /// The topology env contract of DGDs that do not pick one by annotation.
+    pub topology_env: crate::topology::EnvContract,
 }

@@ -12,10 +12,12 @@ use k8s_openapi::{
 };
 
 use super::{
-    ENV_LEVEL, ENV_MISMATCH_POLICY, ENV_TOPOLOGY_ENABLED, ENV_WEIGHT, LABELS_ANNOTATION, MOUNT_PATH,
-    OWNED_ENV, ResolvedTopology, VOLUME_NAME,
+    DYNAMO_OWNED_ENV, ENV_DYN_KV_TRANSFER_DOMAIN, ENV_DYN_KV_TRANSFER_ENFORCEMENT,
+    ENV_DYN_KV_TRANSFER_PREFERRED_WEIGHT, ENV_DYN_MOUNT_PATH, ENV_LEVEL, ENV_MISMATCH_POLICY,
+    ENV_TOPOLOGY_ENABLED, ENV_WEIGHT, EnvContract, LABELS_ANNOTATION, MOUNT_PATH, OWNED_ENV,
+    ResolvedTopology, VOLUME_NAME,
 };
-use planner_api::ComponentType;
+use planner_api::{ComponentType, MismatchPolicy};
 
 fn var(name: &str, value: String) -> EnvVar {
     EnvVar {
@@ -25,17 +27,42 @@ fn var(name: &str, value: String) -> EnvVar {
     }
 }
 
-/// Env of worker-class main containers: topology on, and the level.
+/// Env of worker-class main containers. This operator's contract: topology on, and the level.
+/// The released Dynamo runtime's (see [`EnvContract::Dynamo`]): topology on, where the files
+/// are, the domain, `required` or `preferred` for `mismatchPolicy` `fail` or `fallback`, and the
+/// preferred weight when set.
 pub fn worker_env(topology: &ResolvedTopology) -> Vec<EnvVar> {
-    vec![
-        var(ENV_TOPOLOGY_ENABLED, "true".into()),
-        var(ENV_LEVEL, topology.level.clone()),
-    ]
+    match topology.contract {
+        EnvContract::Planner => vec![
+            var(ENV_TOPOLOGY_ENABLED, "true".into()),
+            var(ENV_LEVEL, topology.level.clone()),
+        ],
+        EnvContract::Dynamo => {
+            let preferred = topology.mismatch_policy == MismatchPolicy::Fallback;
+            let mut env = vec![
+                var(ENV_TOPOLOGY_ENABLED, "true".into()),
+                var(ENV_DYN_MOUNT_PATH, topology.contract.mount_path().into()),
+                var(ENV_DYN_KV_TRANSFER_DOMAIN, topology.level.clone()),
+                var(
+                    ENV_DYN_KV_TRANSFER_ENFORCEMENT,
+                    if preferred { "preferred" } else { "required" }.into(),
+                ),
+            ];
+            if let (true, Some(weight)) = (preferred, topology.kv_transfer_weight) {
+                env.push(var(ENV_DYN_KV_TRANSFER_PREFERRED_WEIGHT, weight.to_string()));
+            }
+            env
+        }
+    }
 }
 
 /// Env of the frontend's main container: the level, the mismatch policy and, when set, the
-/// transfer weight.
+/// transfer weight. Empty in the released runtime's contract, whose router reads the policy the
+/// workers publish.
 pub fn frontend_env(topology: &ResolvedTopology) -> Vec<EnvVar> {
+    if topology.contract == EnvContract::Dynamo {
+        return Vec::new();
+    }
     let mut env = vec![
         var(ENV_LEVEL, topology.level.clone()),
         var(ENV_MISMATCH_POLICY, topology.mismatch_policy.as_str().into()),
@@ -73,11 +100,16 @@ pub fn volume(topology: &ResolvedTopology) -> Volume {
     }
 }
 
-/// The read-only mount of [`volume`] in the worker's main container.
+/// The read-only mount of [`volume`] in the worker's main container, at [`MOUNT_PATH`].
 pub fn volume_mount() -> VolumeMount {
+    volume_mount_at(MOUNT_PATH)
+}
+
+/// The read-only mount of [`volume`] at `path`.
+pub fn volume_mount_at(path: &str) -> VolumeMount {
     VolumeMount {
         name: VOLUME_NAME.into(),
-        mount_path: MOUNT_PATH.into(),
+        mount_path: path.into(),
         read_only: Some(true),
         ..VolumeMount::default()
     }
@@ -107,8 +139,9 @@ pub fn parse_labels_annotation(value: &str) -> Vec<(String, String)> {
 /// Adds what a component of type `kind` needs to its pod template. Worker-class components get
 /// the topology env, volume, mount and label annotation; the frontend named in `topology` gets
 /// the router env; others are left alone. In the components it injects into, user copies of
-/// the operator's variables, a volume named [`VOLUME_NAME`] and mounts of that name or at
-/// [`MOUNT_PATH`] are replaced. Does nothing when the template has no container `main_name`.
+/// the operator's variables, a volume named [`VOLUME_NAME`] and mounts of that name or at the
+/// contract's mount path are replaced. Does nothing when the template has no container
+/// `main_name`.
 pub fn inject(
     kind: Option<ComponentType>,
     component: &str,
@@ -132,13 +165,14 @@ pub fn inject(
     } else {
         frontend_env(topology)
     };
-    set_env(main, env);
+    set_env(main, env, topology.contract);
     if !is_worker {
         return;
     }
+    let path = topology.contract.mount_path();
     let mounts = main.volume_mounts.get_or_insert_with(Vec::new);
-    mounts.retain(|m| m.name != VOLUME_NAME && m.mount_path.trim_end_matches('/') != MOUNT_PATH);
-    mounts.push(volume_mount());
+    mounts.retain(|m| m.name != VOLUME_NAME && m.mount_path.trim_end_matches('/') != path);
+    mounts.push(volume_mount_at(path));
     let volumes = spec.volumes.get_or_insert_with(Vec::new);
     volumes.retain(|v| v.name != VOLUME_NAME);
     volumes.push(volume(topology));
@@ -150,10 +184,14 @@ pub fn inject(
         .insert(LABELS_ANNOTATION.into(), labels_annotation(topology));
 }
 
-/// Removes every operator-owned variable from the container's env, then appends `env`.
-fn set_env(container: &mut Container, env: Vec<EnvVar>) {
+/// Removes every operator-owned variable from the container's env (in the released runtime's
+/// contract, its variables too), then appends `env`.
+fn set_env(container: &mut Container, env: Vec<EnvVar>, contract: EnvContract) {
     let list = container.env.get_or_insert_with(Vec::new);
-    list.retain(|e| !OWNED_ENV.contains(&e.name.as_str()));
+    list.retain(|e| {
+        let name = e.name.as_str();
+        !OWNED_ENV.contains(&name) && (contract == EnvContract::Planner || !DYNAMO_OWNED_ENV.contains(&name))
+    });
     list.extend(env);
 }
 
@@ -162,8 +200,7 @@ mod tests {
     use k8s_openapi::api::core::v1::PodSpec;
 
     use super::*;
-    use crate::topology::{LabelSource, TopologyLabel};
-    use planner_api::MismatchPolicy;
+    use crate::topology::{DYNAMO_MOUNT_PATH, LabelSource, TopologyLabel};
 
     fn topology() -> ResolvedTopology {
         ResolvedTopology {
@@ -184,6 +221,7 @@ mod tests {
                     node_label: "nvidia.com/rack".into(),
                 },
             ],
+            contract: EnvContract::Planner,
         }
     }
 
@@ -324,6 +362,69 @@ mod tests {
         assert_eq!(
             frontend_env(&topology).last().unwrap().value.as_deref(),
             Some("0.25")
+        );
+    }
+
+    #[test]
+    fn the_released_runtime_contract_uses_its_names_and_mount_path() {
+        let mut topology = topology();
+        topology.contract = EnvContract::Dynamo;
+        let mut t = template(&[
+            (ENV_LEVEL, "rack"),
+            (ENV_DYN_KV_TRANSFER_DOMAIN, "host"),
+            ("A", "1"),
+        ]);
+        inject(Some(ComponentType::Prefill), "prefill", &mut t, "main", &topology);
+        assert_eq!(
+            env_of(&t),
+            [
+                ("A".to_string(), "1".to_string()),
+                (ENV_TOPOLOGY_ENABLED.into(), "true".into()),
+                (ENV_DYN_MOUNT_PATH.into(), DYNAMO_MOUNT_PATH.into()),
+                (ENV_DYN_KV_TRANSFER_DOMAIN.into(), "zone".into()),
+                (ENV_DYN_KV_TRANSFER_ENFORCEMENT.into(), "preferred".into()),
+                (ENV_DYN_KV_TRANSFER_PREFERRED_WEIGHT.into(), "50".into()),
+            ]
+        );
+        let spec = t.spec.as_ref().unwrap();
+        assert_eq!(
+            spec.containers[0].volume_mounts,
+            Some(vec![
+                VolumeMount {
+                    name: "old".into(),
+                    mount_path: "/etc/podinfo/topology/".into(),
+                    ..VolumeMount::default()
+                },
+                volume_mount_at("/etc/dynamo/topology"),
+            ])
+        );
+        assert_eq!(spec.volumes.as_ref().unwrap()[0].name, VOLUME_NAME);
+        topology.mismatch_policy = MismatchPolicy::Fail;
+        let required = worker_env(&topology);
+        assert_eq!(required[3].value.as_deref(), Some("required"));
+        assert_eq!(required.len(), 4, "no weight when required");
+        let mut frontend = template(&[("B", "2")]);
+        let before = frontend.clone();
+        inject(
+            Some(ComponentType::Frontend),
+            "frontend",
+            &mut frontend,
+            "main",
+            &topology,
+        );
+        assert_eq!(frontend, before, "the released router reads what workers publish");
+        let annotations: std::collections::BTreeMap<String, String> = [(
+            crate::topology::ENV_CONTRACT_ANNOTATION.to_string(),
+            "dynamo".to_string(),
+        )]
+        .into();
+        assert_eq!(
+            EnvContract::for_annotations(Some(&annotations), EnvContract::Planner),
+            EnvContract::Dynamo
+        );
+        assert_eq!(
+            EnvContract::for_annotations(None, EnvContract::Dynamo),
+            EnvContract::Dynamo
         );
     }
 

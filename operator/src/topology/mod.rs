@@ -21,12 +21,13 @@ mod report;
 mod resolve;
 
 pub use inject::{
-    frontend_env, inject, labels_annotation, parse_labels_annotation, volume, volume_mount, worker_env,
+    frontend_env, inject, labels_annotation, parse_labels_annotation, volume, volume_mount, volume_mount_at,
+    worker_env,
 };
 pub use report::{TopologyReport, WorkerPod, report};
 pub use resolve::{
-    ClusterTopologyLookup, LabelSource, ResolvedTopology, TopologyError, TopologyLabel, TopologyRequest,
-    configured, is_domain_name, is_label_key, resolve,
+    ClusterTopologyLookup, LabelSource, ResolvedTopology, TopologyError, TopologyKind, TopologyLabel,
+    TopologyRequest, configured, is_domain_name, is_label_key, resolve,
 };
 
 /// Prefix of the pod labels Grove (or this operator) sets after scheduling, one per
@@ -52,3 +53,77 @@ pub const ENV_WEIGHT: &str = "DYN_ROUTER_KV_TRANSFER_WEIGHT";
 pub const OWNED_ENV: [&str; 4] = [ENV_TOPOLOGY_ENABLED, ENV_LEVEL, ENV_MISMATCH_POLICY, ENV_WEIGHT];
 /// Name of Grove's ClusterTopology CRD, for messages.
 pub const CLUSTER_TOPOLOGY_CRD: &str = "clustertopologies.grove.io";
+/// Name of Grove's ClusterTopologyBinding CRD (the ClusterTopology's successor), for messages.
+pub const CLUSTER_TOPOLOGY_BINDING_CRD: &str = "clustertopologybindings.grove.io";
+
+/// Where the released Dynamo runtime reads the topology files (`DYN_TOPOLOGY_MOUNT_PATH`'s
+/// default in ai-dynamo/dynamo's `components/src/dynamo/common/utils/topology.py`).
+pub const DYNAMO_MOUNT_PATH: &str = "/etc/dynamo/topology";
+/// Worker env of the released runtime: the directory of the topology files.
+pub const ENV_DYN_MOUNT_PATH: &str = "DYN_TOPOLOGY_MOUNT_PATH";
+/// Worker env of the released runtime: the domain KV-cache transfers are constrained to.
+pub const ENV_DYN_KV_TRANSFER_DOMAIN: &str = "DYN_KV_TRANSFER_DOMAIN";
+/// Worker env of the released runtime: `required` (stay in the domain) or `preferred`.
+pub const ENV_DYN_KV_TRANSFER_ENFORCEMENT: &str = "DYN_KV_TRANSFER_ENFORCEMENT";
+/// Worker env of the released runtime: weight of the preference when `preferred`.
+pub const ENV_DYN_KV_TRANSFER_PREFERRED_WEIGHT: &str = "DYN_KV_TRANSFER_PREFERRED_WEIGHT";
+/// Every env var the released runtime's contract sets; user copies are replaced.
+pub const DYNAMO_OWNED_ENV: [&str; 5] = [
+    ENV_TOPOLOGY_ENABLED,
+    ENV_DYN_MOUNT_PATH,
+    ENV_DYN_KV_TRANSFER_DOMAIN,
+    ENV_DYN_KV_TRANSFER_ENFORCEMENT,
+    ENV_DYN_KV_TRANSFER_PREFERRED_WEIGHT,
+];
+/// DGD annotation that picks the environment contract of its pods, overriding the operator's
+/// `--topology-env`: `planner` or `dynamo`.
+pub const ENV_CONTRACT_ANNOTATION: &str = "planner.dynamo.io/topology-env";
+
+/// Which names and paths the topology is handed to the runtime under.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum EnvContract {
+    /// This operator's own: `DYN_TOPOLOGY_ENABLED`, `DYN_ROUTER_KV_TRANSFER_TOPOLOGY_LEVEL` on
+    /// workers and the frontend's router settings, files at [`MOUNT_PATH`].
+    #[default]
+    Planner,
+    /// The released Dynamo runtime's: workers get `DYN_TOPOLOGY_ENABLED`,
+    /// `DYN_TOPOLOGY_MOUNT_PATH`, `DYN_KV_TRANSFER_DOMAIN`, `DYN_KV_TRANSFER_ENFORCEMENT`
+    /// (`required` for `mismatchPolicy: fail`, `preferred` for `fallback`) and, when preferred
+    /// with a weight, `DYN_KV_TRANSFER_PREFERRED_WEIGHT`; files at [`DYNAMO_MOUNT_PATH`]. The
+    /// frontend gets nothing: that router reads the policy the workers publish.
+    Dynamo,
+}
+
+impl EnvContract {
+    /// `planner` or `dynamo`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Planner => "planner",
+            Self::Dynamo => "dynamo",
+        }
+    }
+
+    /// The contract of a DGD: its [`ENV_CONTRACT_ANNOTATION`] when that is `planner` or
+    /// `dynamo`, else `default` (the operator's flag).
+    pub fn for_annotations(
+        annotations: Option<&std::collections::BTreeMap<String, String>>,
+        default: Self,
+    ) -> Self {
+        match annotations
+            .and_then(|a| a.get(ENV_CONTRACT_ANNOTATION))
+            .map(|v| v.trim())
+        {
+            Some("planner") => Self::Planner,
+            Some("dynamo") => Self::Dynamo,
+            _ => default,
+        }
+    }
+
+    /// Where workers find the topology files.
+    pub fn mount_path(self) -> &'static str {
+        match self {
+            Self::Planner => MOUNT_PATH,
+            Self::Dynamo => DYNAMO_MOUNT_PATH,
+        }
+    }
+}

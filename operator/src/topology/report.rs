@@ -155,6 +155,7 @@ mod tests {
                     node_label: "nvidia.com/rack".into(),
                 },
             ],
+            contract: crate::topology::EnvContract::Planner,
         }
     }
 

@@ -4,20 +4,62 @@ use planner_api::{
     ClusterTopologySpec, ComponentType, DynamoGraphDeploymentSpec, KvCacheTransferTopology, MismatchPolicy,
 };
 
-use super::{CLUSTER_TOPOLOGY_CRD, POD_LABEL_PREFIX};
+use super::{CLUSTER_TOPOLOGY_BINDING_CRD, CLUSTER_TOPOLOGY_CRD, EnvContract, POD_LABEL_PREFIX};
 
-/// What looking up the DGD's ClusterTopology found. The caller does the lookup (an API GET,
-/// and API discovery to tell a missing CRD from a missing object).
+/// What looking up the DGD's topology (`spec.topologyConstraint.clusterTopologyName`) found.
+/// Today's Grove serves `ClusterTopologyBinding` (`spec.levels[]` of `{domain, key}`); earlier
+/// releases served `ClusterTopology` (`spec.levels[]` of `{domain, labelKey}`). The caller looks
+/// up the binding first when its CRD is served, then the ClusterTopology (an API GET each, and API
+/// discovery to tell a missing CRD from a missing object); the variants say which kind answered,
+/// so that messages name it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ClusterTopologyLookup {
-    /// Grove's ClusterTopology CRD is not installed.
+    /// Neither of Grove's CRDs (ClusterTopologyBinding, ClusterTopology) is installed.
     GroveNotInstalled,
-    /// The CRD is installed but no ClusterTopology has the name.
+    /// Only the ClusterTopology CRD is installed, and no ClusterTopology has the name.
     NotFound,
     /// The ClusterTopology's spec.
     Found(ClusterTopologySpec),
-    /// The object exists but its spec is not `{levels: [{domain, labelKey}]}` (the parse error).
+    /// The ClusterTopology exists but its spec is not `{levels: [{domain, labelKey}]}` (the
+    /// parse error).
     Unreadable(String),
+    /// The ClusterTopologyBinding CRD is installed and no binding has the name; nor has a
+    /// ClusterTopology when that CRD is installed too (`legacy_served`).
+    BindingNotFound {
+        /// Whether the ClusterTopology CRD is installed (and was looked up as well).
+        legacy_served: bool,
+    },
+    /// The ClusterTopologyBinding's levels (`key` read into `label_key`).
+    FoundBinding(ClusterTopologySpec),
+    /// The ClusterTopologyBinding exists but its spec is not `{levels: [{domain, key}]}`.
+    BindingUnreadable(String),
+}
+
+/// The kind of Grove object that holds a DGD's topology levels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopologyKind {
+    /// `ClusterTopologyBinding` (today's Grove; levels `{domain, key}`).
+    Binding,
+    /// `ClusterTopology` (earlier Grove releases; levels `{domain, labelKey}`).
+    Legacy,
+}
+
+impl TopologyKind {
+    /// The kind's name, for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Binding => "ClusterTopologyBinding",
+            Self::Legacy => "ClusterTopology",
+        }
+    }
+
+    /// The field of a level that names the node label.
+    pub fn key_field(self) -> &'static str {
+        match self {
+            Self::Binding => "key",
+            Self::Legacy => "labelKey",
+        }
+    }
 }
 
 /// Why a DGD's `kvCacheTransferTopology` is not usable. Each message names the field, the value
@@ -84,58 +126,72 @@ pub enum TopologyError {
         /// Position of the frontend in `spec.components`.
         index: usize,
     },
-    /// Grove's CRD is absent, so the ClusterTopology cannot be read.
+    /// Grove's CRDs are absent, so the topology cannot be read.
     #[error(
-        "spec.topologyConstraint.clusterTopologyName: ClusterTopology {name:?} cannot be read because Grove's ClusterTopology CRD ({crd}) is not installed; install Grove, or set spec.components[{index}].kvCacheTransferTopology.label to a node label key such as topology.kubernetes.io/zone"
+        "spec.topologyConstraint.clusterTopologyName: ClusterTopology {name:?} cannot be read because Grove's ClusterTopology CRD ({crd}) is not installed, nor its ClusterTopologyBinding CRD ({binding_crd}); install Grove, or set spec.components[{index}].kvCacheTransferTopology.label to a node label key such as topology.kubernetes.io/zone"
     )]
     GroveNotInstalled {
         /// The ClusterTopology name.
         name: String,
         /// Position of the frontend in `spec.components`.
         index: usize,
-        /// The CRD name.
+        /// The ClusterTopology CRD name.
         crd: &'static str,
+        /// The ClusterTopologyBinding CRD name.
+        binding_crd: &'static str,
     },
-    /// The named ClusterTopology does not exist.
+    /// No object of the kinds looked up has the name.
     #[error(
-        "spec.topologyConstraint.clusterTopologyName: ClusterTopology {name:?} not found; create it, name an existing one (kubectl get clustertopologies), or set spec.components[{index}].kvCacheTransferTopology.label to a node label key"
+        "spec.topologyConstraint.clusterTopologyName: {kinds} {name:?} not found; create it, name an existing one (kubectl get {plurals}), or set spec.components[{index}].kvCacheTransferTopology.label to a node label key"
     )]
     ClusterTopologyNotFound {
-        /// The ClusterTopology name.
+        /// The name.
         name: String,
         /// Position of the frontend in `spec.components`.
         index: usize,
+        /// The kinds looked up, e.g. `ClusterTopologyBinding or ClusterTopology`.
+        kinds: String,
+        /// Their resources, for the kubectl hint, e.g. `clustertopologybindings,clustertopologies`.
+        plurals: String,
     },
-    /// `level` is not one of the ClusterTopology's domains.
+    /// `level` is not one of the topology's domains.
     #[error(
-        "spec.components[{index}].kvCacheTransferTopology.level: {level:?} is not a level of ClusterTopology {name:?}; allowed: {allowed}"
+        "spec.components[{index}].kvCacheTransferTopology.level: {level:?} is not a level of {kind} {name:?}; allowed: {allowed}"
     )]
     UnknownLevel {
         /// Position of the frontend in `spec.components`.
         index: usize,
         /// The value.
         level: String,
-        /// The ClusterTopology name.
+        /// The kind that holds the levels.
+        kind: &'static str,
+        /// The object's name.
         name: String,
         /// Its domains, broadest first, comma-separated.
         allowed: String,
     },
-    /// The ClusterTopology exists but cannot be read.
+    /// The topology object exists but cannot be read.
     #[error(
-        "spec.topologyConstraint.clusterTopologyName: ClusterTopology {name:?} has a spec this operator cannot read ({error}); it needs spec.levels[] with domain and labelKey"
+        "spec.topologyConstraint.clusterTopologyName: {kind} {name:?} has a spec this operator cannot read ({error}); it needs spec.levels[] with domain and {key_field}"
     )]
     ClusterTopologyUnreadable {
-        /// The ClusterTopology name.
+        /// The kind.
+        kind: &'static str,
+        /// The object's name.
         name: String,
         /// The parse error.
         error: String,
+        /// The field of a level that names the node label.
+        key_field: &'static str,
     },
-    /// A ClusterTopology domain is too long to form the pod label `grove.io/topology.<domain>`.
+    /// A topology domain is too long to form the pod label `grove.io/topology.<domain>`.
     #[error(
-        "ClusterTopology {name:?} has level domain {domain:?}, which is too long for the pod label {POD_LABEL_PREFIX}<domain> (label names hold at most 63 characters, so domains at most 54); shorten the domain in the ClusterTopology"
+        "{kind} {name:?} has level domain {domain:?}, which is too long for the pod label {POD_LABEL_PREFIX}<domain> (label names hold at most 63 characters, so domains at most 54); shorten the domain in the {kind}"
     )]
     DomainTooLong {
-        /// The ClusterTopology name.
+        /// The kind that holds the levels.
+        kind: &'static str,
+        /// The object's name.
         name: String,
         /// The domain.
         domain: String,
@@ -201,6 +257,8 @@ pub struct TopologyRequest {
 pub enum LabelSource {
     /// Every level of this ClusterTopology, as `grove.io/topology.<domain>` pod labels.
     ClusterTopology(String),
+    /// Every level of this ClusterTopologyBinding, likewise.
+    ClusterTopologyBinding(String),
     /// The one node label `kvCacheTransferTopology.label`, copied under the same key.
     Label,
 }
@@ -231,6 +289,9 @@ pub struct ResolvedTopology {
     pub source: LabelSource,
     /// The labels, broadest level first; one of them has `domain == level`.
     pub labels: Vec<TopologyLabel>,
+    /// Which runtime's environment names and mount path workers get (set by the reconciler
+    /// from the operator's flag and the DGD's annotation; [`EnvContract::Planner`] by default).
+    pub contract: EnvContract,
 }
 
 impl ResolvedTopology {
@@ -252,6 +313,11 @@ impl ResolvedTopology {
         match &self.source {
             LabelSource::ClusterTopology(name) => format!(
                 "level {} of ClusterTopology {name} (levels {})",
+                self.level,
+                domains.join(", ")
+            ),
+            LabelSource::ClusterTopologyBinding(name) => format!(
+                "level {} of ClusterTopologyBinding {name} (levels {})",
                 self.level,
                 domains.join(", ")
             ),
@@ -403,22 +469,32 @@ impl TopologyRequest {
             ),
             (None, name) => {
                 let name = name.ok_or(TopologyError::ClusterTopologyNameMissing { index })?;
-                let spec = match lookup {
-                    Some(ClusterTopologyLookup::Found(spec)) => spec,
+                let (kind, spec) = match lookup {
+                    Some(ClusterTopologyLookup::Found(spec)) => (TopologyKind::Legacy, spec),
+                    Some(ClusterTopologyLookup::FoundBinding(spec)) => (TopologyKind::Binding, spec),
                     Some(ClusterTopologyLookup::NotFound) | None => {
-                        return Err(TopologyError::ClusterTopologyNotFound { name, index });
+                        return Err(not_found(name, index, &[TopologyKind::Legacy]));
+                    }
+                    Some(ClusterTopologyLookup::BindingNotFound { legacy_served }) => {
+                        let kinds: &[TopologyKind] = if *legacy_served {
+                            &[TopologyKind::Binding, TopologyKind::Legacy]
+                        } else {
+                            &[TopologyKind::Binding]
+                        };
+                        return Err(not_found(name, index, kinds));
                     }
                     Some(ClusterTopologyLookup::Unreadable(error)) => {
-                        return Err(TopologyError::ClusterTopologyUnreadable {
-                            name,
-                            error: error.clone(),
-                        });
+                        return Err(unreadable(TopologyKind::Legacy, name, error));
+                    }
+                    Some(ClusterTopologyLookup::BindingUnreadable(error)) => {
+                        return Err(unreadable(TopologyKind::Binding, name, error));
                     }
                     Some(ClusterTopologyLookup::GroveNotInstalled) => {
                         return Err(TopologyError::GroveNotInstalled {
                             name,
                             index,
                             crd: CLUSTER_TOPOLOGY_CRD,
+                            binding_crd: CLUSTER_TOPOLOGY_BINDING_CRD,
                         });
                     }
                 };
@@ -426,6 +502,7 @@ impl TopologyRequest {
                     return Err(TopologyError::UnknownLevel {
                         index,
                         level,
+                        kind: kind.name(),
                         allowed: spec
                             .levels
                             .iter()
@@ -440,6 +517,7 @@ impl TopologyRequest {
                     let pod_label = format!("{POD_LABEL_PREFIX}{}", l.domain);
                     if !is_label_key(&pod_label) || !is_domain_name(&l.domain) {
                         return Err(TopologyError::DomainTooLong {
+                            kind: kind.name(),
                             name,
                             domain: l.domain.clone(),
                         });
@@ -450,7 +528,11 @@ impl TopologyRequest {
                         node_label: l.label_key.clone(),
                     });
                 }
-                (LabelSource::ClusterTopology(name), labels)
+                let source = match kind {
+                    TopologyKind::Binding => LabelSource::ClusterTopologyBinding(name),
+                    TopologyKind::Legacy => LabelSource::ClusterTopology(name),
+                };
+                (source, labels)
             }
         };
         Ok(ResolvedTopology {
@@ -460,7 +542,30 @@ impl TopologyRequest {
             kv_transfer_weight,
             source,
             labels,
+            contract: EnvContract::default(),
         })
+    }
+}
+
+fn not_found(name: String, index: usize, kinds: &[TopologyKind]) -> TopologyError {
+    let plural = |kind: &TopologyKind| match kind {
+        TopologyKind::Binding => "clustertopologybindings",
+        TopologyKind::Legacy => "clustertopologies",
+    };
+    TopologyError::ClusterTopologyNotFound {
+        name,
+        index,
+        kinds: kinds.iter().map(|k| k.name()).collect::<Vec<_>>().join(" or "),
+        plurals: kinds.iter().map(plural).collect::<Vec<_>>().join(","),
+    }
+}
+
+fn unreadable(kind: TopologyKind, name: String, error: &str) -> TopologyError {
+    TopologyError::ClusterTopologyUnreadable {
+        kind: kind.name(),
+        name,
+        error: error.to_string(),
+        key_field: kind.key_field(),
     }
 }
 
@@ -581,7 +686,7 @@ mod tests {
         assert_eq!(grove_absent.reason(), "GroveNotInstalled");
         assert_eq!(
             grove_absent.to_string(),
-            "spec.topologyConstraint.clusterTopologyName: ClusterTopology \"gpu-cluster\" cannot be read because Grove's ClusterTopology CRD (clustertopologies.grove.io) is not installed; install Grove, or set spec.components[0].kvCacheTransferTopology.label to a node label key such as topology.kubernetes.io/zone"
+            "spec.topologyConstraint.clusterTopologyName: ClusterTopology \"gpu-cluster\" cannot be read because Grove's ClusterTopology CRD (clustertopologies.grove.io) is not installed, nor its ClusterTopologyBinding CRD (clustertopologybindings.grove.io); install Grove, or set spec.components[0].kvCacheTransferTopology.label to a node label key such as topology.kubernetes.io/zone"
         );
         let absent = resolve(&spec, |_| ClusterTopologyLookup::NotFound).unwrap_err();
         assert_eq!(absent.reason(), "ClusterTopologyNotFound");
@@ -599,6 +704,61 @@ mod tests {
         assert_eq!(
             unknown.to_string(),
             "spec.components[0].kvCacheTransferTopology.level: \"block\" is not a level of ClusterTopology \"gpu-cluster\"; allowed: zone, rack, host"
+        );
+    }
+
+    #[test]
+    fn a_cluster_topology_binding_is_read_and_named() {
+        let ClusterTopologyLookup::Found(levels) = gpu_cluster() else {
+            unreachable!("gpu_cluster is found")
+        };
+        let resolved = resolve(&sample(), |_| ClusterTopologyLookup::FoundBinding(levels.clone()))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            resolved.source,
+            LabelSource::ClusterTopologyBinding("gpu-cluster".into())
+        );
+        assert_eq!(resolved.labels[0].node_label, "topology.kubernetes.io/zone");
+        assert_eq!(
+            resolved.describe(),
+            "level zone of ClusterTopologyBinding gpu-cluster (levels zone, rack, host)"
+        );
+        let mut spec = sample();
+        settings(&mut spec).level = "block".into();
+        let unknown = resolve(&spec, |_| ClusterTopologyLookup::FoundBinding(levels.clone())).unwrap_err();
+        assert_eq!(
+            unknown.to_string(),
+            "spec.components[0].kvCacheTransferTopology.level: \"block\" is not a level of ClusterTopologyBinding \"gpu-cluster\"; allowed: zone, rack, host"
+        );
+        let both = resolve(&sample(), |_| ClusterTopologyLookup::BindingNotFound {
+            legacy_served: true,
+        })
+        .unwrap_err();
+        assert_eq!(both.reason(), "ClusterTopologyNotFound");
+        assert!(
+            both.to_string().starts_with(
+                "spec.topologyConstraint.clusterTopologyName: ClusterTopologyBinding or ClusterTopology \"gpu-cluster\" not found; create it, name an existing one (kubectl get clustertopologybindings,clustertopologies)"
+            ),
+            "{both}"
+        );
+        let binding_only = resolve(&sample(), |_| ClusterTopologyLookup::BindingNotFound {
+            legacy_served: false,
+        })
+        .unwrap_err();
+        assert!(
+            binding_only
+                .to_string()
+                .contains("ClusterTopologyBinding \"gpu-cluster\" not found")
+        );
+        let unreadable = resolve(&sample(), |_| {
+            ClusterTopologyLookup::BindingUnreadable("bad".into())
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(
+            unreadable.ends_with("ClusterTopologyBinding \"gpu-cluster\" has a spec this operator cannot read (bad); it needs spec.levels[] with domain and key"),
+            "{unreadable}"
         );
     }
 

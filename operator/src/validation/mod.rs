@@ -5,8 +5,9 @@
 //!
 //! - DynamoGraphDeployment: `kvCacheTransferTopology` ([`dgd`], which delegates to
 //!   [`crate::topology`]).
-//! - PlannerPolicy ([`planner_policy`]): the target DGD exists in the policy's namespace and its
-//!   prefill and decode pools resolve; the built-in profile exists; `adjustmentInterval` fits the
+//! - PlannerPolicy ([`planner_policy`]): the target DGD exists in the policy's namespace, is
+//!   readable at either served version ([`crate::target`]) and its prefill and decode pools
+//!   resolve; the built-in profile exists; `adjustmentInterval` fits the
 //!   mode; the connector's settings are complete.
 //!
 //! Every error names the field, the value and what is allowed.
@@ -17,4 +18,5 @@ pub mod planner_policy;
 pub use planner_policy::{
     DecisionTimeoutBounds, IntervalBounds, PolicyError, Pool, PoolTarget, ResolvedPools, TargetPools,
     ValidatedPolicy, describe, interval_bounds, resolve_pools, validate, validate_spec, validate_target,
+    validate_unreadable,
 };

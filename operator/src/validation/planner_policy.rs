@@ -10,15 +10,16 @@
 
 use std::{fmt, time::Duration};
 
-use k8s_openapi::{api::core::v1::Container, apimachinery::pkg::api::resource::Quantity};
 use planner_api::{
-    BUILTIN_PROFILES, Component, ComponentType, ConnectorKind, DynamoGraphDeployment, PlannerMode,
-    PlannerPolicySpec,
+    BUILTIN_PROFILES, ComponentType, ConnectorKind, PlannerMode, PlannerPolicySpec,
     duration::{format_duration, parse_duration},
-    labels::{MAIN_CONTAINER, dynamo_namespace},
+    labels::dynamo_namespace,
 };
 
 use planner_core::profile::builtin_names;
+
+pub use crate::target::GPU_RESOURCE;
+use crate::target::{ShapeError, TargetGraph};
 
 /// One of the two pools a policy scales.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +66,16 @@ pub enum PolicyError {
         name: String,
         /// The policy's namespace.
         namespace: String,
+    },
+    /// The target exists but cannot be read as a DGD of either served version.
+    #[error(
+        "spec.targetRef.name: DynamoGraphDeployment {name:?} cannot be read as nvidia.com/v1beta1 or v1alpha1: {error}"
+    )]
+    TargetUnreadable {
+        /// The DGD name.
+        name: String,
+        /// What is wrong with it.
+        error: String,
     },
     /// A named pool component is not in the DGD.
     #[error(
@@ -236,6 +247,7 @@ impl PolicyError {
     pub fn reason(&self) -> &'static str {
         match self {
             Self::TargetNotFound { .. } => "TargetNotFound",
+            Self::TargetUnreadable { .. } => "TargetUnreadable",
             Self::ComponentNotFound { .. }
             | Self::ComponentWrongType { .. }
             | Self::NoComponentOfType { .. }
@@ -269,9 +281,6 @@ pub fn describe(errors: &[PolicyError]) -> String {
         .collect::<Vec<_>>()
         .join("; ")
 }
-
-/// GPU resource name read from pod templates.
-pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 
 /// Bounds of `adjustmentInterval` (and, in load mode, `metricPullingInterval`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -481,18 +490,18 @@ fn is_etcd_endpoint(value: &str) -> bool {
     !host.is_empty() && port.is_none_or(|p| p.parse::<u16>().is_ok_and(|p| p > 0))
 }
 
-/// Resolves the prefill and decode components in the target DGD: by name when given (the
-/// component must exist and have the pool's type, `worker` or none), else the one component of
-/// the pool's type. The two must differ. Returns all violations.
+/// Resolves the prefill and decode components in the target DGD (either served version): by
+/// name when given (the component must exist and have the pool's type, `worker` or none), else
+/// the one component of the pool's type. The two must differ. Returns all violations.
 pub fn resolve_pools(
     spec: &PlannerPolicySpec,
-    dgd: &DynamoGraphDeployment,
+    graph: &TargetGraph,
 ) -> Result<ResolvedPools, Vec<PolicyError>> {
-    let dgd_name = dgd.metadata.name.clone().unwrap_or_default();
+    let dgd_name = graph.name.clone();
     let named = spec.components.as_ref();
     let mut errors = Vec::new();
     let mut resolve = |pool: Pool, name: Option<&String>| -> Option<String> {
-        let components = &dgd.spec.components;
+        let components = &graph.components;
         match name {
             Some(name) => {
                 let Some(component) = components.iter().find(|c| &c.name == name) else {
@@ -617,17 +626,17 @@ pub struct ValidatedPolicy {
     pub fast_check_period: Duration,
 }
 
-/// Resolves the pools of `dgd` and checks what planning needs from them: GPUs per replica and,
+/// Resolves the pools of `graph` and checks what planning needs from them: GPUs per replica and,
 /// outside load mode, the model name. Returns all violations.
 pub fn validate_target(
     spec: &PlannerPolicySpec,
-    dgd: &DynamoGraphDeployment,
+    graph: &TargetGraph,
 ) -> Result<TargetPools, Vec<PolicyError>> {
-    let pools = resolve_pools(spec, dgd)?;
+    let pools = resolve_pools(spec, graph)?;
     let mut errors = Vec::new();
     let mut pool = |pool: Pool, name: &str| -> PoolTarget {
-        let component = dgd.spec.components.iter().find(|c| c.name == name);
-        let gpus = match component.map(gpus_per_engine) {
+        let component = graph.component(name);
+        let gpus = match component.map(|c| c.gpus.clone()) {
             Some(Err(value)) => {
                 errors.push(PolicyError::BadGpuCount {
                     pool,
@@ -652,7 +661,7 @@ pub fn validate_target(
     let model_name = if spec.mode == PlannerMode::Load {
         None
     } else {
-        match model_name(spec, dgd, &pools.decode) {
+        match model_name(spec, graph, &pools.decode) {
             Some(name) => Some(name),
             None => {
                 errors.push(PolicyError::NoModelName {
@@ -673,13 +682,30 @@ pub fn validate_target(
     }
 }
 
-/// Every rule, for a policy in `namespace` whose target is `dgd` (`None`: it does not exist):
+/// The violations of a policy whose target exists but cannot be read (see
+/// [`TargetGraph::from_object`]): the spec's own ([`validate_spec`]) and the unreadable target.
+pub fn validate_unreadable(spec: &PlannerPolicySpec, error: &ShapeError) -> Vec<PolicyError> {
+    let mut errors = validate_spec(spec);
+    errors.push(unreadable_target(spec, error));
+    errors
+}
+
+/// The violation of a target that exists but cannot be read.
+pub fn unreadable_target(spec: &PlannerPolicySpec, error: &ShapeError) -> PolicyError {
+    PolicyError::TargetUnreadable {
+        name: spec.target_ref.name.clone(),
+        error: error.to_string(),
+    }
+}
+
+/// Every rule, for a policy in `namespace` whose target is `dgd` (`None`: it does not exist), of
+/// either served version:
 /// the checks of [`validate_spec`] and [`validate_target`], which the webhook runs too, in the
 /// same order, and the parsed durations. Returns all violations.
 pub fn validate(
     spec: &PlannerPolicySpec,
     namespace: &str,
-    dgd: Option<&DynamoGraphDeployment>,
+    dgd: Option<&TargetGraph>,
 ) -> Result<ValidatedPolicy, Vec<PolicyError>> {
     let mut errors = validate_spec(spec);
     let Some(dgd) = dgd else {
@@ -707,7 +733,7 @@ pub fn validate(
             .metrics
             .dynamo_namespace
             .clone()
-            .unwrap_or_else(|| dynamo_namespace(namespace, dgd.metadata.name.as_deref().unwrap_or_default())),
+            .unwrap_or_else(|| dynamo_namespace(namespace, &dgd.name)),
         interval: duration(&spec.adjustment_interval, Duration::from_secs(180)),
         pulling_interval: duration(&spec.load.metric_pulling_interval, Duration::from_secs(1)),
         decision_timeout: duration(&spec.connector.decision_timeout, Duration::from_secs(1800)),
@@ -719,35 +745,6 @@ pub fn validate(
         stabilization: duration(&spec.behavior.scale_down_stabilization, Duration::from_secs(300)),
         fast_check_period: duration(&spec.behavior.fast_check_period, Duration::from_secs(10)),
     })
-}
-
-fn main_container(component: &Component) -> Option<&Container> {
-    component
-        .pod_template
-        .as_ref()?
-        .spec
-        .as_ref()?
-        .containers
-        .iter()
-        .find(|c| c.name == MAIN_CONTAINER)
-}
-
-/// GPUs of one replica: the main container's `nvidia.com/gpu` limit, then request, else 1; the
-/// error is the value that is not a positive whole number.
-pub fn gpus_per_engine(component: &Component) -> Result<u32, String> {
-    let resources = main_container(component).and_then(|c| c.resources.as_ref());
-    let quantity: Option<&Quantity> = resources
-        .and_then(|r| r.limits.as_ref().and_then(|l| l.get(GPU_RESOURCE)))
-        .or_else(|| resources.and_then(|r| r.requests.as_ref().and_then(|l| l.get(GPU_RESOURCE))));
-    match quantity {
-        None => Ok(1),
-        Some(Quantity(value)) => value
-            .trim()
-            .parse::<u32>()
-            .ok()
-            .filter(|&gpus| gpus > 0)
-            .ok_or_else(|| value.clone()),
-    }
 }
 
 /// The value following `--flag` or joined as `--flag=value` in an argument list (each element
@@ -768,36 +765,26 @@ fn flag_value(args: &[String], flag: &str) -> Option<String> {
 
 /// The model name in the frontend metrics: the policy's, else the decode worker's
 /// `--served-model-name`, else `--model`, lower-cased as the frontend reports it.
-pub fn model_name(
-    spec: &PlannerPolicySpec,
-    dgd: &DynamoGraphDeployment,
-    decode_component: &str,
-) -> Option<String> {
+pub fn model_name(spec: &PlannerPolicySpec, graph: &TargetGraph, decode_component: &str) -> Option<String> {
     if let Some(name) = &spec.metrics.model_name {
         return Some(name.to_lowercase());
     }
-    let component = dgd.spec.components.iter().find(|c| c.name == decode_component);
-    let args: Vec<String> = component
-        .and_then(main_container)
-        .map(|c| {
-            c.command
-                .iter()
-                .flatten()
-                .chain(c.args.iter().flatten())
-                .cloned()
-                .collect()
-        })
+    let args: &[String] = graph
+        .component(decode_component)
+        .map(|c| c.main_args.as_slice())
         .unwrap_or_default();
     ["--served-model-name", "--model-name", "--model"]
         .iter()
-        .find_map(|flag| flag_value(&args, flag))
+        .find_map(|flag| flag_value(args, flag))
         .map(|name| name.to_lowercase())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use planner_api::{EtcdSource, PlannerPolicy, PoolComponents};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use planner_api::{DynamoGraphDeployment, EtcdSource, PlannerPolicy, PoolComponents};
+    use serde_json::json;
 
     fn policy(file: &str) -> PlannerPolicySpec {
         let text =
@@ -806,8 +793,16 @@ mod tests {
         serde_yaml::from_str::<PlannerPolicy>(&text).unwrap().spec
     }
 
-    fn dgd() -> DynamoGraphDeployment {
+    fn sample() -> DynamoGraphDeployment {
         serde_yaml::from_str(include_str!("../../../config/samples/dgd-disagg.yaml")).unwrap()
+    }
+
+    fn view(dgd: &DynamoGraphDeployment) -> TargetGraph {
+        TargetGraph::try_from(dgd).unwrap()
+    }
+
+    fn dgd() -> TargetGraph {
+        view(&sample())
     }
 
     #[test]
@@ -931,12 +926,12 @@ mod tests {
     #[test]
     fn pools_resolve_by_name_or_type() {
         let mut spec = policy("plannerpolicy-sla.yaml");
-        let mut graph = dgd();
+        let mut graph = sample();
         spec.components = Some(PoolComponents {
             prefill: Some("nope".into()),
             decode: Some("frontend".into()),
         });
-        let errors = resolve_pools(&spec, &graph).unwrap_err();
+        let errors = resolve_pools(&spec, &view(&graph)).unwrap_err();
         assert_eq!(
             errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
             [
@@ -949,7 +944,7 @@ mod tests {
         second.name = "prefill-b".into();
         graph.spec.components.push(second);
         graph.spec.components.retain(|c| c.name != "decode");
-        let errors = resolve_pools(&spec, &graph).unwrap_err();
+        let errors = resolve_pools(&spec, &view(&graph)).unwrap_err();
         assert_eq!(
             errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
             [
@@ -961,8 +956,9 @@ mod tests {
 
     #[test]
     fn one_aggregated_worker_cannot_be_both_pools() {
-        let mut graph = dgd();
+        let mut graph = sample();
         graph.spec.components[1].kind = Some(ComponentType::Worker);
+        let graph = view(&graph);
         let mut spec = policy("plannerpolicy-sla.yaml");
         spec.components = Some(PoolComponents {
             prefill: Some("prefill".into()),
@@ -987,7 +983,7 @@ mod tests {
 
     #[test]
     fn gpus_from_limits_then_requests() {
-        let mut dgd = dgd();
+        let mut dgd = sample();
         let set_requests = |dgd: &mut DynamoGraphDeployment, value: &str| {
             let main = &mut dgd.spec.components[2]
                 .pod_template
@@ -1002,11 +998,14 @@ mod tests {
             resources.requests = Some([(GPU_RESOURCE.to_string(), Quantity(value.into()))].into());
         };
         set_requests(&mut dgd, "4");
-        assert_eq!(gpus_per_engine(&dgd.spec.components[2]).unwrap(), 4);
+        assert_eq!(view(&dgd).component("decode").unwrap().gpus, Ok(4));
         set_requests(&mut dgd, "half");
-        assert_eq!(gpus_per_engine(&dgd.spec.components[2]), Err("half".to_string()));
-        assert_eq!(gpus_per_engine(&dgd.spec.components[0]).unwrap(), 1);
-        let errors = validate_target(&policy("plannerpolicy-sla.yaml"), &dgd).unwrap_err();
+        assert_eq!(
+            view(&dgd).component("decode").unwrap().gpus,
+            Err("half".to_string())
+        );
+        assert_eq!(view(&dgd).component("frontend").unwrap().gpus, Ok(1));
+        let errors = validate_target(&policy("plannerpolicy-sla.yaml"), &view(&dgd)).unwrap_err();
         assert_eq!(
             errors[0].to_string(),
             "spec.components.decode: component \"decode\" asks for \"half\" nvidia.com/gpu in its main container; allowed: a whole number of GPUs, 1 or more"
@@ -1015,7 +1014,8 @@ mod tests {
 
     #[test]
     fn model_name_from_policy_then_worker_args() {
-        let dgd = dgd();
+        let typed = sample();
+        let dgd = view(&typed);
         let mut spec = policy("plannerpolicy-load.yaml");
         assert_eq!(model_name(&spec, &dgd, "decode").unwrap(), "llama-3.1-8b");
         spec.metrics.model_name = Some("Custom".into());
@@ -1029,7 +1029,7 @@ mod tests {
             Some("m1")
         );
         // Without a model name anywhere, the SLA planner cannot filter the metrics.
-        let mut bare = dgd.clone();
+        let mut bare = typed.clone();
         for component in &mut bare.spec.components {
             if let Some(main) = component
                 .pod_template
@@ -1043,6 +1043,7 @@ mod tests {
         }
         let mut sla = policy("plannerpolicy-sla.yaml");
         sla.metrics.model_name = None;
+        let bare = view(&bare);
         let errors = validate_target(&sla, &bare).unwrap_err();
         assert_eq!(
             errors,
@@ -1075,5 +1076,52 @@ mod tests {
         assert_eq!(errors[0].reason(), "InvalidSpec");
         assert_eq!(errors[1].reason(), "ComponentsUnresolved");
         assert!(describe(&errors).contains("; spec.components.prefill: \"nope\""));
+    }
+
+    #[test]
+    fn a_v1alpha1_services_map_resolves_by_the_same_rules() {
+        let graph = TargetGraph::from_value(&json!({
+            "apiVersion": "nvidia.com/v1alpha1",
+            "metadata": {"name": "llama-alpha", "namespace": "llm"},
+            "spec": {"services": {
+                "Frontend": {"componentType": "frontend"},
+                "VllmPrefillWorker": {"componentType": "worker", "subComponentType": "prefill", "replicas": 2,
+                    "resources": {"limits": {"gpu": "2"}}},
+                "VllmDecodeWorker": {"componentType": "worker", "subComponentType": "decode", "replicas": 3,
+                    "resources": {"limits": {"gpu": "2"}},
+                    "extraPodSpec": {"mainContainer": {"args": ["--model", "Qwen/Qwen3-0.6B"]}}}
+            }}
+        }))
+        .unwrap();
+        let mut spec = policy("plannerpolicy-sla.yaml");
+        spec.metrics.model_name = None;
+        let validated = validate(&spec, "llm", Some(&graph)).unwrap();
+        assert_eq!(validated.target.prefill.component, "VllmPrefillWorker");
+        assert_eq!(validated.target.prefill.replicas, 2);
+        assert_eq!(validated.target.decode.gpus, 2);
+        assert_eq!(validated.target.model_name.as_deref(), Some("qwen/qwen3-0.6b"));
+        assert_eq!(validated.dynamo_namespace, "llm-llama-alpha");
+        let mut spec = policy("plannerpolicy-sla.yaml");
+        spec.components = Some(PoolComponents {
+            prefill: Some("Frontend".into()),
+            decode: Some("Nope".into()),
+        });
+        assert_eq!(
+            describe(&resolve_pools(&spec, &graph).unwrap_err()),
+            "spec.components.prefill: component \"Frontend\" of DynamoGraphDeployment \"llama-alpha\" has type frontend; allowed: a component with type prefill, worker or no type; spec.components.decode: \"Nope\" is not a component of DynamoGraphDeployment \"llama-alpha\"; allowed: Frontend, VllmDecodeWorker, VllmPrefillWorker"
+        );
+    }
+
+    #[test]
+    fn an_unreadable_target_is_named() {
+        let error = TargetGraph::from_value(&json!({"spec": {"services": "x"}})).unwrap_err();
+        let errors = validate_unreadable(&policy("plannerpolicy-sla.yaml"), &error);
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].reason(), "TargetUnreadable");
+        assert!(errors[0].is_about_target());
+        assert_eq!(
+            errors[0].to_string(),
+            "spec.targetRef.name: DynamoGraphDeployment \"llama-disagg\" cannot be read as nvidia.com/v1beta1 or v1alpha1: spec.services: a string is not a map; allowed: a map of service name to spec (nvidia.com/v1alpha1)"
+        );
     }
 }

@@ -39,7 +39,7 @@ use tracing::{debug, warn};
 use planner_api::{DynamoGraphDeployment, PlannerPolicy};
 
 use crate::{
-    lookup::{self, ClusterTopologyApi},
+    lookup::{self, ClusterTopologyApi, TargetLookup},
     metrics::operator::OperatorMetrics,
     topology::ClusterTopologyLookup,
     validation::{self, PolicyError},
@@ -72,12 +72,12 @@ pub trait Lookups: Send + Sync + 'static {
         &self,
         name: &str,
     ) -> impl Future<Output = Result<ClusterTopologyLookup, String>> + Send;
-    /// A DGD by namespace and name.
-    fn dynamo_graph_deployment(
+    /// A PlannerPolicy's target DGD by namespace and name, of either served version.
+    fn target_graph(
         &self,
         namespace: &str,
         name: &str,
-    ) -> impl Future<Output = Result<Option<DynamoGraphDeployment>, String>> + Send;
+    ) -> impl Future<Output = Result<TargetLookup, String>> + Send;
 }
 
 /// [`Lookups`] against the API server.
@@ -96,12 +96,8 @@ impl Lookups for KubeLookups {
             .map_err(|e| e.to_string())
     }
 
-    async fn dynamo_graph_deployment(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<DynamoGraphDeployment>, String> {
-        lookup::dynamo_graph_deployment(&self.client, namespace, name)
+    async fn target_graph(&self, namespace: &str, name: &str) -> Result<TargetLookup, String> {
+        lookup::target_graph(&self.client, namespace, name)
             .await
             .map_err(|e| e.to_string())
     }
@@ -513,18 +509,19 @@ impl<L: Lookups> Admission<L> {
         if target_changed {
             let namespace = request.namespace.clone().unwrap_or_default();
             let name = &policy.spec.target_ref.name;
-            match tokio::time::timeout(
-                self.timeout,
-                self.lookups.dynamo_graph_deployment(&namespace, name),
-            )
-            .await
-            {
-                Ok(Ok(Some(dgd))) => {
-                    if let Err(target_errors) = validation::validate_target(&policy.spec, &dgd) {
+            match tokio::time::timeout(self.timeout, self.lookups.target_graph(&namespace, name)).await {
+                Ok(Ok(TargetLookup::Found(graph))) => {
+                    if let Err(target_errors) = validation::validate_target(&policy.spec, &graph) {
                         errors.extend(target_errors);
                     }
                 }
-                Ok(Ok(None)) => errors.push(PolicyError::TargetNotFound {
+                Ok(Ok(TargetLookup::Unreadable(error))) => {
+                    errors.push(validation::planner_policy::unreadable_target(
+                        &policy.spec,
+                        &error,
+                    ));
+                }
+                Ok(Ok(TargetLookup::NotFound)) => errors.push(PolicyError::TargetNotFound {
                     name: name.clone(),
                     namespace,
                 }),

@@ -99,14 +99,15 @@ fn kube_error(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
 
 /// Runs the controller until `shutdown` resolves. `pod_changes` are worker pods whose
 /// scheduling or topology labels changed (see [`super::topology_labels::label_changes`]); each
-/// re-reconciles its DGD so that `TopologyResolved` counts stay current. `cluster_topologies`,
-/// when Grove's CRD is installed, is watched so that a DGD is re-checked as soon as the
-/// ClusterTopology it names changes or is deleted.
+/// re-reconciles its DGD so that `TopologyResolved` counts stay current. `cluster_topologies`
+/// (Grove's ClusterTopologyBindings and ClusterTopologies, those served) are watched so that a
+/// DGD is re-checked as soon as the one it names changes or is deleted. Only the DGDs
+/// `ctx.dgd_selection` selects are rendered (see [`super::selection`]).
 pub async fn run(
     ctx: Arc<Context>,
     deployments: impl futures::Stream<Item = Result<Deployment, watcher::Error>> + Send + 'static,
     pod_changes: impl futures::Stream<Item = Arc<Pod>> + Send + 'static,
-    cluster_topologies: Option<ApiResource>,
+    cluster_topologies: Vec<ApiResource>,
     namespace: Option<String>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
@@ -114,7 +115,11 @@ pub async fn run(
     let dgds: Api<DeserializeGuard<DynamoGraphDeployment>> =
         common::scoped_api(client.clone(), namespace.as_deref());
     let services: Api<Service> = common::scoped_api(client.clone(), namespace.as_deref());
-    let mut controller = Controller::new(dgds, watcher::Config::default().any_semantic())
+    let mut watched = watcher::Config::default().any_semantic();
+    if let Some(selector) = ctx.dgd_selection.label_selector() {
+        watched = watched.labels(&selector);
+    }
+    let mut controller = Controller::new(dgds, watched)
         .owns_stream(deployments)
         .owns(services, watcher::Config::default().labels(LABEL_GRAPH))
         .watches_shared_stream(pod_changes, |pod: Arc<Pod>| {
@@ -124,7 +129,7 @@ pub async fn run(
                 ObjectRef::<DeserializeGuard<DynamoGraphDeployment>>::new(&graph).within(&namespace)
             })
         });
-    if let Some(resource) = cluster_topologies {
+    for resource in cluster_topologies {
         let store = controller.store();
         let topologies: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
         controller = controller.watches_with(
@@ -171,6 +176,10 @@ async fn reconcile(
         &guard,
         async |dgd| reconcile_dgd(dgd, &ctx).await,
         async |metadata, error| {
+            if ctx.dgd_selection.select_meta(metadata, None).is_err() {
+                // Another controller's: not ours to report on.
+                return;
+            }
             let reference = common::reference_of::<DynamoGraphDeployment>(metadata);
             let note = format!("cannot parse the object: {error}");
             common::publish_to(
@@ -188,6 +197,11 @@ async fn reconcile(
 }
 
 async fn reconcile_dgd(dgd: &DynamoGraphDeployment, ctx: &Context) -> Result<Action, Error> {
+    // Never take over a DGD another controller renders: no children, status or Events.
+    if let Err(reason) = ctx.dgd_selection.select(dgd) {
+        tracing::debug!(%reason, "not rendering this DynamoGraphDeployment");
+        return Ok(Action::await_change());
+    }
     let namespace = dgd.namespace().unwrap_or_default();
     let name = dgd.name_any();
     let dgds: Api<DynamoGraphDeployment> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -394,7 +408,10 @@ pub(crate) async fn resolve_topology(
         Some(name) => Some(lookup::cluster_topology(&ctx.client, &ctx.cluster_topology_api, name).await?),
         None => None,
     };
-    Ok(Some(request.resolve(lookup.as_ref())?))
+    let mut resolved = request.resolve(lookup.as_ref())?;
+    resolved.contract =
+        topology::EnvContract::for_annotations(dgd.metadata.annotations.as_ref(), ctx.topology_env);
+    Ok(Some(resolved))
 }
 
 /// The status from the cached Deployments, with `extra` conditions.

@@ -4,24 +4,20 @@
 
 use std::{future::Future, time::Duration};
 
-use kube::Api;
+use kube::Client;
 use tracing::warn;
-
-use planner_api::DynamoGraphDeployment;
 
 use crate::{
     connector::{
-        kubernetes,
+        kubernetes::{self, Adapters},
         virtual_etcd::{Published, VirtualConnector, VirtualError},
     },
-    controller::{common::chain, conditions},
+    controller::common::chain,
+    target::TargetGraph,
 };
 
 /// Bound on one etcd exchange of the virtual connector (connect, or one publish).
 pub const ETCD_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Condition type of the DGD's readiness, as its operator writes it.
-const DGD_READY: &str = "Ready";
 
 /// A decision to carry out.
 pub struct ScaleRequest<'a> {
@@ -30,7 +26,7 @@ pub struct ScaleRequest<'a> {
     /// The components of the two pools.
     pub components: (&'a str, &'a str),
     /// The target as last read.
-    pub dgd: &'a DynamoGraphDeployment,
+    pub graph: &'a TargetGraph,
 }
 
 /// What happened to a decision.
@@ -64,11 +60,13 @@ pub enum Gate {
     Closed,
 }
 
-/// Scales the DGD's components (see [`kubernetes`]); `gate` says whether the change may go
-/// through while the DGD is not Ready.
+/// Scales the DGD's components, through their scaling adapters where they have one (see
+/// [`kubernetes`]); `gate` says whether the change may go through while the target is not Ready.
 pub struct KubernetesConnector {
-    /// The DGDs of the policy's namespace.
-    pub api: Api<DynamoGraphDeployment>,
+    /// API client.
+    pub client: Client,
+    /// The pools' scaling adapters, as last read.
+    pub adapters: Adapters,
     /// Whether to scale now.
     pub gate: Gate,
 }
@@ -82,7 +80,7 @@ impl Connector for KubernetesConnector {
             (request.components.0, request.target.0),
             (request.components.1, request.target.1),
         ];
-        match kubernetes::set_replicas(&self.api, request.dgd, &targets).await {
+        match kubernetes::set_replicas(&self.client, request.graph, &self.adapters, &targets).await {
             Ok(true) => Actuation::Scaled { decision_id: None },
             Ok(false) => Actuation::Unchanged,
             Err(error) => {
@@ -156,10 +154,117 @@ impl Connector for EtcdConnector {
     }
 }
 
-/// Whether the DGD's `Ready` condition is true.
-pub fn is_ready(dgd: &DynamoGraphDeployment) -> bool {
-    dgd.status
-        .as_ref()
-        .and_then(|s| conditions::find(&s.conditions, DGD_READY))
-        .is_some_and(|c| c.status == "True")
+/// Whether the target is Ready, from what the operator that renders it reports (NVIDIA's or
+/// this one's): its `Ready` condition when written; else, per pool component, the replicas
+/// serving in `status.components` against those asked for (no status at all: not Ready). A pool
+/// scaled through a scaling adapter is also not Ready until the adapter has carried its
+/// `spec.replicas` to the DGD (`status.replicas` equal to it).
+pub fn is_ready(graph: &TargetGraph, pools: (&str, &str), adapters: &Adapters) -> bool {
+    let synced = [pools.0, pools.1]
+        .iter()
+        .all(|c| adapters.get(*c).is_none_or(kubernetes::AdapterScale::synced));
+    let graph_ready = match graph.ready {
+        Some(ready) => ready,
+        None => [pools.0, pools.1].iter().all(|name| {
+            let asked = adapters.get(*name).map_or_else(
+                || {
+                    graph
+                        .component(name)
+                        .and_then(|c| c.replicas)
+                        .map_or(1, |r| u32::try_from(r).unwrap_or(0))
+                },
+                |a| a.spec_replicas,
+            );
+            graph.serving(name).is_some_and(|serving| serving >= asked)
+        }),
+    };
+    synced && graph_ready
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::connector::kubernetes::AdapterScale;
+    use serde_json::json;
+
+    fn graph(status: serde_json::Value) -> TargetGraph {
+        TargetGraph::from_value(&json!({
+            "metadata": {"name": "g", "namespace": "ns"},
+            "spec": {"components": [
+                {"name": "prefill", "type": "prefill", "replicas": 2},
+                {"name": "decode", "type": "decode", "replicas": 1}
+            ]},
+            "status": status
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn readiness_from_nvidia_status_or_component_counts() {
+        let pools = ("prefill", "decode");
+        let none = Adapters::new();
+        assert!(
+            !is_ready(&graph(json!(null)), pools, &none),
+            "no status: not Ready"
+        );
+        let ready =
+            graph(json!({"state": "successful", "conditions": [{"type": "Ready", "status": "True"}]}));
+        assert!(is_ready(&ready, pools, &none));
+        let not_ready = graph(
+            json!({"conditions": [{"type": "Ready", "status": "False", "reason": "insufficient_capacity"}]}),
+        );
+        assert!(!is_ready(&not_ready, pools, &none));
+        // Without a Ready condition, the counts decide (upstream may omit readyReplicas).
+        let counts = |prefill: serde_json::Value| {
+            graph(json!({"components": {
+                "prefill": prefill,
+                "decode": {"componentKind": "Deployment", "replicas": 1, "updatedReplicas": 1, "availableReplicas": 1}
+            }}))
+        };
+        assert!(is_ready(
+            &counts(
+                json!({"componentKind": "PodClique", "replicas": 2, "updatedReplicas": 2, "readyReplicas": 2})
+            ),
+            pools,
+            &none
+        ));
+        assert!(!is_ready(
+            &counts(
+                json!({"componentKind": "PodClique", "replicas": 2, "updatedReplicas": 2, "readyReplicas": 1})
+            ),
+            pools,
+            &none
+        ));
+        assert!(!is_ready(
+            &counts(json!({"componentKind": "PodClique", "replicas": 2, "updatedReplicas": 2})),
+            pools,
+            &none
+        ));
+    }
+
+    #[test]
+    fn an_adapter_not_yet_synced_is_not_ready() {
+        let pools = ("prefill", "decode");
+        let ready = graph(json!({"conditions": [{"type": "Ready", "status": "True"}]}));
+        let mut adapters = Adapters::new();
+        adapters.insert(
+            "decode".into(),
+            AdapterScale {
+                name: "g-decode".into(),
+                spec_replicas: 3,
+                status_replicas: Some(1),
+            },
+        );
+        assert!(!is_ready(&ready, pools, &adapters));
+        if let Some(adapter) = adapters.get_mut("decode") {
+            adapter.status_replicas = Some(3);
+        }
+        assert!(is_ready(&ready, pools, &adapters));
+        // Without a Ready condition, the adapter's replicas are the ones asked for.
+        let counts = graph(json!({"components": {
+            "prefill": {"replicas": 2, "readyReplicas": 2},
+            "decode": {"replicas": 1, "readyReplicas": 1}
+        }}));
+        assert!(!is_ready(&counts, pools, &adapters));
+    }
 }

@@ -124,8 +124,10 @@ mod tests {
     use super::*;
     use crate::validation;
 
-    fn dgd() -> DynamoGraphDeployment {
-        serde_yaml::from_str(include_str!("../../../../config/samples/dgd-disagg.yaml")).unwrap()
+    fn dgd() -> crate::target::TargetGraph {
+        let dgd: DynamoGraphDeployment =
+            serde_yaml::from_str(include_str!("../../../../config/samples/dgd-disagg.yaml")).unwrap();
+        crate::target::TargetGraph::try_from(&dgd).unwrap()
     }
 
     fn policy(file: &str) -> PlannerPolicy {

@@ -8,28 +8,24 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, Client, ResourceExt};
 use tracing::{info, warn};
 
-use planner_api::{DynamoGraphDeployment, PlannerPolicy};
+use planner_api::PlannerPolicy;
 use planner_core::{interpolation::PerformanceModel, profile::Profile, state::SlaPlanner, trace};
 
 use crate::{
     controller::common::{KubeError, chain},
+    lookup::{self, LookupError, TargetLookup},
     sources::prometheus::{PrometheusClient, SeriesFilter},
 };
 
 /// Intervals of Prometheus history replayed into the predictors after a restart.
 pub const HISTORY_INTERVALS: usize = 50;
 
-/// Reads the policy's target DGD; `None` when it does not exist.
-pub async fn target(
-    client: &Client,
-    policy: &PlannerPolicy,
-) -> Result<Option<DynamoGraphDeployment>, KubeError> {
+/// Reads the policy's target DGD, of either served version (see [`lookup::target_graph`]).
+pub async fn target(client: &Client, policy: &PlannerPolicy) -> Result<TargetLookup, KubeError> {
     let namespace = policy.namespace().unwrap_or_default();
-    let name = &policy.spec.target_ref.name;
-    let dgds: Api<DynamoGraphDeployment> = Api::namespaced(client.clone(), &namespace);
-    dgds.get_opt(name)
+    lookup::target_graph(client, &namespace, &policy.spec.target_ref.name)
         .await
-        .map_err(KubeError::on(format!("get DynamoGraphDeployment {name}")))
+        .map_err(|LookupError::Kube { action, source }| KubeError { action, source })
 }
 
 /// Why the profile cannot be used; the message is shown in `ProfileLoaded`.

@@ -30,7 +30,7 @@ use kube::{
 };
 use tracing::{info, warn};
 
-use planner_api::{ConnectorKind, DynamoGraphDeployment, PlannerMode, PlannerPolicy, PoolReplicas};
+use planner_api::{ConnectorKind, PlannerMode, PlannerPolicy, PoolReplicas};
 use planner_core::{interpolation::PerformanceModel, load::LoadPlanner, state::SlaPlanner};
 
 use super::{
@@ -39,9 +39,12 @@ use super::{
     conditions::{self, DesiredCondition},
 };
 use crate::{
+    connector::kubernetes::{self, Adapters, ScaleError},
+    lookup::TargetLookup,
     metrics::policy::IntervalReport,
     sources::prometheus::{PrometheusClient, SeriesFilter},
-    validation::{self, PolicyError, TargetPools, ValidatedPolicy},
+    target::TargetGraph,
+    validation::{self, PolicyError, PoolTarget, TargetPools, ValidatedPolicy},
 };
 
 pub mod actuate;
@@ -295,17 +298,44 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
     let namespace = policy.namespace().unwrap_or_default();
     let client = &ctx.base.client;
 
-    // 1. Dereference the target.
-    let dgd = dereference::target(client, policy).await?;
+    // 1. Dereference the target (a DGD of either served version).
+    let target = dereference::target(client, policy).await?;
+    let dgd = match &target {
+        TargetLookup::Found(graph) => Some(graph),
+        TargetLookup::NotFound => None,
+        TargetLookup::Unreadable(error) => {
+            let errors = validation::validate_unreadable(&policy.spec, error);
+            return report_invalid(policy, ctx, &errors).await;
+        }
+    };
 
     // 2. Validate, with the webhook's rules.
-    let validated = match validation::validate(&policy.spec, &namespace, dgd.as_ref()) {
+    let validated = match validation::validate(&policy.spec, &namespace, dgd) {
         Ok(validated) => validated,
         Err(errors) => return report_invalid(policy, ctx, &errors).await,
     };
     let Some(dgd) = dgd else {
         // validate() reports a missing target; this is not reached.
         return Ok(Action::requeue(RETRY));
+    };
+    // The pools' scaling adapters, where NVIDIA's operator made them: they own those replicas.
+    let adapters = if policy.spec.connector.kind == ConnectorKind::Kubernetes {
+        let pools = [
+            validated.target.prefill.component.as_str(),
+            validated.target.decode.component.as_str(),
+        ];
+        match kubernetes::adapters(client, dgd, &pools).await {
+            Ok(adapters) => adapters,
+            Err(ScaleError::Api { action, source }) => {
+                return Err(Error::Kube(common::KubeError { action, source }));
+            }
+            Err(other) => {
+                warn!(error = %common::chain(&other), "cannot read the scaling adapters");
+                Adapters::new()
+            }
+        }
+    } else {
+        Adapters::new()
     };
     let mut outcome = Outcome::default();
     outcome.conditions.push(DesiredCondition::met(
@@ -342,12 +372,13 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
     let runtime = runtime_for(policy, ctx, &validated, model).await;
     let mut runtime = runtime.lock().await;
     let now = Instant::now();
+    let asked = (
+        asked_replicas(&validated.target.prefill, &adapters),
+        asked_replicas(&validated.target.decode, &adapters),
+    );
     let current = Replicas {
-        serving: current_replicas(&dgd, &validated.target),
-        asked: (
-            validated.target.prefill.replicas,
-            validated.target.decode.replicas,
-        ),
+        serving: current_replicas(dgd, &validated.target, asked),
+        asked,
     };
     runtime.startup.observe(current, now);
     let measured_delay = runtime.startup.delay();
@@ -441,13 +472,19 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
                     &validated.target.prefill.component,
                     &validated.target.decode.component,
                 ),
-                dgd: &dgd,
+                graph: dgd,
             };
             let actuation = match policy.spec.connector.kind {
                 ConnectorKind::Kubernetes => {
-                    let gate = ready_gate(&policy.spec, &dgd, &runtime.startup, asked, wanted, now);
-                    let api = Api::namespaced(client.clone(), &namespace);
-                    KubernetesConnector { api, gate }.scale(&request).await
+                    let ready = actuate::is_ready(dgd, request.components, &adapters);
+                    let gate = ready_gate(&policy.spec, ready, &runtime.startup, asked, wanted, now);
+                    KubernetesConnector {
+                        client: client.clone(),
+                        adapters,
+                        gate,
+                    }
+                    .scale(&request)
+                    .await
                 }
                 ConnectorKind::Virtual => {
                     let etcd = runtime.etcd.get_or_insert_with(|| {
@@ -564,13 +601,13 @@ fn next_wake(runtime: &PolicyRuntime, interval: Duration) -> Action {
 /// come up within twice the scale-up delay.
 fn ready_gate(
     spec: &planner_api::PlannerPolicySpec,
-    dgd: &DynamoGraphDeployment,
+    ready: bool,
     startup: &StartupTracker,
     asked: (u32, u32),
     wanted: (u32, u32),
     now: Instant,
 ) -> Gate {
-    if actuate::is_ready(dgd) || (wanted.0 <= asked.0 && wanted.1 <= asked.1) {
+    if ready || (wanted.0 <= asked.0 && wanted.1 <= asked.1) {
         return Gate::Open;
     }
     let queueing = spec.sla.model == planner_api::SlaModel::Queueing && spec.mode != PlannerMode::Load;
@@ -706,25 +743,20 @@ fn refresh(
     }
 }
 
-/// Available replicas of both pools from the DGD status (ready when available is not
-/// reported), else the spec's.
-fn current_replicas(dgd: &DynamoGraphDeployment, target: &TargetPools) -> (u32, u32) {
-    let of = |component: &str, spec: u32| {
-        dgd.status
-            .as_ref()
-            .and_then(|s| s.components.get(component))
-            .map(|c| {
-                if c.available_replicas > 0 {
-                    c.available_replicas
-                } else {
-                    c.ready_replicas
-                }
-            })
-            .map_or(spec, |n| u32::try_from(n).unwrap_or(0))
-    };
+/// Replicas asked for a pool: its scaling adapter's `spec.replicas` when it has one (the adapter
+/// owns them), else the DGD's.
+fn asked_replicas(pool: &PoolTarget, adapters: &Adapters) -> u32 {
+    adapters
+        .get(&pool.component)
+        .map_or(pool.replicas, |a| a.spec_replicas)
+}
+
+/// Available replicas of both pools from the DGD status, NVIDIA's or this operator's (ready when
+/// available is not reported), else those asked for.
+fn current_replicas(dgd: &TargetGraph, target: &TargetPools, asked: (u32, u32)) -> (u32, u32) {
     (
-        of(&target.prefill.component, target.prefill.replicas),
-        of(&target.decode.component, target.decode.replicas),
+        dgd.serving(&target.prefill.component).unwrap_or(asked.0),
+        dgd.serving(&target.decode.component).unwrap_or(asked.1),
     )
 }
 

@@ -1,0 +1,582 @@
+//! The target of a PlannerPolicy: a `DynamoGraphDeployment` of either version NVIDIA's Dynamo
+//! operator serves, read as JSON into the few fields the planner needs.
+//!
+//! NVIDIA's operator serves `nvidia.com/v1beta1` (its storage version: `spec.components`, a list
+//! keyed by `name`, each with `type` and `replicas`) and `nvidia.com/v1alpha1` (`spec.services`,
+//! a map from the service name to its spec, with `componentType`, `subComponentType` and
+//! `replicas`), and converts between them with its webhook. This operator's own CRD serves
+//! v1beta1 only. [`TargetGraph`] reads either layout, decided by the data (`spec.components` or
+//! `spec.services`), not by the `apiVersion` it was read at, so that a cluster serving the two
+//! versions without conversion (the tests' CRD) is read right too; [`Shape::version`] is the
+//! version whose schema matches the data, which is where the connector writes.
+//!
+//! A component that declares `scalingAdapter` (v1beta1: the field is present, even as `{}`;
+//! v1alpha1: `scalingAdapter.enabled: true`) has its replicas owned by a
+//! `DynamoGraphDeploymentScalingAdapter` named [`adapter_name`]; see [`crate::connector::kubernetes`].
+
+use std::{collections::BTreeMap, fmt};
+
+use kube::core::{ApiResource, DynamicObject};
+use serde_json::Value;
+
+use planner_api::{ComponentType, DynamoGraphDeployment};
+
+/// API group of NVIDIA Dynamo's resources.
+pub const GROUP: &str = "nvidia.com";
+/// Kind of the graph.
+pub const KIND: &str = "DynamoGraphDeployment";
+/// Resource (plural) of the graph.
+pub const PLURAL: &str = "dynamographdeployments";
+/// Kind of the scaling adapter.
+pub const ADAPTER_KIND: &str = "DynamoGraphDeploymentScalingAdapter";
+/// Resource (plural) of the scaling adapter, which has a Scale subresource on `.spec.replicas`.
+pub const ADAPTER_PLURAL: &str = "dynamographdeploymentscalingadapters";
+/// Version the scaling adapter is served at.
+pub const ADAPTER_VERSION: &str = "v1beta1";
+/// Resource name of GPUs in pod templates.
+pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
+/// Name of the container that runs a component (v1beta1 `podTemplate`).
+const MAIN_CONTAINER: &str = planner_api::labels::MAIN_CONTAINER;
+
+/// How a graph lays out its components.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// `spec.components[]`, a list keyed by `name` (`nvidia.com/v1beta1`).
+    Components,
+    /// `spec.services`, a map from name to spec (`nvidia.com/v1alpha1`).
+    Services,
+}
+
+impl Shape {
+    /// The API version whose schema has this layout.
+    pub fn version(self) -> &'static str {
+        match self {
+            Self::Components => "v1beta1",
+            Self::Services => "v1alpha1",
+        }
+    }
+
+    /// The graph resource at [`Shape::version`].
+    pub fn api_resource(self) -> ApiResource {
+        graph_resource(self.version())
+    }
+
+    /// The field that holds the components, for messages.
+    pub fn field(self) -> &'static str {
+        match self {
+            Self::Components => "spec.components",
+            Self::Services => "spec.services",
+        }
+    }
+}
+
+/// The graph resource (`dynamographdeployments.nvidia.com`) at `version`.
+pub fn graph_resource(version: &str) -> ApiResource {
+    ApiResource {
+        group: GROUP.into(),
+        version: version.into(),
+        api_version: format!("{GROUP}/{version}"),
+        kind: KIND.into(),
+        plural: PLURAL.into(),
+    }
+}
+
+/// The scaling adapter resource (`dynamographdeploymentscalingadapters.nvidia.com/v1beta1`).
+pub fn adapter_resource() -> ApiResource {
+    ApiResource {
+        group: GROUP.into(),
+        version: ADAPTER_VERSION.into(),
+        api_version: format!("{GROUP}/{ADAPTER_VERSION}"),
+        kind: ADAPTER_KIND.into(),
+        plural: ADAPTER_PLURAL.into(),
+    }
+}
+
+/// Name of the scaling adapter NVIDIA's operator creates for a component:
+/// `<dgd>-<component in lower case>`.
+pub fn adapter_name(graph: &str, component: &str) -> String {
+    format!("{graph}-{}", component.to_lowercase())
+}
+
+/// One component (v1beta1) or service (v1alpha1) of the graph.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GraphComponent {
+    /// Its name: `spec.components[].name`, or the key in `spec.services`.
+    pub name: String,
+    /// Position in `spec.components` (in name order for `spec.services`).
+    pub index: usize,
+    /// Its role: `type` (v1beta1), or `subComponentType` when it is `prefill` or `decode`, else
+    /// `componentType` (v1alpha1). `None` when unset or not a role this operator knows.
+    pub kind: Option<ComponentType>,
+    /// Desired replicas, when set.
+    pub replicas: Option<i32>,
+    /// Whether a scaling adapter owns its replicas.
+    pub scaling_adapter: bool,
+    /// GPUs of one replica (1 when none is asked for); the error is the value that is not a
+    /// positive whole number.
+    pub gpus: Result<u32, String>,
+    /// The main container's command and arguments (where the model name is read from).
+    pub main_args: Vec<String>,
+}
+
+/// Replica counts NVIDIA's operator (or this one) reports for a component in
+/// `status.components`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ComponentCounts {
+    /// Replicas that exist.
+    pub replicas: Option<i32>,
+    /// Replicas that are ready (`readyReplicas`; upstream leaves it out for some workloads).
+    pub ready: Option<i32>,
+    /// Replicas that are available (`availableReplicas`; likewise optional upstream).
+    pub available: Option<i32>,
+}
+
+impl ComponentCounts {
+    /// Replicas serving: available when reported and non-zero, else ready.
+    pub fn serving(&self) -> Option<i32> {
+        match (self.available, self.ready) {
+            (Some(available), _) if available > 0 => Some(available),
+            (_, Some(ready)) => Some(ready),
+            (available, None) => available,
+        }
+    }
+}
+
+/// A DynamoGraphDeployment as the planner sees it, whichever version it was read at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetGraph {
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.namespace`.
+    pub namespace: String,
+    /// Layout of the spec.
+    pub shape: Shape,
+    /// The components, in `spec.components` order (by name for `spec.services`).
+    pub components: Vec<GraphComponent>,
+    /// `status.conditions[type=Ready].status == "True"`, when the condition is there.
+    pub ready: Option<bool>,
+    /// `status.components`, by component name.
+    pub status_components: BTreeMap<String, ComponentCounts>,
+}
+
+/// Why an object cannot be read as a DynamoGraphDeployment: the field and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {problem}")]
+pub struct ShapeError {
+    /// The field, as the API server names fields.
+    pub field: String,
+    /// What is wrong, and what is allowed.
+    pub problem: String,
+}
+
+fn shape_error(field: impl Into<String>, problem: impl Into<String>) -> ShapeError {
+    ShapeError {
+        field: field.into(),
+        problem: problem.into(),
+    }
+}
+
+impl TargetGraph {
+    /// Reads an object of either version.
+    pub fn from_object(object: &DynamicObject) -> Result<Self, ShapeError> {
+        let name = object.metadata.name.clone().unwrap_or_default();
+        let namespace = object.metadata.namespace.clone().unwrap_or_default();
+        Self::from_parts(name, namespace, &object.data)
+    }
+
+    /// Reads a whole object (`metadata`, `spec`, `status`) given as JSON.
+    pub fn from_value(value: &Value) -> Result<Self, ShapeError> {
+        let text = |pointer: &str| {
+            value
+                .pointer(pointer)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
+        Self::from_parts(text("/metadata/name"), text("/metadata/namespace"), value)
+    }
+
+    fn from_parts(name: String, namespace: String, data: &Value) -> Result<Self, ShapeError> {
+        let spec = data.get("spec").unwrap_or(&Value::Null);
+        let (shape, components) = match (spec.get("components"), spec.get("services")) {
+            (Some(Value::Array(list)), _) => (Shape::Components, components_of_list(list)?),
+            (_, Some(Value::Object(map))) => (Shape::Services, components_of_map(map)?),
+            (Some(other), _) => {
+                return Err(shape_error(
+                    "spec.components",
+                    format!(
+                        "{} is not a list; allowed: a list of components (nvidia.com/v1beta1)",
+                        kind_of(other)
+                    ),
+                ));
+            }
+            (None, Some(other)) => {
+                return Err(shape_error(
+                    "spec.services",
+                    format!(
+                        "{} is not a map; allowed: a map of service name to spec (nvidia.com/v1alpha1)",
+                        kind_of(other)
+                    ),
+                ));
+            }
+            (None, None) => {
+                return Err(shape_error(
+                    "spec",
+                    "has neither components (a list, nvidia.com/v1beta1) nor services (a map, nvidia.com/v1alpha1)",
+                ));
+            }
+        };
+        let status = data.get("status").unwrap_or(&Value::Null);
+        let ready = status
+            .get("conditions")
+            .and_then(Value::as_array)
+            .and_then(|conditions| {
+                conditions
+                    .iter()
+                    .find(|c| c.get("type") == Some(&Value::from("Ready")))
+            })
+            .map(|c| c.get("status") == Some(&Value::from("True")));
+        let status_components = status
+            .get("components")
+            .and_then(Value::as_object)
+            .map(|map| {
+                map.iter()
+                    .map(|(name, counts)| {
+                        let count = |field: &str| {
+                            counts
+                                .get(field)
+                                .and_then(Value::as_i64)
+                                .and_then(|n| i32::try_from(n).ok())
+                        };
+                        (
+                            name.clone(),
+                            ComponentCounts {
+                                replicas: count("replicas"),
+                                ready: count("readyReplicas"),
+                                available: count("availableReplicas"),
+                            },
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(Self {
+            name,
+            namespace,
+            shape,
+            components,
+            ready,
+            status_components,
+        })
+    }
+
+    /// The component named `name`.
+    pub fn component(&self, name: &str) -> Option<&GraphComponent> {
+        self.components.iter().find(|c| c.name == name)
+    }
+
+    /// Replicas of `component` serving, from `status.components`; `None` when not reported.
+    pub fn serving(&self, component: &str) -> Option<u32> {
+        self.status_components
+            .get(component)
+            .and_then(ComponentCounts::serving)
+            .map(|n| u32::try_from(n).unwrap_or(0))
+    }
+}
+
+impl TryFrom<&DynamoGraphDeployment> for TargetGraph {
+    type Error = ShapeError;
+
+    /// Reads this operator's typed DGD (v1beta1) through the same path as a served object.
+    fn try_from(dgd: &DynamoGraphDeployment) -> Result<Self, ShapeError> {
+        let value = serde_json::to_value(dgd).map_err(|e| shape_error("metadata", e.to_string()))?;
+        Self::from_value(&value)
+    }
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a map",
+    }
+}
+
+fn component_type(text: &str) -> Option<ComponentType> {
+    Some(match text {
+        "frontend" => ComponentType::Frontend,
+        "worker" => ComponentType::Worker,
+        "prefill" => ComponentType::Prefill,
+        "decode" => ComponentType::Decode,
+        "planner" => ComponentType::Planner,
+        "epp" => ComponentType::Epp,
+        _ => return None,
+    })
+}
+
+/// `replicas` of a component: absent, or an integer from 0 to 2^31 - 1.
+fn replicas(field: &str, value: Option<&Value>) -> Result<Option<i32>, ShapeError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(number) => number
+            .as_i64()
+            .and_then(|n| i32::try_from(n).ok())
+            .filter(|n| *n >= 0)
+            .map(Some)
+            .ok_or_else(|| {
+                shape_error(
+                    field,
+                    format!("{number} is not allowed; allowed: an integer >= 0"),
+                )
+            }),
+    }
+}
+
+fn strings(value: Option<&Value>) -> Vec<String> {
+    value
+        .and_then(Value::as_array)
+        .map(|list| list.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+        .unwrap_or_default()
+}
+
+/// The command and arguments of a container given as JSON.
+fn container_args(container: &Value) -> Vec<String> {
+    let mut args = strings(container.get("command"));
+    args.extend(strings(container.get("args")));
+    args
+}
+
+/// A resource quantity as text (the API server may hand back a number for an integer quantity).
+fn quantity(value: &Value) -> Option<String> {
+    match value {
+        Value::String(text) => Some(text.clone()),
+        Value::Number(number) => Some(number.to_string()),
+        _ => None,
+    }
+}
+
+/// GPUs of one replica from a quantity: a whole number, 1 or more.
+pub fn parse_gpus(quantity: &str) -> Result<u32, String> {
+    quantity
+        .trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|gpus| *gpus > 0)
+        .ok_or_else(|| quantity.to_string())
+}
+
+/// GPUs from a Kubernetes container's `resources`: the `nvidia.com/gpu` limit, then request.
+fn container_gpus(container: &Value) -> Option<String> {
+    let resources = container.get("resources")?;
+    ["limits", "requests"]
+        .iter()
+        .find_map(|kind| resources.get(kind)?.get(GPU_RESOURCE).and_then(quantity))
+}
+
+fn components_of_list(list: &[Value]) -> Result<Vec<GraphComponent>, ShapeError> {
+    list.iter()
+        .enumerate()
+        .map(|(index, component)| {
+            let field = |name: &str| format!("spec.components[{index}].{name}");
+            let name = component
+                .get("name")
+                .and_then(Value::as_str)
+                .filter(|n| !n.is_empty())
+                .ok_or_else(|| shape_error(field("name"), "missing; allowed: the component's name"))?
+                .to_string();
+            let main = component
+                .pointer("/podTemplate/spec/containers")
+                .and_then(Value::as_array)
+                .and_then(|containers| {
+                    containers
+                        .iter()
+                        .find(|c| c.get("name") == Some(&Value::from(MAIN_CONTAINER)))
+                });
+            Ok(GraphComponent {
+                kind: component
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .and_then(component_type),
+                replicas: replicas(&field("replicas"), component.get("replicas"))?,
+                // v1beta1: the field's presence opts in, even as `{}`.
+                scaling_adapter: component.get("scalingAdapter").is_some_and(|a| !a.is_null()),
+                gpus: main.and_then(container_gpus).map_or(Ok(1), |q| parse_gpus(&q)),
+                main_args: main.map(container_args).unwrap_or_default(),
+                name,
+                index,
+            })
+        })
+        .collect()
+}
+
+fn components_of_map(map: &serde_json::Map<String, Value>) -> Result<Vec<GraphComponent>, ShapeError> {
+    map.iter()
+        .enumerate()
+        .map(|(index, (name, service))| {
+            let field = |path: &str| format!("spec.services.{name}.{path}");
+            let text = |key: &str| service.get(key).and_then(Value::as_str);
+            let kind = text("subComponentType")
+                .and_then(component_type)
+                .filter(|k| matches!(k, ComponentType::Prefill | ComponentType::Decode))
+                .or_else(|| text("componentType").and_then(component_type));
+            // v1alpha1: `resources.limits.gpu` (then requests), or the main container's
+            // `nvidia.com/gpu` in `extraPodSpec.mainContainer`.
+            let main = service.pointer("/extraPodSpec/mainContainer");
+            let gpus = ["/resources/limits/gpu", "/resources/requests/gpu"]
+                .iter()
+                .find_map(|pointer| service.pointer(pointer).and_then(quantity))
+                .or_else(|| main.and_then(container_gpus));
+            Ok(GraphComponent {
+                name: name.clone(),
+                index,
+                kind,
+                replicas: replicas(&field("replicas"), service.get("replicas"))?,
+                scaling_adapter: service.pointer("/scalingAdapter/enabled") == Some(&Value::Bool(true)),
+                gpus: gpus.map_or(Ok(1), |q| parse_gpus(&q)),
+                main_args: main.map(container_args).unwrap_or_default(),
+            })
+        })
+        .collect()
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{GROUP}/{}", self.version())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn sample() -> DynamoGraphDeployment {
+        serde_yaml::from_str(include_str!("../../config/samples/dgd-disagg.yaml")).unwrap()
+    }
+
+    #[test]
+    fn v1beta1_components_are_read_in_order() {
+        let graph = TargetGraph::try_from(&sample()).unwrap();
+        assert_eq!(graph.shape, Shape::Components);
+        assert_eq!(graph.name, "llama-disagg");
+        let names: Vec<(&str, Option<ComponentType>, usize)> = graph
+            .components
+            .iter()
+            .map(|c| (c.name.as_str(), c.kind, c.index))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("frontend", Some(ComponentType::Frontend), 0),
+                ("prefill", Some(ComponentType::Prefill), 1),
+                ("decode", Some(ComponentType::Decode), 2),
+            ]
+        );
+        let decode = graph.component("decode").unwrap();
+        assert_eq!(decode.replicas, Some(1));
+        assert_eq!(decode.gpus, Ok(1));
+        assert!(!decode.scaling_adapter);
+        assert!(decode.main_args.contains(&"--served-model-name".to_string()));
+        assert_eq!(graph.ready, None);
+    }
+
+    #[test]
+    fn v1alpha1_services_map_and_nvidia_status() {
+        let graph = TargetGraph::from_value(&json!({
+            "apiVersion": "nvidia.com/v1alpha1",
+            "kind": "DynamoGraphDeployment",
+            "metadata": {"name": "g", "namespace": "ns"},
+            "spec": {"services": {
+                "Frontend": {"componentType": "frontend", "replicas": 1},
+                "VllmPrefillWorker": {
+                    "componentType": "worker", "subComponentType": "prefill", "replicas": 2,
+                    "resources": {"limits": {"gpu": "2"}},
+                    "scalingAdapter": {"enabled": true},
+                    "extraPodSpec": {"mainContainer": {"args": ["--model", "m"]}}
+                },
+                "VllmDecodeWorker": {
+                    "componentType": "worker", "subComponentType": "decode",
+                    "scalingAdapter": {},
+                    "extraPodSpec": {"mainContainer": {"resources": {"limits": {"nvidia.com/gpu": 4}}}}
+                }
+            }},
+            "status": {
+                "state": "successful",
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "components": {"VllmPrefillWorker": {"componentKind": "PodClique", "replicas": 2, "updatedReplicas": 2, "readyReplicas": 1}}
+            }
+        }))
+        .unwrap();
+        assert_eq!(graph.shape, Shape::Services);
+        assert_eq!(graph.shape.version(), "v1alpha1");
+        let prefill = graph.component("VllmPrefillWorker").unwrap();
+        assert_eq!(prefill.kind, Some(ComponentType::Prefill));
+        assert_eq!(prefill.replicas, Some(2));
+        assert_eq!(prefill.gpus, Ok(2));
+        assert!(prefill.scaling_adapter);
+        assert_eq!(prefill.main_args, ["--model", "m"]);
+        let decode = graph.component("VllmDecodeWorker").unwrap();
+        assert_eq!(decode.kind, Some(ComponentType::Decode));
+        assert_eq!(decode.replicas, None);
+        assert_eq!(decode.gpus, Ok(4));
+        // v1alpha1's adapter is off unless enabled: true.
+        assert!(!decode.scaling_adapter);
+        assert_eq!(graph.ready, Some(true));
+        assert_eq!(graph.serving("VllmPrefillWorker"), Some(1));
+        assert_eq!(graph.serving("VllmDecodeWorker"), None);
+        assert_eq!(adapter_name(&graph.name, &prefill.name), "g-vllmprefillworker");
+    }
+
+    #[test]
+    fn v1beta1_scaling_adapter_is_a_marker() {
+        let mut value = serde_json::to_value(sample()).unwrap();
+        value["spec"]["components"][1]["scalingAdapter"] = json!({});
+        let graph = TargetGraph::from_value(&value).unwrap();
+        assert!(graph.component("prefill").unwrap().scaling_adapter);
+        assert!(!graph.component("decode").unwrap().scaling_adapter);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let error = TargetGraph::from_value(&json!({"spec": {}})).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "spec: has neither components (a list, nvidia.com/v1beta1) nor services (a map, nvidia.com/v1alpha1)"
+        );
+        let error =
+            TargetGraph::from_value(&json!({"spec": {"components": [{"name": "a", "replicas": -1}]}}))
+                .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "spec.components[0].replicas: -1 is not allowed; allowed: an integer >= 0"
+        );
+        let error = TargetGraph::from_value(&json!({"spec": {"services": []}})).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .starts_with("spec.services: a list is not a map")
+        );
+        let error =
+            TargetGraph::from_value(&json!({"spec": {"components": [{"type": "decode"}]}})).unwrap_err();
+        assert_eq!(error.field, "spec.components[0].name");
+    }
+
+    #[test]
+    fn counts_prefer_available_then_ready() {
+        let counts = |ready, available| ComponentCounts {
+            replicas: Some(3),
+            ready,
+            available,
+        };
+        assert_eq!(counts(Some(2), Some(3)).serving(), Some(3));
+        assert_eq!(counts(Some(2), Some(0)).serving(), Some(2));
+        assert_eq!(counts(None, Some(0)).serving(), Some(0));
+        assert_eq!(counts(None, None).serving(), None);
+        assert_eq!(parse_gpus("2"), Ok(2));
+        assert_eq!(parse_gpus("0"), Err("0".into()));
+        assert_eq!(parse_gpus("half"), Err("half".into()));
+    }
+}
