@@ -298,12 +298,18 @@ mod tests {
             .await;
         let message = slow.err().map(|e| e.to_string()).unwrap_or_default();
         assert!(message.contains("took longer than 100ms"), "{message}");
-        assert!(!slow_done.load(Ordering::SeqCst), "the timeout came before the build ended");
+        assert!(
+            !slow_done.load(Ordering::SeqCst),
+            "the timeout came before the build ended"
+        );
 
         let done = Arc::clone(&slow_done);
         let next = cache
             .cached("next".into(), move || {
-                Err(format!("started after the slow build ended: {}", done.load(Ordering::SeqCst)))
+                Err(format!(
+                    "started after the slow build ended: {}",
+                    done.load(Ordering::SeqCst)
+                ))
             })
             .await;
         assert_eq!(
