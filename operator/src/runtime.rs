@@ -41,11 +41,7 @@ use k8s_openapi::{
 use kube::{
     Api, Client, ResourceExt,
     api::ListParams,
-    runtime::{
-        WatchStreamExt,
-        events::{Recorder, Reporter},
-        reflector, watcher,
-    },
+    runtime::{WatchStreamExt, events::Reporter, reflector, watcher},
 };
 use tokio::{sync::watch, time::Instant};
 use tracing::{debug, error, info, warn};
@@ -661,7 +657,7 @@ async fn run_controllers(
     metrics: Arc<OperatorMetrics>,
     stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let recorder = Recorder::new(
+    let recorder = crate::controller::common::Events::new(
         client.clone(),
         Reporter {
             controller: "planner-operator".into(),

@@ -2,7 +2,14 @@
 //! span, metrics), status writes with server-side apply, Events, and "one namespace or all"
 //! API handles.
 
-use std::{error::Error as StdError, fmt::Debug, sync::Arc};
+use std::{
+    collections::HashMap,
+    error::Error as StdError,
+    fmt::Debug,
+    hash::{DefaultHasher, Hash, Hasher},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
 
 use kube::{
     Api, Client, Resource, ResourceExt,
@@ -10,7 +17,7 @@ use kube::{
     core::{DeserializeGuard, NamespaceResourceScope, ObjectMeta},
     runtime::{
         controller::Action,
-        events::{Event, EventType, Recorder},
+        events::{Event, EventType, Recorder, Reporter},
     },
 };
 use serde::de::DeserializeOwned;
@@ -150,37 +157,131 @@ where
     Ok(())
 }
 
+/// Publishes Events the way client-go's events library does: a repeat of the same note about the
+/// same object is counted in that Event's series, and a different note is a new Event.
+/// kube-runtime's `Recorder` keys its series without the note, so on its own a changed note
+/// (`prefill 1 -> 6`, then `prefill 6 -> 3`) would be counted into the first Event and never
+/// shown; here each (object, reason, action, type) keeps a `Recorder` for its current note, and a
+/// new note gets a fresh one.
+#[derive(Clone)]
+pub struct Events {
+    client: Client,
+    reporter: Reporter,
+    recorders: Arc<Mutex<HashMap<EventSlot, Slot>>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct EventSlot {
+    kind: Option<String>,
+    namespace: Option<String>,
+    name: Option<String>,
+    uid: Option<String>,
+    reason: String,
+    action: String,
+    warning: bool,
+}
+
+struct Slot {
+    note: u64,
+    /// Recorders this slot has had (one per note change).
+    generation: u64,
+    used: Instant,
+    recorder: Recorder,
+}
+
+/// A slot unused this long is forgotten (kube-runtime forgets a series after six minutes).
+const EVENT_SLOT_IDLE: Duration = Duration::from_secs(600);
+
+impl Events {
+    /// Events reported by `reporter`.
+    pub fn new(client: Client, reporter: Reporter) -> Self {
+        Self {
+            client,
+            reporter,
+            recorders: Arc::default(),
+        }
+    }
+
+    /// The recorder for this note in its slot: the slot's own when the note is the one it last
+    /// published, else a fresh one (a new Event).
+    fn recorder(&self, slot: EventSlot, note: &str) -> Recorder {
+        let mut hasher = DefaultHasher::new();
+        note.hash(&mut hasher);
+        let note = hasher.finish();
+        let now = Instant::now();
+        let fresh = || Recorder::new(self.client.clone(), self.reporter.clone());
+        let Ok(mut recorders) = self.recorders.lock() else {
+            return fresh();
+        };
+        recorders.retain(|_, slot| now.duration_since(slot.used) < EVENT_SLOT_IDLE);
+        let entry = recorders.entry(slot).or_insert_with(|| Slot {
+            note,
+            generation: 0,
+            used: now,
+            recorder: fresh(),
+        });
+        if entry.note != note {
+            entry.note = note;
+            entry.generation += 1;
+            entry.recorder = fresh();
+        }
+        entry.used = now;
+        entry.recorder.clone()
+    }
+
+    /// The generation of every slot (for tests).
+    #[cfg(test)]
+    fn generations(&self) -> Vec<u64> {
+        let recorders = self
+            .recorders
+            .lock()
+            .map(|r| r.values().map(|s| s.generation).collect());
+        recorders.unwrap_or_default()
+    }
+}
+
 /// Publishes an Event about `object`; a failure is logged, never fatal.
-pub async fn publish<K>(
-    recorder: &Recorder,
-    object: &K,
-    type_: EventType,
-    reason: &str,
-    action: &str,
-    note: &str,
-) where
+pub async fn publish<K>(events: &Events, object: &K, type_: EventType, reason: &str, action: &str, note: &str)
+where
     K: Resource<DynamicType = ()>,
 {
-    publish_to(recorder, &object.object_ref(&()), type_, reason, action, note).await;
+    publish_to(events, &object.object_ref(&()), type_, reason, action, note).await;
 }
 
 /// Publishes an Event about the object `reference` names.
 pub async fn publish_to(
-    recorder: &Recorder,
+    events: &Events,
     reference: &k8s_openapi::api::core::v1::ObjectReference,
     type_: EventType,
     reason: &str,
     action: &str,
     note: &str,
 ) {
+    let note = truncate(note, MAX_NOTE);
+    // The object, not one version of it: a series spans the object's updates.
+    let reference = k8s_openapi::api::core::v1::ObjectReference {
+        resource_version: None,
+        field_path: None,
+        ..reference.clone()
+    };
+    let slot = EventSlot {
+        kind: reference.kind.clone(),
+        namespace: reference.namespace.clone(),
+        name: reference.name.clone(),
+        uid: reference.uid.clone(),
+        reason: reason.into(),
+        action: action.into(),
+        warning: type_ == EventType::Warning,
+    };
+    let recorder = events.recorder(slot, &note);
     let event = Event {
         type_,
         reason: reason.into(),
-        note: Some(truncate(note, MAX_NOTE)),
+        note: Some(note),
         action: action.into(),
         secondary: None,
     };
-    if let Err(error) = recorder.publish(&event, reference).await {
+    if let Err(error) = recorder.publish(&event, &reference).await {
         warn!(error = %chain(&error), reason, "cannot publish an Event");
     }
 }
@@ -224,6 +325,40 @@ mod tests {
     #[derive(Debug, thiserror::Error)]
     #[error("inner")]
     struct Inner;
+
+    /// A repeated note keeps its slot's recorder (one Event, its series counting); a new note
+    /// gets a fresh one (a new Event); other objects and reasons have slots of their own.
+    #[tokio::test]
+    async fn a_new_note_is_a_new_event_and_a_repeat_is_counted() {
+        #[allow(clippy::unwrap_used)]
+        let client = Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap();
+        let events = Events::new(
+            client,
+            Reporter {
+                controller: "test".into(),
+                instance: None,
+            },
+        );
+        let slot = |name: &str, reason: &str| EventSlot {
+            kind: Some("PlannerPolicy".into()),
+            namespace: Some("ns".into()),
+            name: Some(name.into()),
+            uid: Some(format!("uid-{name}")),
+            reason: reason.into(),
+            action: "Scale".into(),
+            warning: false,
+        };
+        events.recorder(slot("a", "Scaled"), "prefill 1 -> 6");
+        events.recorder(slot("a", "Scaled"), "prefill 1 -> 6");
+        assert_eq!(events.generations(), vec![0]);
+        events.recorder(slot("a", "Scaled"), "prefill 6 -> 3");
+        assert_eq!(events.generations(), vec![1]);
+        events.recorder(slot("a", "ScalingLimited"), "prefill 6 -> 3");
+        events.recorder(slot("b", "Scaled"), "prefill 6 -> 3");
+        let mut generations = events.generations();
+        generations.sort_unstable();
+        assert_eq!(generations, vec![0, 0, 1]);
+    }
 
     #[test]
     fn chains_read_outer_to_inner_once() {

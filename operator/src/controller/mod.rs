@@ -5,10 +5,7 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::{apps::v1::Deployment, core::v1::Pod};
-use kube::{
-    Client,
-    runtime::{events::Recorder, reflector::Store},
-};
+use kube::{Client, runtime::reflector::Store};
 
 use crate::{lookup, metrics::operator::OperatorMetrics};
 
@@ -25,7 +22,7 @@ pub struct Context {
     /// API client.
     pub client: Client,
     /// Event publisher.
-    pub recorder: Recorder,
+    pub recorder: common::Events,
     /// Operator metrics.
     pub metrics: Arc<OperatorMetrics>,
     /// Cache of the Deployments this operator renders (trimmed to metadata and status).
