@@ -8,7 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")"
 source ./env.sh
 
+local_cluster=0
 if [[ -z "${KUBECONFIG:-}" ]]; then
+  local_cluster=1
   [[ -f "$RUN_DIR/admin.kubeconfig" ]] ||
     fail "KUBECONFIG is not set and no local cluster runs: \`make cluster-up\` first, or point KUBECONFIG at a test cluster"
   export KUBECONFIG="$RUN_DIR/admin.kubeconfig"
@@ -48,3 +50,9 @@ if [[ $# -eq 0 ]]; then
     dynamo_operator::a_cluster_topology_binding_is_read_and_named
 fi
 "${CARGO:-cargo}" test -p e2e --features e2e --locked --test e2e -- "$@"
+if [[ $# -eq 0 && $local_cluster -eq 1 ]]; then
+  # Kills and restarts the local cluster's kube-apiserver (a process of `make cluster-up`): last,
+  # and only on that cluster.
+  "${CARGO:-cargo}" test -p e2e --features e2e --locked --test e2e -- --ignored --exact \
+    faults::an_apiserver_restart_resumes_the_watches_and_repeats_nothing
+fi

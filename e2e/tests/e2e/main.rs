@@ -13,6 +13,7 @@ mod dgd;
 mod dgd_ownership;
 mod dynamo_operator;
 mod fake_prometheus;
+mod faults;
 mod leader_freeze;
 mod operator;
 mod policy_rules;

@@ -87,7 +87,7 @@ async fn check_rejections(ns: &TestNamespace, fixtures: &[Fixture]) -> Vec<Strin
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_webhook_rejects_seed_004_and_planner_policy_violations() -> Result<()> {
+async fn the_webhook_rejects_topology_and_planner_policy_violations() -> Result<()> {
     in_namespace("webhook", |ns| async move {
         install_crds(&ns.client).await?;
         let topology_name = format!("{}-topology", ns.name);

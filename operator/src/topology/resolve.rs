@@ -680,7 +680,7 @@ mod tests {
     }
 
     #[test]
-    fn seed_004_admission_table() {
+    fn topology_admission_table() {
         let spec = sample();
         let grove_absent = resolve(&spec, |_| ClusterTopologyLookup::GroveNotInstalled).unwrap_err();
         assert_eq!(grove_absent.reason(), "GroveNotInstalled");
