@@ -54,6 +54,7 @@ use crate::{
     metrics::operator::OperatorMetrics,
     telemetry::{self, LogFormat},
     topology::EnvContract,
+    validation::{PrometheusUrlPolicy, Tenancy},
     webhook::{self, WebhookSettings, certs::CertSettings, tls::CertResolver},
 };
 use planner_api::labels::LABEL_GRAPH;
@@ -146,6 +147,62 @@ pub struct RunArgs {
     /// e.g. 127.0.0.1 when the API server calls the webhook by URL.
     #[arg(long = "webhook-host", env = "WEBHOOK_HOSTS", value_delimiter = ',')]
     pub webhook_hosts: Vec<String>,
+    /// Dynamo namespaces PlannerPolicies may name besides their target graph's own
+    /// (`<namespace>-<dgd>`), in spec.metrics.dynamoNamespace and the virtual connector's
+    /// spec.connector.dynamoNamespace (comma-separated or repeated): `<namespace>/<dynamo
+    /// namespace>` allows it to policies in that namespace, `*/<dynamo namespace>` to all, `*`
+    /// allows any (single-tenant clusters).
+    #[arg(long, env = "ALLOWED_DYNAMO_NAMESPACES", value_delimiter = ',', value_parser = dynamo_namespace_allowance)]
+    pub allowed_dynamo_namespaces: Vec<String>,
+    /// Which Prometheus URLs PlannerPolicies may name in spec.metrics.prometheus.url: `any`,
+    /// `default-only` (only --prometheus-url) or `allow-list` (--prometheus-url and
+    /// --allowed-prometheus-url).
+    #[arg(long, env = "PROMETHEUS_URL_POLICY", value_enum, default_value = "any")]
+    pub prometheus_url_policy: PrometheusUrlPolicy,
+    /// Prometheus URLs allowed with --prometheus-url-policy=allow-list (comma-separated or
+    /// repeated; compared whole, trailing slashes aside).
+    #[arg(
+        long = "allowed-prometheus-url",
+        env = "ALLOWED_PROMETHEUS_URLS",
+        value_delimiter = ','
+    )]
+    pub allowed_prometheus_urls: Vec<String>,
+    /// etcd endpoints the virtual connector may write to (comma-separated or repeated; default:
+    /// any).
+    #[arg(
+        long = "allowed-etcd-endpoint",
+        env = "ALLOWED_ETCD_ENDPOINTS",
+        value_delimiter = ','
+    )]
+    pub allowed_etcd_endpoints: Vec<String>,
+}
+
+/// An entry of --allowed-dynamo-namespaces: `*`, `*/<name>` or `<namespace>/<name>`.
+fn dynamo_namespace_allowance(entry: &str) -> Result<String, String> {
+    let valid = entry == "*"
+        || entry
+            .split_once('/')
+            .is_some_and(|(ns, name)| !ns.is_empty() && !name.is_empty() && !name.contains('/'));
+    if valid {
+        Ok(entry.to_string())
+    } else {
+        Err(format!(
+            "{entry:?}: allowed: * (any), */<dynamo namespace> (every policy) or <namespace>/<dynamo namespace>"
+        ))
+    }
+}
+
+impl RunArgs {
+    /// What PlannerPolicies may name, from the tenancy flags.
+    pub fn tenancy(&self) -> Tenancy {
+        Tenancy {
+            dynamo_namespaces: self.allowed_dynamo_namespaces.clone(),
+            prometheus: self.prometheus_url_policy,
+            default_prometheus_url: self.prometheus_url.clone(),
+            prometheus_urls: self.allowed_prometheus_urls.clone(),
+            etcd_endpoints: self.allowed_etcd_endpoints.clone(),
+        }
+    }
 }
 
 /// Why the operator could not start or stopped.
@@ -425,6 +482,7 @@ pub async fn run_until(
                     .unwrap_or_else(|| lease_namespace.clone()),
                 extra_hosts: args.webhook_hosts.clone(),
             },
+            tenancy: args.tenancy(),
         };
         Some(
             webhook::start(
@@ -678,10 +736,10 @@ async fn run_controllers(
             dgd_selection: args.dgd_selection,
             topology_env: args.topology_env,
         });
-        let planner_ctx = Arc::new(controller::planner_policy::PlannerContext::new(
-            ctx,
-            args.prometheus_url.clone(),
-        ));
+        let planner_ctx = Arc::new(
+            controller::planner_policy::PlannerContext::new(ctx, args.prometheus_url.clone())
+                .with_tenancy(args.tenancy()),
+        );
         controller::planner_policy::run(planner_ctx, args.namespace.clone(), stop).await;
         return;
     }
@@ -752,10 +810,10 @@ async fn run_controllers(
             Vec::new()
         }
     };
-    let planner_ctx = Arc::new(controller::planner_policy::PlannerContext::new(
-        Arc::clone(&ctx),
-        args.prometheus_url.clone(),
-    ));
+    let planner_ctx = Arc::new(
+        controller::planner_policy::PlannerContext::new(Arc::clone(&ctx), args.prometheus_url.clone())
+            .with_tenancy(args.tenancy()),
+    );
     let controllers = futures::future::join3(
         controller::dgd::run(
             Arc::clone(&ctx),

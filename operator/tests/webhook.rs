@@ -28,6 +28,7 @@ use planner_operator::{
     lookup::TargetLookup,
     target::TargetGraph,
     topology::ClusterTopologyLookup,
+    validation::{PrometheusUrlPolicy, Tenancy},
     webhook::{
         Admission, Lookups,
         admission::{DGD_PATH, PLANNER_POLICY_PATH},
@@ -279,6 +280,98 @@ async fn samples_and_valid_fixtures_are_allowed() {
             message(&response)
         );
     }
+}
+
+#[tokio::test]
+async fn the_admins_allowances_admit_what_the_default_denies() {
+    let admit_with = async |tenancy: Tenancy, fixture: &str| {
+        let object = load_yaml(&repo_root().join("operator/tests/fixtures/webhook").join(fixture));
+        let app = router(Arc::new(Admission::new(world(), None).with_tenancy(tenancy)));
+        let body = serde_json::to_vec(&review(&object, None)).unwrap();
+        let (status, review) = post(app, PLANNER_POLICY_PATH, body).await;
+        assert_eq!(status, StatusCode::OK, "{review}");
+        review["response"].clone()
+    };
+    let fixtures = [
+        "ppol-foreign-dynamo-namespace.yaml",
+        "ppol-foreign-decision-keys.yaml",
+    ];
+    for fixture in fixtures {
+        let denied = admit_with(Tenancy::default(), fixture).await;
+        assert_eq!(denied["allowed"], false, "{fixture}");
+    }
+    // Allowed to this namespace only: another namespace is still denied.
+    let elsewhere = Tenancy {
+        dynamo_namespaces: vec!["other/team-b-llama".into(), "other/dynamo".into()],
+        ..Tenancy::default()
+    };
+    let here = Tenancy {
+        dynamo_namespaces: vec![format!("{NAMESPACE}/team-b-llama"), "*/dynamo".into()],
+        ..Tenancy::default()
+    };
+    for fixture in fixtures {
+        assert_eq!(
+            admit_with(elsewhere.clone(), fixture).await["allowed"],
+            false,
+            "{fixture}"
+        );
+        let allowed = admit_with(here.clone(), fixture).await;
+        assert_eq!(allowed["allowed"], true, "{fixture}: {}", message(&allowed));
+    }
+    // Prometheus limited to the operator's default.
+    let mut policy: Value = sample("plannerpolicy-sla.yaml");
+    policy["spec"]["metrics"]["prometheus"] = json!({"url": "http://user:pw@elsewhere:9090/"});
+    let default_only = Tenancy {
+        prometheus: PrometheusUrlPolicy::DefaultOnly,
+        default_prometheus_url: "http://prometheus.monitoring:9090".into(),
+        ..Tenancy::default()
+    };
+    let app = router(Arc::new(Admission::new(world(), None).with_tenancy(default_only)));
+    let (_, review) = post(
+        app,
+        PLANNER_POLICY_PATH,
+        serde_json::to_vec(&review(&policy, None)).unwrap(),
+    )
+    .await;
+    let text = message(&review["response"]).to_string();
+    assert_eq!(review["response"]["allowed"], false);
+    assert!(
+        text.contains("spec.metrics.prometheus.url: \"http://***@elsewhere:9090/\" is not allowed"),
+        "{text}"
+    );
+    assert!(!text.contains("pw"), "{text}");
+}
+
+#[tokio::test]
+async fn a_budget_below_the_minimums_is_allowed_to_scale_to_zero_only_with_a_warning() {
+    let fixture = repo_root().join("operator/tests/fixtures/webhook/ppol-gpu-budget-below-minimums.yaml");
+    let mut policy = load_yaml(&fixture);
+    policy["spec"]["bounds"]["allowScaleToZero"] = json!(true);
+    let response = admit(world(), &policy, None).await;
+    assert_eq!(response["allowed"], true, "{}", message(&response));
+    let warnings = response["warnings"].as_array().cloned().unwrap_or_default();
+    assert_eq!(warnings.len(), 1, "{response}");
+    assert!(
+        warnings[0]
+            .as_str()
+            .unwrap_or_default()
+            .contains("scales both pools to zero"),
+        "{warnings:?}"
+    );
+    // Raising the minimum on an update is checked again, though the target did not change.
+    let valid: Value = sample("plannerpolicy-sla.yaml");
+    let mut raised = valid.clone();
+    raised["spec"]["bounds"] = json!({"minReplicas": 5, "maxGpuBudget": 8});
+    let response = admit(world(), &raised, Some(&valid)).await;
+    assert_eq!(response["allowed"], false);
+    assert!(
+        message(&response).contains("allowed: at least 10"),
+        "{}",
+        message(&response)
+    );
+    // Observe mode never scales: no budget rule.
+    raised["spec"]["mode"] = json!("observe");
+    assert_eq!(admit(world(), &raised, None).await["allowed"], true);
 }
 
 #[tokio::test]

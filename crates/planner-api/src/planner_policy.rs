@@ -624,7 +624,8 @@ pub struct MetricsSource {
     #[schemars(length(min = 1))]
     pub model_name: Option<String>,
     /// Dynamo namespace in the metrics' `dynamo_namespace` label. Default
-    /// `<namespace>-<dgd name>`, as the Dynamo operator sets it.
+    /// `<namespace>-<dgd name>`, as the Dynamo operator sets it; another needs the cluster
+    /// admin's allowance (the operator's `--allowed-dynamo-namespaces`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
     pub dynamo_namespace: Option<String>,
@@ -635,7 +636,8 @@ pub struct MetricsSource {
 #[serde(rename_all = "camelCase")]
 pub struct PrometheusSource {
     /// Base URL of the Prometheus HTTP API, e.g. `http://prometheus.monitoring:9090`. Default:
-    /// the operator's `--prometheus-url` (set by the Helm chart).
+    /// the operator's `--prometheus-url` (set by the Helm chart). The cluster admin may limit
+    /// the URLs policies can name (`--prometheus-url-policy`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^https?://[^\s]+$"))]
     pub url: Option<String>,
@@ -657,8 +659,9 @@ pub struct Connector {
     /// etcd the `virtual` connector writes decisions to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd: Option<EtcdSource>,
-    /// Dynamo namespace the decision keys live under (`/<dynamoNamespace>/planner/...`).
-    /// Default: `spec.metrics.dynamoNamespace`, else `<namespace>-<dgd name>`.
+    /// Dynamo namespace the decision keys live under (`v1/<dynamoNamespace>/planner/...`).
+    /// Default: `spec.metrics.dynamoNamespace`, else `<namespace>-<dgd name>`; another needs the
+    /// cluster admin's allowance (the operator's `--allowed-dynamo-namespaces`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
     pub dynamo_namespace: Option<String>,

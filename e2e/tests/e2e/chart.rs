@@ -433,6 +433,40 @@ async fn the_rendered_rbac_grants_exactly_the_api_calls_of_the_code() -> Result<
 }
 
 #[tokio::test]
+async fn tenancy_values_reach_the_operators_flags() -> Result<()> {
+    let defaults = run_args(&template(RELEASE, NAMESPACE, &[]).await?)?.tenancy();
+    assert_eq!(
+        defaults,
+        planner_operator::validation::Tenancy {
+            default_prometheus_url: "http://prometheus-operated.monitoring.svc:9090".into(),
+            ..planner_operator::validation::Tenancy::default()
+        }
+    );
+    let values = chart_dir().join("ci/tenancy-values.yaml");
+    let args = ["--values", values.to_str().ok_or("path")?];
+    let tenancy = run_args(&template(RELEASE, NAMESPACE, &args).await?)?.tenancy();
+    assert_eq!(tenancy.dynamo_namespaces, ["serving/dynamo", "*/shared"]);
+    assert_eq!(
+        tenancy.prometheus,
+        planner_operator::validation::PrometheusUrlPolicy::AllowList
+    );
+    assert_eq!(
+        tenancy.prometheus_urls,
+        ["https://thanos-query.monitoring.svc:10902"]
+    );
+    assert_eq!(tenancy.etcd_endpoints, ["http://etcd.dynamo-system:2379"]);
+    // A malformed allowance is refused by the template's schema, before any pod starts.
+    let bad = template(
+        RELEASE,
+        NAMESPACE,
+        &["--set", "tenancy.allowedDynamoNamespaces={team-b-llama}"],
+    )
+    .await;
+    assert!(bad.is_err(), "an allowance without a namespace rendered");
+    Ok(())
+}
+
+#[tokio::test]
 async fn without_rbac_create_no_role_is_rendered() -> Result<()> {
     let objects = template(RELEASE, NAMESPACE, &["--set", "rbac.create=false"]).await?;
     for kind in ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"] {

@@ -8,15 +8,18 @@
 //! - PlannerPolicy ([`planner_policy`]): the target DGD exists in the policy's namespace, is
 //!   readable at either served version ([`crate::target`]) and its prefill and decode pools
 //!   resolve; the built-in profile exists; `adjustmentInterval` fits the
-//!   mode; the connector's settings are complete.
+//!   mode; the connector's settings are complete; the policy names only what the cluster admin
+//!   allows its namespace ([`tenancy`]: Dynamo namespaces, Prometheus URLs, etcd endpoints).
 //!
 //! Every error names the field, the value and what is allowed.
 
 pub mod dgd;
 pub mod planner_policy;
+pub mod tenancy;
 
 pub use planner_policy::{
     DecisionTimeoutBounds, IntervalBounds, PolicyError, Pool, PoolTarget, ResolvedPools, TargetPools,
     ValidatedPolicy, describe, interval_bounds, resolve_pools, validate, validate_spec, validate_target,
     validate_unreadable,
 };
+pub use tenancy::{PrometheusUrlPolicy, Tenancy};

@@ -18,6 +18,7 @@ use planner_api::{
 
 use planner_core::profile::builtin_names;
 
+use super::tenancy::{self, Tenancy};
 pub use crate::target::GPU_RESOURCE;
 use crate::target::{ShapeError, TargetGraph};
 
@@ -232,6 +233,64 @@ pub enum PolicyError {
         /// The value.
         value: String,
     },
+    /// A Dynamo namespace other than the target graph's, which the cluster admin has not allowed
+    /// for this namespace.
+    #[error(
+        "{field}: {value:?} is not the Dynamo namespace of DynamoGraphDeployment {dgd:?}; allowed: {own:?} (its own, the default), or a Dynamo namespace the cluster admin allows for namespace {namespace:?} (operator flag --allowed-dynamo-namespaces, chart value tenancy.allowedDynamoNamespaces)"
+    )]
+    DynamoNamespaceNotAllowed {
+        /// The field.
+        field: &'static str,
+        /// The value.
+        value: String,
+        /// The target DGD.
+        dgd: String,
+        /// The graph's own Dynamo namespace.
+        own: String,
+        /// The policy's namespace.
+        namespace: String,
+    },
+    /// A Prometheus URL the cluster admin has not allowed.
+    #[error("spec.metrics.prometheus.url: {value:?} is not allowed by the cluster admin; allowed: {allowed}")]
+    PrometheusUrlNotAllowed {
+        /// The value, with credentials redacted.
+        value: String,
+        /// What is allowed.
+        allowed: String,
+    },
+    /// An etcd endpoint the cluster admin has not allowed.
+    #[error(
+        "spec.connector.etcd.endpoints[{index}]: {value:?} is not allowed by the cluster admin; allowed: {allowed}"
+    )]
+    EtcdEndpointNotAllowed {
+        /// Position in the list.
+        index: usize,
+        /// The value.
+        value: String,
+        /// The allowed endpoints.
+        allowed: String,
+    },
+    /// The GPU budget cannot hold the minimum replicas of both pools, and scaling to zero is
+    /// not allowed: the planner could never act.
+    #[error(
+        "spec.bounds.maxGpuBudget: {budget} GPUs cannot hold spec.bounds.minReplicas {min} of both pools ({min} x {prefill_gpus} GPUs of {prefill:?} + {min} x {decode_gpus} GPUs of {decode:?} = {needed}); allowed: at least {needed}, -1 (no budget), or spec.bounds.allowScaleToZero: true to let the planner scale both pools to zero"
+    )]
+    BudgetBelowMinimum {
+        /// The budget.
+        budget: i32,
+        /// `bounds.minReplicas`.
+        min: u32,
+        /// The prefill component.
+        prefill: String,
+        /// GPUs per prefill replica.
+        prefill_gpus: u32,
+        /// The decode component.
+        decode: String,
+        /// GPUs per decode replica.
+        decode_gpus: u32,
+        /// GPUs the minimums need.
+        needed: u64,
+    },
     /// The metrics cannot be filtered by model: no model name anywhere.
     #[error(
         "spec.metrics.modelName: not set, and the main container of component {component:?} has no --served-model-name or --model argument; set spec.metrics.modelName to the model name the frontend reports"
@@ -262,14 +321,21 @@ impl PolicyError {
             | Self::EtcdEndpointsMissing
             | Self::EtcdEndpointInvalid { .. }
             | Self::DecisionTimeoutOutOfRange { .. }
-            | Self::BehaviorOutOfRange { .. } => "InvalidSpec",
+            | Self::BehaviorOutOfRange { .. }
+            | Self::BudgetBelowMinimum { .. } => "InvalidSpec",
+            Self::DynamoNamespaceNotAllowed { .. }
+            | Self::PrometheusUrlNotAllowed { .. }
+            | Self::EtcdEndpointNotAllowed { .. } => "NotPermitted",
         }
     }
 
     /// Whether the error is about the target DGD (and so belongs in `TargetResolved`) rather
     /// than about the policy's own fields.
     pub fn is_about_target(&self) -> bool {
-        self.reason() != "InvalidSpec"
+        matches!(
+            self.reason(),
+            "TargetNotFound" | "TargetUnreadable" | "ComponentsUnresolved"
+        )
     }
 }
 
@@ -658,6 +724,19 @@ pub fn validate_target(
     };
     let prefill = pool(Pool::Prefill, &pools.prefill);
     let decode = pool(Pool::Decode, &pools.decode);
+    if let Some(needed) = budget_shortfall(spec, &prefill, &decode)
+        && !spec.bounds.allow_scale_to_zero
+    {
+        errors.push(PolicyError::BudgetBelowMinimum {
+            budget: spec.bounds.max_gpu_budget,
+            min: u32::try_from(spec.bounds.min_replicas).unwrap_or(1),
+            prefill: prefill.component.clone(),
+            prefill_gpus: prefill.gpus,
+            decode: decode.component.clone(),
+            decode_gpus: decode.gpus,
+            needed,
+        });
+    }
     let model_name = if spec.mode == PlannerMode::Load {
         None
     } else {
@@ -682,10 +761,38 @@ pub fn validate_target(
     }
 }
 
+/// The GPUs both pools' minimum replicas need, when the GPU budget is below that (`None`: the
+/// budget fits, there is none, or the mode never scales).
+fn budget_shortfall(spec: &PlannerPolicySpec, prefill: &PoolTarget, decode: &PoolTarget) -> Option<u64> {
+    let budget = u64::try_from(spec.bounds.max_gpu_budget).ok()?;
+    let min = u64::try_from(spec.bounds.min_replicas.max(1)).unwrap_or(1);
+    let needed = min * (u64::from(prefill.gpus) + u64::from(decode.gpus));
+    (spec.mode != PlannerMode::Observe && needed > budget).then_some(needed)
+}
+
+/// What a policy may do that its author may not expect, as admission warnings: a GPU budget
+/// below both pools' minimums with `allowScaleToZero` (the planner will scale the graph to zero
+/// on its first busy interval).
+pub fn target_warnings(spec: &PlannerPolicySpec, target: &TargetPools) -> Vec<String> {
+    match budget_shortfall(spec, &target.prefill, &target.decode) {
+        Some(needed) if spec.bounds.allow_scale_to_zero => vec![format!(
+            "spec.bounds.maxGpuBudget: {} GPUs cannot hold the minimum replicas of both pools ({needed} GPUs); with spec.bounds.allowScaleToZero the planner scales both pools to zero",
+            spec.bounds.max_gpu_budget
+        )],
+        _ => Vec::new(),
+    }
+}
+
 /// The violations of a policy whose target exists but cannot be read (see
 /// [`TargetGraph::from_object`]): the spec's own ([`validate_spec`]) and the unreadable target.
-pub fn validate_unreadable(spec: &PlannerPolicySpec, error: &ShapeError) -> Vec<PolicyError> {
+pub fn validate_unreadable(
+    spec: &PlannerPolicySpec,
+    namespace: &str,
+    error: &ShapeError,
+    tenancy: &Tenancy,
+) -> Vec<PolicyError> {
     let mut errors = validate_spec(spec);
+    errors.extend(tenancy::check(spec, namespace, tenancy));
     errors.push(unreadable_target(spec, error));
     errors
 }
@@ -700,14 +807,16 @@ pub fn unreadable_target(spec: &PlannerPolicySpec, error: &ShapeError) -> Policy
 
 /// Every rule, for a policy in `namespace` whose target is `dgd` (`None`: it does not exist), of
 /// either served version:
-/// the checks of [`validate_spec`] and [`validate_target`], which the webhook runs too, in the
-/// same order, and the parsed durations. Returns all violations.
+/// the checks of [`validate_spec`], the admin's [`tenancy`] rules and [`validate_target`], which
+/// the webhook runs too, in the same order, and the parsed durations. Returns all violations.
 pub fn validate(
     spec: &PlannerPolicySpec,
     namespace: &str,
     dgd: Option<&TargetGraph>,
+    tenancy: &Tenancy,
 ) -> Result<ValidatedPolicy, Vec<PolicyError>> {
     let mut errors = validate_spec(spec);
+    errors.extend(tenancy::check(spec, namespace, tenancy));
     let Some(dgd) = dgd else {
         errors.push(PolicyError::TargetNotFound {
             name: spec.target_ref.name.clone(),
@@ -1057,7 +1166,13 @@ mod tests {
 
     #[test]
     fn validated_policies_carry_parsed_settings() {
-        let validated = validate(&policy("plannerpolicy-virtual.yaml"), "llm", Some(&dgd())).unwrap();
+        let validated = validate(
+            &policy("plannerpolicy-virtual.yaml"),
+            "llm",
+            Some(&dgd()),
+            &Tenancy::default(),
+        )
+        .unwrap();
         assert_eq!(validated.target.prefill.component, "prefill");
         assert_eq!(validated.target.model_name.as_deref(), Some("llama-3.1-8b"));
         assert_eq!(validated.dynamo_namespace, "llm-llama-disagg");
@@ -1067,9 +1182,11 @@ mod tests {
             prefill: Some("nope".into()),
             decode: None,
         });
-        let errors = validate(&spec, "llm", Some(&dgd())).unwrap_err();
+        let errors = validate(&spec, "llm", Some(&dgd()), &Tenancy::default()).unwrap_err();
         assert!(matches!(
-            validate(&spec, "llm", None).unwrap_err().last(),
+            validate(&spec, "llm", None, &Tenancy::default())
+                .unwrap_err()
+                .last(),
             Some(PolicyError::TargetNotFound { .. })
         ));
         assert_eq!(errors.len(), 2, "{errors:?}");
@@ -1095,7 +1212,7 @@ mod tests {
         .unwrap();
         let mut spec = policy("plannerpolicy-sla.yaml");
         spec.metrics.model_name = None;
-        let validated = validate(&spec, "llm", Some(&graph)).unwrap();
+        let validated = validate(&spec, "llm", Some(&graph), &Tenancy::default()).unwrap();
         assert_eq!(validated.target.prefill.component, "VllmPrefillWorker");
         assert_eq!(validated.target.prefill.replicas, 2);
         assert_eq!(validated.target.decode.gpus, 2);
@@ -1115,7 +1232,12 @@ mod tests {
     #[test]
     fn an_unreadable_target_is_named() {
         let error = TargetGraph::from_value(&json!({"spec": {"services": "x"}})).unwrap_err();
-        let errors = validate_unreadable(&policy("plannerpolicy-sla.yaml"), &error);
+        let errors = validate_unreadable(
+            &policy("plannerpolicy-sla.yaml"),
+            "llm",
+            &error,
+            &Tenancy::default(),
+        );
         assert_eq!(errors.len(), 1);
         assert_eq!(errors[0].reason(), "TargetUnreadable");
         assert!(errors[0].is_about_target());

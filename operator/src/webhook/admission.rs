@@ -111,6 +111,7 @@ pub struct Admission<L> {
     body_timeout: Duration,
     max_body: usize,
     reviews: Semaphore,
+    tenancy: crate::validation::Tenancy,
 }
 
 impl<L: Lookups> Admission<L> {
@@ -123,7 +124,16 @@ impl<L: Lookups> Admission<L> {
             body_timeout: BODY_READ_TIMEOUT,
             max_body: MAX_BODY_BYTES,
             reviews: Semaphore::new(MAX_CONCURRENT_REVIEWS),
+            tenancy: crate::validation::Tenancy::default(),
         }
+    }
+
+    /// What the cluster admin lets policies name (default: each graph's own Dynamo namespace,
+    /// any Prometheus URL and etcd endpoint).
+    #[must_use]
+    pub fn with_tenancy(mut self, tenancy: crate::validation::Tenancy) -> Self {
+        self.tenancy = tenancy;
+        self
     }
 
     /// Overrides [`LOOKUP_TIMEOUT`].
@@ -502,19 +512,31 @@ impl<L: Lookups> Admission<L> {
             Err(error) => return deny(response, format!("the PlannerPolicy cannot be read: {error}")),
         };
         let mut errors: Vec<PolicyError> = validation::validate_spec(&policy.spec);
+        let namespace = request.namespace.clone().unwrap_or_default();
+        errors.extend(validation::tenancy::check(
+            &policy.spec,
+            &namespace,
+            &self.tenancy,
+        ));
         let old = old.and_then(|old| parse::<PlannerPolicy>(old).ok());
+        // The budget rule reads the target's GPUs per replica, so bounds and mode count too.
         let target_changed = old.as_ref().is_none_or(|old| {
-            old.spec.target_ref != policy.spec.target_ref || old.spec.components != policy.spec.components
+            old.spec.target_ref != policy.spec.target_ref
+                || old.spec.components != policy.spec.components
+                || old.spec.bounds != policy.spec.bounds
+                || old.spec.mode != policy.spec.mode
         });
+        let mut warnings = Vec::new();
         if target_changed {
-            let namespace = request.namespace.clone().unwrap_or_default();
             let name = &policy.spec.target_ref.name;
             match tokio::time::timeout(self.timeout, self.lookups.target_graph(&namespace, name)).await {
-                Ok(Ok(TargetLookup::Found(graph))) => {
-                    if let Err(target_errors) = validation::validate_target(&policy.spec, &graph) {
-                        errors.extend(target_errors);
+                Ok(Ok(TargetLookup::Found(graph))) => match validation::validate_target(&policy.spec, &graph)
+                {
+                    Ok(target) => {
+                        warnings = validation::planner_policy::target_warnings(&policy.spec, &target)
                     }
-                }
+                    Err(target_errors) => errors.extend(target_errors),
+                },
                 Ok(Ok(TargetLookup::Unreadable(error))) => {
                     errors.push(validation::planner_policy::unreadable_target(
                         &policy.spec,
@@ -545,7 +567,7 @@ impl<L: Lookups> Admission<L> {
             }
         }
         if errors.is_empty() {
-            response
+            warnings.into_iter().fold(response, with_warning)
         } else {
             deny(response, validation::describe(&errors))
         }

@@ -35,6 +35,8 @@ pub struct WebhookSettings {
     pub secret_name: String,
     /// Names for generated certificates.
     pub cert: CertSettings,
+    /// What the cluster admin lets PlannerPolicies name.
+    pub tenancy: crate::validation::Tenancy,
 }
 
 /// Why the webhook could not start.
@@ -84,6 +86,7 @@ pub async fn start(
         config_name,
         secret_name,
         cert,
+        tenancy,
     } = settings;
     let listener = TcpListener::bind(addr)
         .await
@@ -93,13 +96,16 @@ pub async fn start(
         .map_err(|source| WebhookError::Listen { addr, source })?;
     let resolver = Arc::new(CertResolver::default());
     let config = tls::server_config(Arc::clone(&resolver))?;
-    let admission = Arc::new(Admission::new(
-        KubeLookups {
-            client: client.clone(),
-            cluster_topology_api,
-        },
-        Some(Arc::clone(&metrics)),
-    ));
+    let admission = Arc::new(
+        Admission::new(
+            KubeLookups {
+                client: client.clone(),
+                cluster_topology_api,
+            },
+            Some(Arc::clone(&metrics)),
+        )
+        .with_tenancy(tenancy),
+    );
     let source = match &cert_dir {
         Some(dir) => CertSource::Files(FileCerts::new(dir.clone())),
         None => CertSource::Generated(Box::new(SecretCerts::new(

@@ -141,7 +141,8 @@ mod tests {
     #[test]
     fn configs_carry_the_spec() {
         let spec = policy("sla").spec;
-        let validated = validation::validate(&spec, "llm", Some(&dgd())).unwrap();
+        let validated =
+            validation::validate(&spec, "llm", Some(&dgd()), &validation::Tenancy::default()).unwrap();
         let config = sla_config(&spec, &validated, None);
         assert_eq!(config.interval_s, 180.0);
         assert_eq!(config.limits.max_gpu_budget, Some(16));
@@ -157,7 +158,7 @@ mod tests {
         let load_spec = policy("load").spec;
         let load = load_config(
             &load_spec,
-            &validation::validate(&load_spec, "llm", Some(&dgd())).unwrap(),
+            &validation::validate(&load_spec, "llm", Some(&dgd()), &validation::Tenancy::default()).unwrap(),
         );
         assert_eq!((load.kv_scale_up, load.queue_scale_down), (0.9, 0.2));
         assert_eq!(validated.dynamo_namespace, "llm-llama-disagg");

@@ -167,6 +167,8 @@ pub struct PlannerContext {
     pub base: Arc<Context>,
     /// Prometheus used when a policy names none.
     pub default_prometheus_url: String,
+    /// What the cluster admin lets policies name.
+    pub tenancy: validation::Tenancy,
     runtimes: Mutex<Runtimes>,
     models: dereference::ModelCache,
     prometheus: Mutex<HashMap<String, PrometheusClient>>,
@@ -179,6 +181,10 @@ impl PlannerContext {
     pub fn new(base: Arc<Context>, default_prometheus_url: String) -> Self {
         Self {
             base,
+            tenancy: validation::Tenancy {
+                default_prometheus_url: default_prometheus_url.clone(),
+                ..validation::Tenancy::default()
+            },
             default_prometheus_url,
             runtimes: Mutex::default(),
             models: dereference::ModelCache::default(),
@@ -186,6 +192,16 @@ impl PlannerContext {
             fast: observe::FastCache::default(),
             state_builds: tokio::sync::Semaphore::new(STATE_BUILDS),
         }
+    }
+
+    /// The admin's rules for what policies may name (the default Prometheus URL is this
+    /// context's).
+    pub fn with_tenancy(mut self, tenancy: validation::Tenancy) -> Self {
+        self.tenancy = validation::Tenancy {
+            default_prometheus_url: self.default_prometheus_url.clone(),
+            ..tenancy
+        };
+        self
     }
 
     /// The Prometheus URL of a policy.
@@ -304,13 +320,13 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
         TargetLookup::Found(graph) => Some(graph),
         TargetLookup::NotFound => None,
         TargetLookup::Unreadable(error) => {
-            let errors = validation::validate_unreadable(&policy.spec, error);
+            let errors = validation::validate_unreadable(&policy.spec, &namespace, error, &ctx.tenancy);
             return report_invalid(policy, ctx, &errors).await;
         }
     };
 
     // 2. Validate, with the webhook's rules.
-    let validated = match validation::validate(&policy.spec, &namespace, dgd) {
+    let validated = match validation::validate(&policy.spec, &namespace, dgd, &ctx.tenancy) {
         Ok(validated) => validated,
         Err(errors) => return report_invalid(policy, ctx, &errors).await,
     };
@@ -809,7 +825,11 @@ async fn report_invalid(
     let message = validation::describe(errors);
     let condition = match errors.iter().find(|e| e.is_about_target()) {
         Some(first) => DesiredCondition::unmet(TARGET_RESOLVED, first.reason(), &message),
-        None => DesiredCondition::unmet(READY, "InvalidSpec", &message),
+        None => DesiredCondition::unmet(
+            READY,
+            errors.first().map_or("InvalidSpec", PolicyError::reason),
+            &message,
+        ),
     };
     report_blocked(policy, ctx, condition).await
 }
