@@ -40,6 +40,8 @@ pub enum Needed {
     CaBundle,
     /// When the webhook is served with generated certificates (no `--webhook-cert-dir`).
     GeneratedCertificates,
+    /// When policies may name a bearer token Secret (`--prometheus-token-secrets`).
+    TokenSecrets,
 }
 
 /// One RBAC rule the operator needs.
@@ -76,6 +78,8 @@ pub struct Features {
     pub ca_bundle: bool,
     /// No `--webhook-cert-dir`.
     pub generated_certificates: bool,
+    /// `--prometheus-token-secrets`.
+    pub token_secrets: bool,
 }
 
 impl Default for Features {
@@ -87,6 +91,7 @@ impl Default for Features {
             webhook: true,
             ca_bundle: true,
             generated_certificates: true,
+            token_secrets: false,
         }
     }
 }
@@ -100,6 +105,7 @@ impl Needed {
             Self::LeaderElection => features.leader_election,
             Self::CaBundle => features.webhook && features.ca_bundle,
             Self::GeneratedCertificates => features.webhook && features.generated_certificates,
+            Self::TokenSecrets => features.token_secrets,
         }
     }
 }
@@ -286,6 +292,17 @@ pub const PERMISSIONS: &[Permission] = &[
         group: "",
         group_set_by: None,
         resource: "secrets",
+        verbs: &["get"],
+        named_by: None,
+        scope: Scope::Watched,
+        needed: Needed::TokenSecrets,
+        used_by: "the PlannerPolicy reconciler reads the Prometheus bearer token a policy names \
+                  (spec.metrics.prometheus.bearerTokenSecret) in the policy's namespace",
+    },
+    Permission {
+        group: "",
+        group_set_by: None,
+        resource: "secrets",
         verbs: &["create"],
         named_by: None,
         scope: Scope::OwnNamespace,
@@ -385,10 +402,15 @@ mod tests {
             webhook: false,
             ca_bundle: true,
             generated_certificates: true,
+            token_secrets: false,
         };
         assert!(required(features).all(|p| matches!(p.needed, Needed::Always | Needed::DgdController)));
         assert!(required(features).all(|p| p.scope != Scope::OwnNamespace));
-        assert_eq!(required(Features::default()).count(), PERMISSIONS.len());
+        let everything = Features {
+            token_secrets: true,
+            ..Features::default()
+        };
+        assert_eq!(required(everything).count(), PERMISSIONS.len());
     }
 
     #[test]

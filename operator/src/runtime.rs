@@ -175,6 +175,11 @@ pub struct RunArgs {
         value_delimiter = ','
     )]
     pub allowed_etcd_endpoints: Vec<String>,
+    /// Let PlannerPolicies name a Secret in their namespace holding a bearer token for
+    /// Prometheus (spec.metrics.prometheus.bearerTokenSecret); needs `get` on Secrets in the
+    /// watched namespaces.
+    #[arg(long, env = "PROMETHEUS_TOKEN_SECRETS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub prometheus_token_secrets: bool,
 }
 
 /// An entry of --allowed-dynamo-namespaces: `*`, `*/<name>` or `<namespace>/<name>`.
@@ -201,6 +206,7 @@ impl RunArgs {
             default_prometheus_url: self.prometheus_url.clone(),
             prometheus_urls: self.allowed_prometheus_urls.clone(),
             etcd_endpoints: self.allowed_etcd_endpoints.clone(),
+            token_secrets: self.prometheus_token_secrets,
         }
     }
 }

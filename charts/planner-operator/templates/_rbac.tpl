@@ -60,6 +60,13 @@ default mode, a Role in watchNamespace in namespace-scoped mode. */}}
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get"]
+{{- if .Values.tenancy.prometheusTokenSecrets }}
+# The PlannerPolicy reconciler reads the Prometheus bearer token a policy names
+# (spec.metrics.prometheus.bearerTokenSecret) in the policy's namespace.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
+{{- end }}
 # Events on DGDs, PlannerPolicies and pods; kube's Recorder patches a repeated Event's series.
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]

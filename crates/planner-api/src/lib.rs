@@ -18,8 +18,8 @@ pub use planner_policy::{
     BUILTIN_PROFILES, Behavior, Bounds, BuiltinProfile, ConfigMapKeyRef, Connector, ConnectorKind,
     Correction, CorrectionFactors, EtcdSource, KalmanSettings, LoadThresholds, LocalObjectRef, MetricsSource,
     ObservedLoad, PlannerMode, PlannerPolicy, PlannerPolicySpec, PlannerPolicyStatus, PoolComponents,
-    PoolReplicas, PredictedLoad, Predictor, PredictorKind, Profile, PrometheusSource, ProphetSettings, Sla,
-    SlaModel, TargetRef, WarmupTrace,
+    PoolReplicas, PredictedLoad, Predictor, PredictorKind, Profile, PrometheusSource, ProphetSettings,
+    SecretKeyRef, Sla, SlaModel, TargetRef, WarmupTrace,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -641,6 +641,28 @@ pub struct PrometheusSource {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^https?://[^\s]+$"))]
     pub url: Option<String>,
+    /// A Secret in the policy's namespace whose key holds a bearer token sent to Prometheus
+    /// (`Authorization: Bearer`), read every interval so a rotated token is picked up. Needs the
+    /// cluster admin to let the operator read Secrets (`--prometheus-token-secrets`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bearer_token_secret: Option<SecretKeyRef>,
+}
+
+/// A key of a Secret in the same namespace.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// Name of the Secret.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Key in the Secret's data.
+    #[serde(default = "default_token_key")]
+    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[-._a-zA-Z0-9]+$"))]
+    pub key: String,
+}
+
+fn default_token_key() -> String {
+    "token".into()
 }
 
 /// How decisions reach the deployment.

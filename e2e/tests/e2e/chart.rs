@@ -199,6 +199,7 @@ fn expected_grants(args: &RunArgs) -> Result<BTreeMap<String, BTreeSet<Grant>>> 
         webhook: !args.webhook_disabled,
         ca_bundle: !args.webhook_config_name.is_empty(),
         generated_certificates: args.webhook_cert_dir.is_none(),
+        token_secrets: args.prometheus_token_secrets,
     };
     let own = args
         .webhook_namespace
@@ -455,6 +456,7 @@ async fn tenancy_values_reach_the_operators_flags() -> Result<()> {
         ["https://thanos-query.monitoring.svc:10902"]
     );
     assert_eq!(tenancy.etcd_endpoints, ["http://etcd.dynamo-system:2379"]);
+    assert!(tenancy.token_secrets);
     // A malformed allowance is refused by the template's schema, before any pod starts.
     let bad = template(
         RELEASE,

@@ -219,6 +219,7 @@ async fn planner_only_client(ns: &TestNamespace) -> Result<Client> {
         webhook: false,
         ca_bundle: false,
         generated_certificates: false,
+        token_secrets: false,
     };
     let mut rules = Vec::new();
     for permission in rbac::required(features) {

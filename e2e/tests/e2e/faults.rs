@@ -1,5 +1,6 @@
 //! Faults under a running operator: Prometheus servers that misbehave (slow, garbage, a huge
-//! body, a redirect) next to a healthy one, and a kube-apiserver restart.
+//! body, a redirect) next to a healthy one, a Prometheus that wants a bearer token, and a
+//! kube-apiserver restart.
 
 use std::{
     io::Write,
@@ -18,7 +19,7 @@ use axum::{
     routing::get,
 };
 use e2e::{Result, TestNamespace, in_namespace, install_crds, poll_until};
-use k8s_openapi::api::{apps::v1::Deployment, events::v1::Event};
+use k8s_openapi::api::{apps::v1::Deployment, core::v1::Secret, events::v1::Event};
 use kube::{
     Api,
     api::{ListParams, Patch, PatchParams, PostParams},
@@ -472,6 +473,104 @@ async fn an_apiserver_restart_resumes_the_watches_and_repeats_nothing() -> Resul
             poll_until("three replicas in the frontend Deployment", WAIT, || async {
                 let deployment = deployments.get_opt("llama-frontend").await?;
                 Ok(deployment.and_then(|d| d.spec?.replicas) == Some(3))
+            })
+            .await?;
+            operator.check_running()
+        }
+        .await;
+        let stopped = operator.stop().await;
+        outcome.and(stopped)
+    })
+    .await
+}
+
+/// A Prometheus that wants a bearer token: the policy whose Secret holds it observes and scales,
+/// follows a rotation of the token, and a policy whose Secret is missing says so and keeps its
+/// replicas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bearer_token_from_a_secret_reaches_prometheus_and_a_rotation_is_followed() -> Result<()> {
+    in_namespace("prometheus-token", |ns| async move {
+        install_crds(&ns.client).await?;
+        let prometheus = FakePrometheus::start_with_token(MODEL, Some("first-token")).await?;
+        let secrets: Api<Secret> = ns.api();
+        let secret = |token: &str| -> Result<Secret> {
+            Ok(serde_json::from_value(json!({
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": "prometheus-token"},
+                "stringData": {"token": format!("{token}\n")}
+            }))?)
+        };
+        secrets
+            .create(&PostParams::default(), &secret("first-token")?)
+            .await?;
+        create_graph(&ns, "with-token", 1).await?;
+        create_graph(&ns, "missing-secret", 2).await?;
+        let operator = start(&ns, &["--webhook-disabled", "--prometheus-token-secrets"]).await?;
+        let policies: Api<PlannerPolicy> = ns.api();
+        let dgds: Api<DynamoGraphDeployment> = ns.api();
+        let outcome = async {
+            let with_secret = |name: &str, graph: &str, secret: &str| -> Result<PlannerPolicy> {
+                let mut policy = policy(name, graph, &prometheus.url)?;
+                policy.spec.metrics.prometheus.bearer_token_secret = Some(planner_api::SecretKeyRef {
+                    name: secret.into(),
+                    key: "token".into(),
+                });
+                Ok(policy)
+            };
+            let create = PostParams::default();
+            policies
+                .create(
+                    &create,
+                    &with_secret("with-token", "with-token", "prometheus-token")?,
+                )
+                .await?;
+            policies
+                .create(&create, &with_secret("missing-secret", "missing-secret", "nope")?)
+                .await?;
+            poll_until("the policy with the token scales out", WAIT, || async {
+                let policy = policies.get("with-token").await?;
+                let available = condition(&policy, "MetricsAvailable").is_some_and(|(s, _)| s == "True");
+                let (prefill, _) = replicas(&dgds.get("with-token").await?);
+                Ok(available && prefill.is_some_and(|p| p > 1))
+            })
+            .await?;
+            assert!(prometheus.queries_with("first-token") > 0);
+            poll_until("the missing Secret is reported", WAIT, || async {
+                let policy = policies.get("missing-secret").await?;
+                Ok(
+                    condition(&policy, "MetricsAvailable").is_some_and(|(status, message)| {
+                        status == "False"
+                            && message.contains(
+                                "spec.metrics.prometheus.bearerTokenSecret: Secret \"nope\" not found",
+                            )
+                    }),
+                )
+            })
+            .await?;
+            assert_eq!(
+                replicas(&dgds.get("missing-secret").await?),
+                (Some(2), Some(2)),
+                "scaled without metrics"
+            );
+            // Rotation: Prometheus wants the new token at once; the next interval sends it.
+            prometheus.require_token("second-token");
+            secrets
+                .replace(
+                    "prometheus-token",
+                    &PostParams::default(),
+                    &secret("second-token")?,
+                )
+                .await?;
+            poll_until("queries with the rotated token", WAIT, || async {
+                Ok(prometheus.queries_with("second-token") > 0)
+            })
+            .await?;
+            let before = last_tick(&policies.get("with-token").await?);
+            poll_until("a tick with metrics after the rotation", WAIT, || async {
+                let policy = policies.get("with-token").await?;
+                Ok(last_tick(&policy) != before
+                    && condition(&policy, "MetricsAvailable").is_some_and(|(s, _)| s == "True"))
             })
             .await?;
             operator.check_running()

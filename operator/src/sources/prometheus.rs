@@ -407,6 +407,19 @@ pub fn redact(url: &str) -> String {
     }
 }
 
+/// The [`PrometheusClient::identity`] of a client for `base_url` sending `token`.
+pub fn identity(base_url: &str, token: Option<&str>) -> String {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    let base_url = base_url.trim_end_matches('/');
+    match token.map(str::trim).filter(|t| !t.is_empty()) {
+        Some(token) => format!(
+            "{base_url}#{:016x}",
+            BuildHasherDefault::<DefaultHasher>::default().hash_one(token)
+        ),
+        None => base_url.to_string(),
+    }
+}
+
 /// Reads the frontend metrics of one interval.
 #[derive(Clone, Debug)]
 pub struct PrometheusClient {
@@ -446,6 +459,12 @@ impl PrometheusClient {
     pub fn with_bearer_token(mut self, token: Option<String>) -> Self {
         self.bearer_token = token.map(|t| t.trim().to_string()).filter(|t| !t.is_empty());
         self
+    }
+
+    /// What tells two clients' answers apart: the base URL and, when set, a hash of the token
+    /// (two tenants' tokens may see different data, so nothing cached is shared between them).
+    pub fn identity(&self) -> String {
+        identity(&self.base_url, self.bearer_token.as_deref())
     }
 
     /// The base URL.

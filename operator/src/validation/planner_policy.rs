@@ -258,6 +258,11 @@ pub enum PolicyError {
         /// What is allowed.
         allowed: String,
     },
+    /// A bearer token Secret, while the operator may not read Secrets.
+    #[error(
+        "spec.metrics.prometheus.bearerTokenSecret: this operator does not read Secrets; allowed: no bearerTokenSecret, or ask the cluster admin to enable it (operator flag --prometheus-token-secrets, chart value tenancy.prometheusTokenSecrets)"
+    )]
+    TokenSecretsOff,
     /// An etcd endpoint the cluster admin has not allowed.
     #[error(
         "spec.connector.etcd.endpoints[{index}]: {value:?} is not allowed by the cluster admin; allowed: {allowed}"
@@ -325,6 +330,7 @@ impl PolicyError {
             | Self::BudgetBelowMinimum { .. } => "InvalidSpec",
             Self::DynamoNamespaceNotAllowed { .. }
             | Self::PrometheusUrlNotAllowed { .. }
+            | Self::TokenSecretsOff
             | Self::EtcdEndpointNotAllowed { .. } => "NotPermitted",
         }
     }

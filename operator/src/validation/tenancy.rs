@@ -41,6 +41,9 @@ pub struct Tenancy {
     pub prometheus_urls: Vec<String>,
     /// etcd endpoints the virtual connector may write to; empty: any.
     pub etcd_endpoints: Vec<String>,
+    /// Policies may name a bearer token Secret for Prometheus (the operator reads Secrets in
+    /// the namespaces it watches).
+    pub token_secrets: bool,
 }
 
 impl Tenancy {
@@ -121,6 +124,9 @@ pub fn check(spec: &PlannerPolicySpec, namespace: &str, tenancy: &Tenancy) -> Ve
             value: redact(url),
             allowed: tenancy.allowed_prometheus_urls(),
         });
+    }
+    if spec.metrics.prometheus.bearer_token_secret.is_some() && !tenancy.token_secrets {
+        errors.push(PolicyError::TokenSecretsOff);
     }
     if virtual_connector && !tenancy.etcd_endpoints.is_empty() {
         let endpoints = spec.connector.etcd.as_ref().map(|e| e.endpoints.as_slice());
@@ -232,6 +238,24 @@ mod tests {
         spec.metrics.prometheus.url = Some("https://thanos.monitoring:10902.evil.example".into());
         assert_eq!(check(&spec, "a", &tenancy).len(), 1);
         spec.metrics.prometheus.url = None;
+        assert_eq!(check(&spec, "a", &tenancy), []);
+    }
+
+    #[test]
+    fn a_token_secret_only_when_the_operator_may_read_secrets() {
+        let mut spec = spec();
+        spec.metrics.prometheus.bearer_token_secret = Some(planner_api::SecretKeyRef {
+            name: "prometheus-token".into(),
+            key: "token".into(),
+        });
+        assert_eq!(
+            check(&spec, "a", &Tenancy::default()),
+            [PolicyError::TokenSecretsOff]
+        );
+        let tenancy = Tenancy {
+            token_secrets: true,
+            ..Tenancy::default()
+        };
         assert_eq!(check(&spec, "a", &tenancy), []);
     }
 

@@ -4,7 +4,7 @@
 
 use std::{collections::HashMap, sync::Arc, sync::Mutex, time::Duration};
 
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, Client, ResourceExt};
 use tracing::{info, warn};
 
@@ -26,6 +26,58 @@ pub async fn target(client: &Client, policy: &PlannerPolicy) -> Result<TargetLoo
     lookup::target_graph(client, &namespace, &policy.spec.target_ref.name)
         .await
         .map_err(|LookupError::Kube { action, source }| KubeError { action, source })
+}
+
+/// Longest bearer token read from a Secret (service-account tokens are about 1 KiB).
+const MAX_TOKEN_BYTES: usize = 16 * 1024;
+
+/// The bearer token the policy names for Prometheus (`None`: it names none), read from its
+/// Secret on every call so a rotated token is used at once. The error says what to fix; it is
+/// shown in `MetricsAvailable` and never carries the Secret's data.
+pub async fn prometheus_token(client: &Client, policy: &PlannerPolicy) -> Result<Option<String>, String> {
+    let Some(reference) = &policy.spec.metrics.prometheus.bearer_token_secret else {
+        return Ok(None);
+    };
+    let namespace = policy.namespace().unwrap_or_default();
+    let field = "spec.metrics.prometheus.bearerTokenSecret";
+    let secret = Api::<Secret>::namespaced(client.clone(), &namespace)
+        .get_opt(&reference.name)
+        .await
+        .map_err(|error| {
+            format!(
+                "{field}: cannot read Secret {:?}: {}",
+                reference.name,
+                chain(&error)
+            )
+        })?
+        .ok_or_else(|| {
+            format!(
+                "{field}: Secret {:?} not found in namespace {namespace:?}",
+                reference.name
+            )
+        })?;
+    let bytes = secret
+        .data
+        .as_ref()
+        .and_then(|data| data.get(&reference.key))
+        .map(|value| value.0.as_slice())
+        .ok_or_else(|| {
+            format!(
+                "{field}: Secret {:?} has no key {:?}",
+                reference.name, reference.key
+            )
+        })?;
+    let token = std::str::from_utf8(bytes)
+        .ok()
+        .map(str::trim)
+        .filter(|t| !t.is_empty() && t.len() <= MAX_TOKEN_BYTES && !t.contains(char::is_control))
+        .ok_or_else(|| {
+            format!(
+                "{field}: key {:?} of Secret {:?} is not a token; allowed: 1 to {MAX_TOKEN_BYTES} bytes of text on one line",
+                reference.key, reference.name
+            )
+        })?;
+    Ok(Some(token.to_string()))
 }
 
 /// Why the profile cannot be used; the message is shown in `ProfileLoaded`.

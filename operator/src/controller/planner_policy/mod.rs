@@ -62,6 +62,8 @@ use status::{METRICS_AVAILABLE, Outcome, PROFILE_LOADED, READY, SCALING_LIMITED,
 pub const CONTROLLER: &str = "plannerpolicy";
 /// Timeout of each Prometheus request.
 const PROMETHEUS_TIMEOUT: Duration = Duration::from_secs(10);
+/// Prometheus clients kept (one per URL and token).
+const MAX_PROMETHEUS_CLIENTS: usize = 1024;
 /// Retry delay when the spec, the target or the profile is not usable yet.
 const RETRY: Duration = Duration::from_secs(30);
 /// Retry delay after an API error.
@@ -215,18 +217,31 @@ impl PlannerContext {
             .unwrap_or_else(|| self.default_prometheus_url.clone())
     }
 
-    /// A (shared) client for `url`, or why there is none.
-    fn prometheus(&self, url: &str) -> Result<PrometheusClient, String> {
+    /// A (shared) client for `url` that sends `token`, or why there is none.
+    fn prometheus(&self, url: &str, token: Option<String>) -> Result<PrometheusClient, String> {
+        let key = crate::sources::prometheus::identity(url, token.as_deref());
         let mut clients = self
             .prometheus
             .lock()
             .map_err(|_| "internal lock poisoned".to_string())?;
-        if let Some(client) = clients.get(url) {
+        if let Some(client) = clients.get(&key) {
             return Ok(client.clone());
         }
-        let client = PrometheusClient::new(url, PROMETHEUS_TIMEOUT).map_err(|e| e.to_string())?;
-        clients.insert(url.to_string(), client.clone());
+        let client = PrometheusClient::new(url, PROMETHEUS_TIMEOUT)
+            .map_err(|e| e.to_string())?
+            .with_bearer_token(token);
+        // Rotated tokens leave old clients behind: start over rather than grow without bound.
+        if clients.len() >= MAX_PROMETHEUS_CLIENTS {
+            clients.clear();
+        }
+        clients.insert(key, client.clone());
         Ok(client)
+    }
+
+    /// The client a policy reads its metrics with: its Prometheus, with its bearer token.
+    async fn policy_prometheus(&self, policy: &PlannerPolicy) -> Result<PrometheusClient, String> {
+        let token = dereference::prometheus_token(&self.base.client, policy).await?;
+        self.prometheus(&self.prometheus_url(policy), token)
     }
 
     /// Forgets a deleted policy: its planner state and its metric series.
@@ -420,7 +435,7 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
 
     // 5. Observe.
     let url = ctx.prometheus_url(policy);
-    let prometheus = ctx.prometheus(&url);
+    let prometheus = ctx.policy_prometheus(policy).await;
     let query = observe::MetricsQuery {
         client: prometheus.as_ref().map_err(Clone::clone),
         dynamo_namespace: &validated.dynamo_namespace,
@@ -707,7 +722,7 @@ async fn runtime_for(
             // The semaphore is never closed; without a permit the build would only be unbounded.
             let _permit = ctx.state_builds.acquire().await.ok();
             dereference::warm_up(&ctx.base.client, policy, &mut planner, validated.interval).await;
-            if let Ok(client) = ctx.prometheus(&ctx.prometheus_url(policy)) {
+            if let Ok(client) = ctx.policy_prometheus(policy).await {
                 let filter = SeriesFilter {
                     dynamo_namespace: validated.dynamo_namespace.clone(),
                     model: validated.target.model_name.clone().unwrap_or_default(),

@@ -120,11 +120,7 @@ impl FastCache {
                     s.as_ref().is_none_or(|(at, _)| at.elapsed() < FAST_CACHE_IDLE)
                 })
             });
-            Arc::clone(
-                entries
-                    .entry((client.base_url().to_string(), window_s))
-                    .or_default(),
-            )
+            Arc::clone(entries.entry((client.identity(), window_s)).or_default())
         };
         let mut cached = slot.lock().await;
         if let Some((at, snapshot)) = cached.as_ref()
