@@ -17,7 +17,7 @@ use std::{collections::BTreeMap, path::PathBuf, sync::Mutex, time::Duration};
 
 use e2e::{
     Result, TestNamespace,
-    chart::{chart_dir, helm, one_of_kind, parse_manifests, service_account_client},
+    chart::{chart_dir, helm, of_kind, one_of_kind, parse_manifests, service_account_client},
     in_namespace, in_namespace_exclusive, install_crds, load_yaml, poll_until, repo_root,
 };
 use k8s_openapi::{
@@ -300,7 +300,7 @@ async fn wait_for_ca_bundle(place: &Place<'_>, config: &str, secret: &str) -> Re
                     .into_iter()
                     .map(|w| w.client_config.ca_bundle)
                     .collect();
-                Ok(ca.is_some() && bundles.len() == 2 && bundles.iter().all(|b| *b == ca))
+                Ok(ca.is_some() && !bundles.is_empty() && bundles.iter().all(|b| *b == ca))
             }
         },
     )
@@ -874,6 +874,98 @@ async fn the_chart_rbac_is_enough_namespace_scoped() -> Result<()> {
         release.uninstall().await;
         topology.delete().await;
         let _ = watched.delete().await;
+        outcome
+    })
+    .await
+}
+
+/// The chart in planner-only mode (`dgdController.enabled=false`), installed and run as its
+/// ServiceAccount: PlannerPolicies are validated and scale a DGD, and nothing else is written (no
+/// workloads, no DGD status), and DGDs are not sent to the webhook.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chart_installs_planner_only_and_scales_without_rendering() -> Result<()> {
+    in_namespace("chart-planner-only", |ns| async move {
+        install_crds(&ns.client).await?;
+        let prometheus = FakePrometheus::start(MODEL).await?;
+        let release = Release::new(&ns);
+        let port = free_port()?;
+        let mut planner_only = values(&ns.name, port, Some(&ns.name), &prometheus.url);
+        planner_only["dgdController"] = json!({"enabled": false});
+        let outcome = async {
+            release.install(&planner_only).await?;
+            let manifest = release.manifest().await?;
+            let webhooks: Vec<&Value> = of_kind(&manifest, "ValidatingWebhookConfiguration")
+                .into_iter()
+                .flat_map(|c| c["webhooks"].as_array().into_iter().flatten())
+                .collect();
+            check(
+                webhooks.len() == 1 && webhooks[0]["rules"][0]["resources"] == json!(["plannerpolicies"]),
+                || format!("planner-only registers more than the PlannerPolicy webhook: {webhooks:?}"),
+            )?;
+            let names = names(&manifest)?;
+            let place = Place {
+                admin: &ns.client,
+                release: &ns.name,
+                objects: &ns.name,
+            };
+            let identity = format!("{}-a", release.name);
+            let operator = HostOperator::start(
+                service_account_client(&ns.client, &ns.name, &names.account).await?,
+                &manifest,
+                &identity,
+                port,
+            )
+            .await?;
+            wait_for_leader(&place, &names.lease, &identity).await?;
+            wait_for_ca_bundle(&place, &names.config, &names.secret).await?;
+            let (bad, reason) = webhook_fixture("ppol-target-not-found.yaml")?;
+            poll_until("the webhook to reject a bad PlannerPolicy", WAIT, || {
+                let (bad, reason) = (bad.clone(), reason.clone());
+                let ns = &ns;
+                async move { Ok(ns.rejects(&bad, &reason).await.is_ok()) }
+            })
+            .await?;
+            // A DGD naming a ClusterTopology that does not exist: not this operator's to check.
+            ns.accepts(&graph("no-such-topology")).await?;
+            let config_maps: Api<ConfigMap> = ns.api();
+            config_maps
+                .create(&PostParams::default(), &profile_config_map()?)
+                .await?;
+            ns.accepts(&policy("sla", Some(&prometheus.url))).await?;
+            let dgds: Api<DynamoGraphDeployment> = ns.api();
+            let policies: Api<PlannerPolicy> = ns.api();
+            poll_until("the planner to scale the DGD to its decision", WAIT, || async {
+                let status = status_of(&policies, "sla").await?;
+                let (Some(prefill), Some(decode)) = (
+                    status["desired"]["prefill"].as_i64(),
+                    status["desired"]["decode"].as_i64(),
+                ) else {
+                    return Ok(false);
+                };
+                let dgd = dgds.get(GRAPH).await?;
+                Ok((prefill, decode) != (1, 1)
+                    && replicas_of(&dgd, "prefill").map(i64::from) == Some(prefill)
+                    && replicas_of(&dgd, "decode").map(i64::from) == Some(decode))
+            })
+            .await?;
+            // Scaled, and still nothing rendered and no status written by this operator.
+            let deployments: Api<Deployment> = ns.api();
+            let services: Api<Service> = ns.api();
+            // The release's own Deployment and Services live here too: count the graph's.
+            let of_graph = ListParams::default().labels(&format!("{GRAPH_LABEL}={GRAPH}"));
+            let rendered =
+                deployments.list(&of_graph).await?.items.len() + services.list(&of_graph).await?.items.len();
+            check(rendered == 0, || {
+                format!("{rendered} workloads rendered in planner-only mode")
+            })?;
+            check(dgds.get(GRAPH).await?.status.is_none(), || {
+                "the DGD's status was written in planner-only mode".into()
+            })?;
+            operator.check_running()?;
+            operator.stop().await
+        }
+        .await;
+        release.uninstall().await;
         outcome
     })
     .await
