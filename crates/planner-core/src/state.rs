@@ -254,10 +254,13 @@ pub struct SlaDecision {
 pub enum ScaleReason {
     /// Sized for the forecast (at its upper quantile), queueing included.
     Forecast,
-    /// The backlog needed more prefill engines than the forecast alone.
+    /// The backlog needed more prefill engines than the forecast alone: the requests waiting
+    /// now and those that queue up, at the forecast rate, before a replica asked for now serves.
     Backlog {
         /// Requests waiting beyond those being prefilled.
         backlog: f64,
+        /// Requests expected to queue up before new replicas serve.
+        growth: f64,
     },
     /// Between intervals, the backlog would have outlasted the scale-up delay.
     FastPath {
@@ -288,7 +291,10 @@ impl std::fmt::Display for ScaleReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Forecast => write!(f, "sized for the forecast"),
-            Self::Backlog { backlog } => write!(f, "sized to drain a backlog of {backlog:.0} requests"),
+            Self::Backlog { backlog, growth } => write!(
+                f,
+                "sized to drain a backlog of {backlog:.0} requests and the {growth:.0} more expected to queue before new replicas serve"
+            ),
             Self::FastPath {
                 backlog,
                 arrival_rate,
@@ -1115,7 +1121,7 @@ impl SlaPlanner {
         } else if held {
             ScaleReason::Stabilising
         } else if prefill.replicas > without_backlog.replicas {
-            ScaleReason::Backlog { backlog }
+            ScaleReason::Backlog { backlog, growth }
         } else {
             ScaleReason::Forecast
         };
