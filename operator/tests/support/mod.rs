@@ -256,9 +256,13 @@ fn render(value: &Value) -> String {
     }
 }
 
-/// Numbers as the API server prints them: `1`, not `1.0`.
-fn number(limit: &Value) -> String {
+/// A bound as the API server prints it next to `value`: `1`, not `1.0`; and against a whole
+/// number the bound too is printed whole, truncated (kube-apiserver 1.36 rejects 100 against a
+/// maximum of 99.9 with "should be less than or equal to 99", and 99.95 with "... 99.9").
+fn number(limit: &Value, value: &Value) -> String {
+    let whole_value = value.as_i64().is_some() || value.as_u64().is_some();
     match limit.as_f64() {
+        Some(f) if whole_value && f.abs() < 1e15 => format!("{}", f.trunc() as i64),
         Some(f) if f.fract() == 0.0 && f.abs() < 1e15 => format!("{}", f as i64),
         _ => limit.to_string(),
     }
@@ -299,18 +303,20 @@ fn k8s_error(path: &str, value: &Value, kind: &ValidationErrorKind) -> FieldErro
         }
         ValidationErrorKind::Minimum { limit } => invalid(format!(
             "{path} in body should be greater than or equal to {}",
-            number(limit)
+            number(limit, value)
         )),
-        ValidationErrorKind::ExclusiveMinimum { limit } => {
-            invalid(format!("{path} in body should be greater than {}", number(limit)))
-        }
+        ValidationErrorKind::ExclusiveMinimum { limit } => invalid(format!(
+            "{path} in body should be greater than {}",
+            number(limit, value)
+        )),
         ValidationErrorKind::Maximum { limit } => invalid(format!(
             "{path} in body should be less than or equal to {}",
-            number(limit)
+            number(limit, value)
         )),
-        ValidationErrorKind::ExclusiveMaximum { limit } => {
-            invalid(format!("{path} in body should be less than {}", number(limit)))
-        }
+        ValidationErrorKind::ExclusiveMaximum { limit } => invalid(format!(
+            "{path} in body should be less than {}",
+            number(limit, value)
+        )),
         ValidationErrorKind::Pattern { pattern } => {
             invalid(format!("{path} in body should match '{pattern}'"))
         }
