@@ -8,12 +8,16 @@ set -euo pipefail
 cd "$(dirname "$0")"
 source ./env.sh
 
-local_cluster=0
 if [[ -z "${KUBECONFIG:-}" ]]; then
-  local_cluster=1
   [[ -f "$RUN_DIR/admin.kubeconfig" ]] ||
     fail "KUBECONFIG is not set and no local cluster runs: \`make cluster-up\` first, or point KUBECONFIG at a test cluster"
   export KUBECONFIG="$RUN_DIR/admin.kubeconfig"
+fi
+# A cluster of `make cluster-up` (this checkout's or CI's): its kubeconfig sits in its run
+# directory, next to the pid files the apiserver-restart test needs.
+local_cluster=0
+if [[ -f "$(dirname "$KUBECONFIG")/pids/kube-apiserver.pid" ]]; then
+  local_cluster=1
 fi
 # The chart tests run helm; use the one `make tools` built unless HELM names another.
 if [[ -z "${HELM:-}" && -x "$TOOLS_BIN/helm" ]]; then
@@ -51,8 +55,7 @@ if [[ $# -eq 0 ]]; then
 fi
 "${CARGO:-cargo}" test -p e2e --features e2e --locked --test e2e -- "$@"
 if [[ $# -eq 0 && $local_cluster -eq 1 ]]; then
-  # Kills and restarts the local cluster's kube-apiserver (a process of `make cluster-up`): last,
-  # and only on that cluster.
+  # Kills and restarts the kube-apiserver of a `make cluster-up` cluster: last, and only there.
   "${CARGO:-cargo}" test -p e2e --features e2e --locked --test e2e -- --ignored --exact \
     faults::an_apiserver_restart_resumes_the_watches_and_repeats_nothing
 fi
