@@ -305,6 +305,14 @@ late_mean=$(awk -v a="$late_sum" -v b="$late_sum0" -v n="$ran" 'BEGIN {printf "%
 delta() { echo $(( $(metric "$TMP/metrics.after" "$1") - $(metric "$TMP/metrics.before" "$1") )); }
 errors=$(delta 'planner_operator_reconcile_errors_total\{controller="plannerpolicy".*')
 unavailable=$(delta 'planner_operator_metrics_unavailable_total.*')
+# Which reasons, when there were any (the counter is labelled by reason).
+unavailable_reasons=$(awk '
+  $1 ~ /^planner_operator_metrics_unavailable_total/ && match($1, /reason="[^"]*"/) {
+    r = substr($1, RSTART + 8, RLENGTH - 9)
+    if (FILENAME ~ /after$/) a[r] += $2; else b[r] += $2
+  }
+  END { for (r in a) if (a[r] - b[r] > 0) printf "%s %d; ", r, a[r] - b[r] }' \
+  "$TMP/metrics.before" "$TMP/metrics.after")
 reconciles=$(delta 'planner_operator_reconcile_total\{controller="plannerpolicy".*')
 policy_series=$(grep -c '^planner_operator_[a-z_]*{namespace="'"$NS"'"' "$TMP/metrics.after" || true)
 unavailable_now=$(kubectl -n "$NS" get ppol \
@@ -334,7 +342,7 @@ echo "| Intervals run in ${window_s} s | $ran of $expected expected ($reconciles
 echo "| Lateness p50 / p90 / p99 / max (bucket bounds) | <= ${p50} / <= ${p90} / <= ${p99} / <= ${pmax} s (mean ${late_mean} s) |"
 echo "| Operator CPU | ${cpu_pct} % of one core |"
 echo "| Prometheus queries | $((queries_after - queries_before)) in ${window_s} s ($(awk -v q=$((queries_after - queries_before)) -v w="$window_s" 'BEGIN {printf "%.1f", q / w}') per second; fast check every ${FAST_CHECK:-10s}) |"
-echo "| Prometheus query failures / reconcile errors | $unavailable intervals / $errors (MetricsAvailable=False at the end: $unavailable_now) |"
+echo "| Prometheus query failures / reconcile errors | $unavailable intervals${unavailable_reasons:+ (${unavailable_reasons%; })} / $errors (MetricsAvailable=False at the end: $unavailable_now) |"
 echo "| Operator series of the policies | $policy_series |"
 echo "| Policies that observed requests and decided, at the end | $observing of $N |"
 echo
