@@ -414,14 +414,21 @@ async fn an_apiserver_restart_resumes_the_watches_and_repeats_nothing() -> Resul
             let tick_before = last_tick(&policies.get("llama").await?);
 
             let down = restart_apiserver(&dir).await?;
-            poll_until(
+            let answering = poll_until(
                 "the kube-apiserver to answer again",
                 Duration::from_secs(120),
                 || async {
                     Ok(ns.client.apiserver_version().await.is_ok() && dgds.get("llama").await.is_ok())
                 },
             )
-            .await?;
+            .await;
+            if let Err(error) = answering {
+                // Say why: the end of the restarted apiserver's log.
+                let log = std::fs::read_to_string(dir.join("logs/kube-apiserver.log")).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(30).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                return Err(format!("{error}; the end of its log:\n{}", tail.join("\n")).into());
+            }
             eprintln!("kube-apiserver stopped and answering again; it took {down:?} to stop");
 
             // The policy keeps ticking: two intervals after the restart, with the graph as it was.
