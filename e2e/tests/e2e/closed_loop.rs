@@ -17,7 +17,7 @@ use kube::{
 use planner_api::{DynamoGraphDeployment, PlannerPolicy};
 use serde_json::{Value, json};
 
-use crate::{operator::start, prometheus::Prometheus};
+use crate::{faults::condition, operator::start, prometheus::Prometheus};
 
 const INTERVAL_S: u64 = 10;
 const WAIT: Duration = Duration::from_secs(120);
@@ -152,16 +152,6 @@ fn replicas(dgd: &DynamoGraphDeployment) -> (i32, i32) {
             .unwrap_or(1)
     };
     (of("prefill"), of("decode"))
-}
-
-fn condition(policy: &PlannerPolicy, type_: &str) -> Option<(String, String)> {
-    policy
-        .status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| (c.status.clone(), c.reason.clone()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

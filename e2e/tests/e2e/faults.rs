@@ -74,7 +74,7 @@ fn replicas(dgd: &DynamoGraphDeployment) -> (Option<i32>, Option<i32>) {
 }
 
 /// The policy's condition `type_`: status and message.
-fn condition(policy: &PlannerPolicy, type_: &str) -> Option<(String, String)> {
+pub(crate) fn condition(policy: &PlannerPolicy, type_: &str) -> Option<(String, String)> {
     policy
         .status
         .as_ref()?
