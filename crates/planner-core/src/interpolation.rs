@@ -68,6 +68,10 @@ struct NotAKnotSpline {
     x: Vec<f64>,
     y: Vec<f64>,
     slopes: Vec<f64>,
+    /// Quadratic and cubic coefficients of each segment, computed once: evaluation is on the
+    /// planner's hot path (the prompt mix's service time takes a dozen points per interval).
+    c2: Vec<f64>,
+    c3: Vec<f64>,
 }
 
 impl NotAKnotSpline {
@@ -115,10 +119,18 @@ impl NotAKnotSpline {
                 reason: "the spline system is singular".into(),
             });
         }
+        let (mut c2, mut c3) = (Vec::with_capacity(n - 1), Vec::with_capacity(n - 1));
+        for i in 0..n - 1 {
+            let (s0, s1) = (slopes[i], slopes[i + 1]);
+            c2.push((3.0 * d[i] - 2.0 * s0 - s1) / h[i]);
+            c3.push((s0 + s1 - 2.0 * d[i]) / (h[i] * h[i]));
+        }
         Ok(Self {
             x: x.to_vec(),
             y: y.to_vec(),
             slopes,
+            c2,
+            c3,
         })
     }
 
@@ -130,13 +142,8 @@ impl NotAKnotSpline {
             .partition_point(|&knot| knot <= q)
             .saturating_sub(1)
             .min(last);
-        let h = self.x[i + 1] - self.x[i];
-        let d = (self.y[i + 1] - self.y[i]) / h;
-        let (s0, s1) = (self.slopes[i], self.slopes[i + 1]);
         let t = q - self.x[i];
-        let c2 = (3.0 * d - 2.0 * s0 - s1) / h;
-        let c3 = (s0 + s1 - 2.0 * d) / (h * h);
-        self.y[i] + t * (s0 + t * (c2 + t * c3))
+        self.y[i] + t * (self.slopes[i] + t * (self.c2[i] + t * self.c3[i]))
     }
 }
 

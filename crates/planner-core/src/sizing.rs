@@ -133,10 +133,15 @@ impl LengthMoments {
         let sigma = sigma2.sqrt();
         let mu = self.mean.ln() - sigma2 / 2.0;
         let (mut m1, mut m2) = (0.0, 0.0);
-        for (z, w) in GH_NODES.iter().zip(GH_WEIGHTS) {
-            let v = f((mu + sigma * z).exp());
-            m1 += w * v;
-            m2 += w * v * v;
+        // The nodes are symmetric about zero: one exponential serves a pair.
+        let center = mu.exp();
+        let half = GH_NODES.len() / 2;
+        for (z, w) in GH_NODES[half..].iter().zip(&GH_WEIGHTS[half..]) {
+            let spread = (sigma * z).exp();
+            for v in [f(center / spread), f(center * spread)] {
+                m1 += w * v;
+                m2 += w * v * v;
+            }
         }
         (m1, m2)
     }
@@ -563,15 +568,17 @@ pub fn size_decode(
         .itl_quantile
         .filter(|p| *p > 0.0 && *p < 1.0)
         .map_or(0.0, normal_quantile);
+    let itl_alone_s = curves.decode_itl_ms(1.0, kv_mean) / 1000.0;
     let evaluate = |d: u32| -> (f64, f64, f64) {
         let engines = f64::from(d.max(1));
         // Little's law with the ITL at the resulting concurrency (a few fixed-point steps).
-        let mut itl_s = curves.decode_itl_ms(1.0, kv_mean) / 1000.0;
+        let mut itl_s = itl_alone_s;
         let mut n = 0.0;
         for _ in 0..4 {
             n = rate * decode_tokens * itl_s.max(1e-4);
             let at = curves.decode_itl_ms(n / engines, kv_mean) / 1000.0;
-            if !at.is_finite() {
+            // A fixed point reached: further steps would repeat it exactly.
+            if !at.is_finite() || at == itl_s {
                 break;
             }
             itl_s = at;
@@ -581,17 +588,15 @@ pub fn size_decode(
         let kv = n * kv_mean + model.kv_sigmas.max(0.0) * (n * kv_second).sqrt();
         (itl_ms, n, kv)
     };
-    let sizing = |d: u32, bound: Bound| {
-        let (itl_ms, n, kv) = evaluate(d);
-        DecodeSizing {
-            replicas: d,
-            itl_ms,
-            concurrency: n,
-            kv_tokens: kv,
-            kv_capacity: capacity_per_engine.map_or(f64::INFINITY, |c| c * f64::from(d)),
-            bound,
-        }
+    let sizing_given = |d: u32, (itl_ms, n, kv): (f64, f64, f64), bound: Bound| DecodeSizing {
+        replicas: d,
+        itl_ms,
+        concurrency: n,
+        kv_tokens: kv,
+        kv_capacity: capacity_per_engine.map_or(f64::INFINITY, |c| c * f64::from(d)),
+        bound,
     };
+    let sizing = |d: u32, bound: Bound| sizing_given(d, evaluate(d), bound);
     if rate <= 0.0 || decode_tokens <= 0.0 {
         return sizing(min, Bound::Minimum);
     }
@@ -609,23 +614,27 @@ pub fn size_decode(
             min.max(1)
         }
     });
+    // Each evaluation interpolates the ITL grid six times: the one before is kept for the bound.
+    let mut below: Option<(f64, f64, f64)> = None;
     for d in start..=max {
-        let (itl_ms, _, kv) = evaluate(d);
+        let at = evaluate(d);
+        let (itl_ms, _, kv) = at;
         let kv_ok = capacity_per_engine.is_none_or(|c| kv <= c * f64::from(d) * fill);
         let itl_ok = itl_ms.is_nan() || itl_ms <= targets.itl_ms;
         if kv_ok && itl_ok {
             let bound = if d == min {
                 Bound::Minimum
             } else {
-                let (_, _, kv_below) = evaluate(d - 1);
+                let (_, _, kv_below) = below.unwrap_or_else(|| evaluate(d - 1));
                 if capacity_per_engine.is_some_and(|c| kv_below > c * f64::from(d - 1) * fill) {
                     Bound::KvCache
                 } else {
                     Bound::Itl
                 }
             };
-            return sizing(d, bound);
+            return sizing_given(d, at, bound);
         }
+        below = Some(at);
     }
     sizing(max, Bound::Maximum)
 }

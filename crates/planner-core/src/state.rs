@@ -565,7 +565,8 @@ fn log_error(actual: f64, forecast: f64, unit: f64) -> f64 {
 }
 
 impl Work {
-    fn of(model: &impl PerformanceCurves, requests: f64, isl: &LengthMoments, osl: &LengthMoments) -> Self {
+    /// `service` is [`sizing::prefill_service`] of `isl`, which callers often have already.
+    fn of(requests: f64, service: ServiceMoments, isl: &LengthMoments, osl: &LengthMoments) -> Self {
         let requests = if requests.is_finite() {
             requests.max(0.0)
         } else {
@@ -573,7 +574,6 @@ impl Work {
         };
         let osl_mean = osl.mean.max(1.0);
         let held = isl.mean.max(0.0) + osl.second.max(osl_mean * osl_mean) / (2.0 * osl_mean);
-        let service = sizing::prefill_service(model, isl);
         Self {
             requests,
             service_s: service.mean_s,
@@ -611,16 +611,34 @@ fn blend(old: Option<LengthMoments>, new: LengthMoments) -> LengthMoments {
 
 /// The `q`-quantile (0..1) of `values` (linear between order statistics); `None` when empty.
 fn quantile(values: impl Iterator<Item = f64>, q: f64) -> Option<f64> {
-    let mut sorted: Vec<f64> = values.filter(|v| v.is_finite()).collect();
-    if sorted.is_empty() {
+    // The windows are short (tens of values): a stack buffer spares an allocation per call.
+    let mut stack = [0.0; 64];
+    let mut heap = Vec::new();
+    let mut len = 0;
+    for value in values.filter(|v| v.is_finite()) {
+        if len < stack.len() {
+            stack[len] = value;
+        } else {
+            if heap.is_empty() {
+                heap.extend_from_slice(&stack);
+            }
+            heap.push(value);
+        }
+        len += 1;
+    }
+    let values = if heap.is_empty() { &mut stack[..len] } else { &mut heap[..] };
+    if values.is_empty() {
         return None;
     }
-    sorted.sort_by(f64::total_cmp);
-    let position = q.clamp(0.0, 1.0) * (sorted.len() - 1) as f64;
-    let below = position.floor() as usize;
-    let above = (below + 1).min(sorted.len() - 1);
+    let position = q.clamp(0.0, 1.0) * (values.len() - 1) as f64;
+    let below = (position.floor() as usize).min(values.len() - 1);
     let weight = position - below as f64;
-    Some(sorted[below] * (1.0 - weight) + sorted[above] * weight)
+    // Two order statistics, found by selection rather than a full sort (this runs several
+    // times per interval for every policy).
+    let (_, lower, rest) = values.select_nth_unstable_by(below, f64::total_cmp);
+    let lower = *lower;
+    let upper = rest.iter().copied().min_by(f64::total_cmp).unwrap_or(lower);
+    Some(lower * (1.0 - weight) + upper * weight)
 }
 
 fn push_bounded(queue: &mut VecDeque<f64>, value: f64, keep: usize) {
@@ -812,8 +830,11 @@ impl SlaPlanner {
 
         // Forecast errors: the work this interval brought (prefill seconds, decode KV demand)
         // against what the forecasts of the last two ticks said it would.
+        // The prefill time of the measured mix: used by the errors and the burstiness below.
+        let observed_service = observed_isl.map(|moments| sizing::prefill_service(model, &moments));
         if let (Some(isl_now), Some(osl_now)) = (observed_isl.or(q.isl), observed_osl.or(q.osl)) {
-            let work = Work::of(model, arrivals, &isl_now, &osl_now);
+            let service = observed_service.unwrap_or_else(|| sizing::prefill_service(model, &isl_now));
+            let work = Work::of(arrivals, service, &isl_now, &osl_now);
             // A forecast of no traffic (an idle spell) is not scored: traffic resuming is not
             // evidence of how far off the next busy interval's forecast will be, and the fast
             // path reacts to it.
@@ -834,7 +855,7 @@ impl SlaPlanner {
             }
         }
 
-        if let Some(moments) = observed_isl {
+        if let (Some(moments), Some(observed_service)) = (observed_isl, observed_service) {
             // Arrival burstiness: when the interval began without a backlog and the prefill
             // engines did not change, the TTFT beyond the M/G/c wait is burst wait.
             let serving = observation.prefill_engines.filter(|c| c.is_finite() && *c >= 1.0);
@@ -852,7 +873,7 @@ impl SlaPlanner {
                 && !decode_bound
                 && observation.ttft_ms.is_finite()
             {
-                let measured = (sizing::prefill_service(model, &moments), arrivals / interval);
+                let measured = (observed_service, arrivals / interval);
                 let (service, rate) = if settings.calibrate_on_forecast {
                     q.forecasts
                         .front()
@@ -957,7 +978,7 @@ impl SlaPlanner {
         };
         let point_service = sizing::prefill_service(model, &isl_moments);
         q.forecasts
-            .push_front(Work::of(model, requests.value, &isl_moments, &osl_moments));
+            .push_front(Work::of(requests.value, point_service, &isl_moments, &osl_moments));
         q.forecasts.truncate(2);
 
         // Upper quantiles of the recent relative errors, as multipliers of the forecast work.
@@ -1031,8 +1052,11 @@ impl SlaPlanner {
             min,
             max,
         );
-        let without_backlog =
-            sizing::size_prefill(&service, rate, 0.0, interval, &queue_model, &targets, min, max);
+        let without_backlog = if backlog + growth > 0.0 {
+            sizing::size_prefill(&service, rate, 0.0, interval, &queue_model, &targets, min, max)
+        } else {
+            prefill
+        };
 
         let decode_model = DecodeModel {
             kv_sigmas: settings.kv_sigmas,
@@ -1825,6 +1849,30 @@ mod tests {
         );
         let tail = tick(&mut SlaPlanner::new(&p95), &p95, seen(9000.0, 0.0, 1.0), (1, 1));
         assert!(tail.target().unwrap().0 >= mean.target().unwrap().0);
+    }
+
+    #[test]
+    fn quantiles_interpolate_between_order_statistics_of_finite_values() {
+        let sorted_quantile = |values: &[f64], q: f64| {
+            let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+            v.sort_by(f64::total_cmp);
+            let position = q * (v.len() - 1) as f64;
+            let below = position.floor() as usize;
+            let above = (below + 1).min(v.len() - 1);
+            v[below] + (v[above] - v[below]) * (position - below as f64)
+        };
+        assert_eq!(quantile(std::iter::empty(), 0.5), None);
+        assert_eq!(quantile([f64::NAN, f64::INFINITY].into_iter(), 0.5), None);
+        assert_eq!(quantile([1.0, 3.0].into_iter(), 0.5), Some(2.0));
+        assert_eq!(quantile([5.0, f64::NAN, 1.0, 3.0].into_iter(), 1.0), Some(5.0));
+        // Past the stack buffer's 64 values too.
+        for n in [1_usize, 20, 63, 64, 65, 200] {
+            let values: Vec<f64> = (0..n).map(|i| ((i * 7919) % 101) as f64 - 50.0).collect();
+            for q in [0.0, 0.1, 0.5, 0.7, 0.95, 1.0] {
+                let got = quantile(values.iter().copied(), q).unwrap();
+                assert!((got - sorted_quantile(&values, q)).abs() < 1e-9, "n {n} q {q}: {got}");
+            }
+        }
     }
 
     #[test]
