@@ -626,7 +626,11 @@ fn quantile(values: impl Iterator<Item = f64>, q: f64) -> Option<f64> {
         }
         len += 1;
     }
-    let values = if heap.is_empty() { &mut stack[..len] } else { &mut heap[..] };
+    let values = if heap.is_empty() {
+        &mut stack[..len]
+    } else {
+        &mut heap[..]
+    };
     if values.is_empty() {
         return None;
     }
@@ -977,8 +981,12 @@ impl SlaPlanner {
             osl_shape
         };
         let point_service = sizing::prefill_service(model, &isl_moments);
-        q.forecasts
-            .push_front(Work::of(requests.value, point_service, &isl_moments, &osl_moments));
+        q.forecasts.push_front(Work::of(
+            requests.value,
+            point_service,
+            &isl_moments,
+            &osl_moments,
+        ));
         q.forecasts.truncate(2);
 
         // Upper quantiles of the recent relative errors, as multipliers of the forecast work.
@@ -1870,7 +1878,10 @@ mod tests {
             let values: Vec<f64> = (0..n).map(|i| ((i * 7919) % 101) as f64 - 50.0).collect();
             for q in [0.0, 0.1, 0.5, 0.7, 0.95, 1.0] {
                 let got = quantile(values.iter().copied(), q).unwrap();
-                assert!((got - sorted_quantile(&values, q)).abs() < 1e-9, "n {n} q {q}: {got}");
+                assert!(
+                    (got - sorted_quantile(&values, q)).abs() < 1e-9,
+                    "n {n} q {q}: {got}"
+                );
             }
         }
     }
