@@ -18,6 +18,7 @@ mod leader_freeze;
 mod operator;
 mod policy_rules;
 mod prometheus;
+mod scrape_interval;
 mod topology;
 mod topology_label_keys;
 mod virtual_connector;

@@ -1,6 +1,7 @@
 //! A real Prometheus for the tests (`PROMETHEUS_BIN`, which `make e2e` sets to the one `make
 //! tools` builds from Go modules or an installed one; else `prometheus` on PATH), scraping given
-//! targets on loopback every second, with the static labels the frontend PodMonitor would add.
+//! targets on loopback (every second unless a test asks otherwise), with the static labels the
+//! frontend PodMonitor would add.
 
 use std::{
     process::{Child, Command, Stdio},
@@ -29,6 +30,11 @@ fn free_port() -> u16 {
 impl Prometheus {
     /// Starts Prometheus scraping `target` (host:port) every second with `labels` added.
     pub async fn start(target: &str, labels: &[(&str, &str)]) -> Result<Self> {
+        Self::start_every(target, labels, 1).await
+    }
+
+    /// Starts Prometheus scraping `target` every `scrape_s` seconds with `labels` added.
+    pub async fn start_every(target: &str, labels: &[(&str, &str)], scrape_s: u32) -> Result<Self> {
         let port = free_port();
         let dir = std::env::temp_dir().join(format!("e2e-prometheus-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
@@ -40,7 +46,7 @@ impl Prometheus {
         std::fs::write(
             &config,
             format!(
-                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: dynamo-frontend\n    honor_labels: true\n    static_configs:\n      - targets: [\"{target}\"]\n        labels:\n{label_lines}"
+                "global:\n  scrape_interval: {scrape_s}s\n  evaluation_interval: {scrape_s}s\nscrape_configs:\n  - job_name: dynamo-frontend\n    honor_labels: true\n    static_configs:\n      - targets: [\"{target}\"]\n        labels:\n{label_lines}"
             ),
         )?;
         let mut prometheus = Self {

@@ -58,7 +58,7 @@ pub async fn observe(state: &PlannerState, query: &MetricsQuery<'_>, metrics: &P
                 model: query.model.to_string(),
             };
             Observed::Sla(
-                match client.observe(&filter, window_s, query.ttft_quantile).await {
+                match observe_interval(client, &filter, window_s, query.ttft_quantile).await {
                     Ok(mut observation) => {
                         observation.prefill_engines = Some(f64::from(query.prefill_engines));
                         IntervalMetrics::Observed(observation)
@@ -86,6 +86,36 @@ pub async fn observe(state: &PlannerState, query: &MetricsQuery<'_>, metrics: &P
                     error.to_string()
                 }),
         ),
+    }
+}
+
+/// The interval's observation over `window_s`; when the window holds too few scrapes for a
+/// series (`increase` needs two samples in it, and a scrape interval of half the window leaves
+/// exactly two, so one late scrape drops the series), the same observation over twice the
+/// window, its counts scaled back to one window: a rate over a longer window rather than an
+/// interval lost.
+pub async fn observe_interval(
+    client: &PrometheusClient,
+    filter: &SeriesFilter,
+    window_s: u64,
+    quantile: f64,
+) -> Result<planner_core::sla::Observation, MetricsError> {
+    match client.observe(filter, window_s, quantile).await {
+        Err(MetricsError::NoSeries { .. }) => {
+            let wider = window_s.saturating_mul(2);
+            let mut observation = client.observe(filter, wider, quantile).await?;
+            tracing::debug!(
+                dynamo_namespace = filter.dynamo_namespace,
+                window_s,
+                wider,
+                "no series over the interval; read over twice the interval"
+            );
+            let scale = window_s as f64 / wider as f64;
+            observation.num_req *= scale;
+            observation.arrivals = observation.arrivals.map(|arrivals| arrivals * scale);
+            Ok(observation)
+        }
+        other => other,
     }
 }
 
@@ -152,17 +182,28 @@ pub async fn fast_signals(
         dynamo_namespace: query.dynamo_namespace.to_string(),
         model: query.model.to_string(),
     };
-    let snapshot = match cache.snapshot(client, window.as_secs().max(1), period / 2).await {
-        Ok(snapshot) => snapshot,
-        Err(error) => {
-            metrics.metrics_unavailable(error.kind());
+    // A window needs two scrapes of a series: when the graph has none in it (a scrape interval
+    // of half the window or more; the Prometheus Operator's default is 30 s), twice the window,
+    // up to four times it or the adjustment interval. Snapshots are shared, so a wider one
+    // costs one more set of queries per Prometheus, not per policy.
+    let mut window_s = window.as_secs().max(1);
+    let longest_s = query.interval.as_secs().max(window_s.saturating_mul(4));
+    loop {
+        let snapshot = match cache.snapshot(client, window_s, period / 2).await {
+            Ok(snapshot) => snapshot,
+            Err(error) => {
+                metrics.metrics_unavailable(error.kind());
+                return None;
+            }
+        };
+        if let Some(mut signals) = snapshot.signals(&filter) {
+            signals.prefill_engines = f64::from(query.prefill_engines);
+            return Some(signals);
+        }
+        if window_s >= longest_s {
+            metrics.metrics_unavailable("no_series");
             return None;
         }
-    };
-    let Some(mut signals) = snapshot.signals(&filter) else {
-        metrics.metrics_unavailable("no_series");
-        return None;
-    };
-    signals.prefill_engines = f64::from(query.prefill_engines);
-    Some(signals)
+        window_s = window_s.saturating_mul(2).min(longest_s);
+    }
 }
