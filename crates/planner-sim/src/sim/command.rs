@@ -140,11 +140,50 @@ struct Comparison {
     requests: usize,
     results: Vec<RunResult>,
     seconds: f64,
+    load: LoadShape,
+}
+
+/// How bursty a run's load is: the prompt tokens arriving per interval, at the 95th percentile
+/// and at the peak, over their mean across the trace's intervals (idle ones included).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct LoadShape {
+    p95: f64,
+    peak: f64,
+}
+
+impl LoadShape {
+    fn of(requests: &[trace::Request], interval_s: f64) -> Self {
+        let interval_s = interval_s.max(1e-3);
+        let span = requests.iter().map(|r| r.arrival_s).fold(0.0_f64, f64::max);
+        let bins = ((span / interval_s).floor() as usize)
+            .saturating_add(1)
+            .min(1 << 20);
+        let mut load = vec![0.0; bins];
+        for r in requests {
+            let bin = ((r.arrival_s.max(0.0) / interval_s) as usize).min(bins - 1);
+            load[bin] += r.isl.max(0.0);
+        }
+        let mean = load.iter().sum::<f64>() / bins as f64;
+        if mean <= 0.0 {
+            return Self {
+                p95: f64::NAN,
+                peak: f64::NAN,
+            };
+        }
+        load.sort_by(f64::total_cmp);
+        let at = ((0.95 * (bins - 1) as f64).round() as usize).min(bins - 1);
+        Self {
+            p95: load[at] / mean,
+            peak: load[bins - 1] / mean,
+        }
+    }
 }
 
 /// One policy's numbers in one run of the overview.
 struct OverviewCell {
     policy: String,
+    gpu_hours: f64,
+    intervals_meeting: usize,
     /// GPU-hours relative to the oracle.
     ratio: f64,
     interval_attainment: f64,
@@ -157,6 +196,15 @@ struct OverviewCell {
 
 /// Per run (name), per policy.
 type Overview = Vec<(String, Vec<OverviewCell>)>;
+
+/// The policy the scorecard judges (the default `mode: sla` with the default predictor) and
+/// the baseline it must beat.
+const SCORED: &str = "sla-arima";
+const BASELINE: &str = "hpa";
+/// The scorecard's cost bar: GPU-hours within this multiple of the oracle's...
+const SCORE_COST: f64 = 1.3;
+/// ...with at least this share of intervals meeting the SLA.
+const SCORE_INTERVALS: f64 = 0.95;
 
 /// GPUs per engine from a profile name ending in `-tpN`.
 fn gpus_from_name(name: &str) -> Option<u32> {
@@ -260,6 +308,7 @@ pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
             requests: requests.len(),
             results,
             seconds: run_started.elapsed().as_secs_f64(),
+            load: LoadShape::of(&requests, args.interval_s),
         }
     });
 
@@ -331,6 +380,8 @@ pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
                     };
                     OverviewCell {
                         policy: r.policy.clone(),
+                        gpu_hours: r.summary.gpu_hours,
+                        intervals_meeting: r.summary.intervals_meeting,
                         ratio,
                         interval_attainment: r.summary.interval_attainment(),
                         request_attainment: r.summary.request_attainment(),
@@ -344,12 +395,14 @@ pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
     let total = started.elapsed().as_secs_f64();
     let _ = writeln!(out, "total: {total:.1} s on {jobs} threads");
     if let Some(report_path) = &args.report {
+        let shapes: Vec<LoadShape> = comparisons.iter().map(|c| c.load).collect();
         let text = render_report(
             args,
             &profile_name,
             &base_config,
             &traces,
             &overview,
+            &shapes,
             &markdown,
             total,
             jobs,
@@ -378,6 +431,7 @@ fn render_report(
     config: &SimConfig,
     traces: &[TraceJob],
     overview: &Overview,
+    shapes: &[LoadShape],
     sections: &str,
     seconds: f64,
     jobs: usize,
@@ -480,7 +534,80 @@ fn render_report(
             md.push('\n');
         }
     }
+    md.push_str(&scorecard(overview, shapes));
     let _ = writeln!(md, "## Runs\n\n{sections}");
+    md
+}
+
+/// The default policy against the baseline and the oracle, run by run; empty when either
+/// policy did not run.
+fn scorecard(overview: &Overview, shapes: &[LoadShape]) -> String {
+    let find = |cells: &[OverviewCell], name: &str| cells.iter().position(|c| c.policy == name);
+    let Some((_, first)) = overview.first() else {
+        return String::new();
+    };
+    if find(first, SCORED).is_none() || find(first, BASELINE).is_none() {
+        return String::new();
+    }
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "## Scorecard: `{SCORED}` (the default `mode: sla`) against `{BASELINE}` and the oracle\n\n\
+         **beats {BASELINE}**: meets the SLA in at least as many intervals as `{BASELINE}` for no more \
+         GPU-hours (otherwise which of the two it misses). **{:.0} % / {SCORE_COST}x**: meets it in at least \
+         {:.0} % of intervals with at most {SCORE_COST}x the oracle's GPU-hours. **prompt load p95 / peak**: \
+         the prompt tokens arriving per interval at the 95th percentile and at the peak, over their mean \
+         across the trace: the burstier the load, the more a policy without foresight pays or misses.\n",
+        SCORE_INTERVALS * 100.0,
+        SCORE_INTERVALS * 100.0,
+    );
+    let _ = writeln!(
+        md,
+        "| run | {SCORED} | {BASELINE} | beats {BASELINE} | {:.0} % / {SCORE_COST}x | prompt load p95 / peak |\n\
+         |---|---:|---:|:---:|:---:|---:|",
+        SCORE_INTERVALS * 100.0
+    );
+    let (mut beats, mut good, mut runs) = (0, 0, 0);
+    for ((run, cells), shape) in overview.iter().zip(shapes) {
+        let (Some(scored), Some(baseline)) = (
+            find(cells, SCORED).map(|i| &cells[i]),
+            find(cells, BASELINE).map(|i| &cells[i]),
+        ) else {
+            continue;
+        };
+        runs += 1;
+        let fewer = scored.intervals_meeting < baseline.intervals_meeting;
+        let dearer = scored.gpu_hours > baseline.gpu_hours;
+        let verdict = match (fewer, dearer) {
+            (false, false) => {
+                beats += 1;
+                "yes".to_string()
+            }
+            (true, false) => "no: fewer intervals".to_string(),
+            (false, true) => "no: more GPU-hours".to_string(),
+            (true, true) => "no: both".to_string(),
+        };
+        let meets = scored.interval_attainment >= SCORE_INTERVALS - 1e-9 && scored.ratio <= SCORE_COST + 1e-9;
+        if meets {
+            good += 1;
+        }
+        let cell = |c: &OverviewCell| format!("{:.2}x / {:.0}%", c.ratio, c.interval_attainment * 100.0);
+        let _ = writeln!(
+            md,
+            "| {run} | {} | {} | {verdict} | {} | {:.1}x / {:.1}x |",
+            cell(scored),
+            cell(baseline),
+            if meets { "yes" } else { "no" },
+            shape.p95,
+            shape.peak,
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\n`{SCORED}` beats `{BASELINE}` on {beats} of {runs} runs and meets {:.0} % / {SCORE_COST}x on {good} \
+         of {runs}.\n",
+        SCORE_INTERVALS * 100.0
+    );
     md
 }
 
@@ -496,5 +623,95 @@ mod tests {
         assert_eq!(k_label(4.0), "4");
         assert_eq!(k_label(1.5), "1.5");
         assert_eq!(relative(Path::new("bench/a.png"), Path::new("bench")), "a.png");
+    }
+
+    fn request(arrival_s: f64, isl: f64) -> trace::Request {
+        trace::Request {
+            arrival_s,
+            isl,
+            osl: 1.0,
+        }
+    }
+
+    #[test]
+    fn load_shape_counts_idle_intervals_in_the_mean() {
+        // Four 60 s intervals carrying 100, 0, 100 and 600 prompt tokens: mean 200.
+        let requests = [
+            request(10.0, 100.0),
+            request(130.0, 60.0),
+            request(170.0, 40.0),
+            request(185.0, 600.0),
+        ];
+        let shape = LoadShape::of(&requests, 60.0);
+        assert!((shape.peak - 3.0).abs() < 1e-12, "{shape:?}");
+        assert!((shape.p95 - 3.0).abs() < 1e-12, "{shape:?}");
+        assert!(LoadShape::of(&[], 60.0).peak.is_nan());
+    }
+
+    fn cell(policy: &str, gpu_hours: f64, intervals_meeting: usize, of: usize) -> OverviewCell {
+        OverviewCell {
+            policy: policy.into(),
+            gpu_hours,
+            intervals_meeting,
+            ratio: gpu_hours / 10.0,
+            interval_attainment: intervals_meeting as f64 / of as f64,
+            request_attainment: 1.0,
+            p90_ratio: 1.0,
+            p90_attainment: 1.0,
+        }
+    }
+
+    #[test]
+    fn the_scorecard_says_which_bar_each_run_misses() {
+        let shape = LoadShape { p95: 2.8, peak: 4.3 };
+        let overview: Overview = vec![
+            // Fewer GPU-hours and as many intervals: beats; 1.2x and 96 %: meets.
+            (
+                "a k=1".into(),
+                vec![
+                    cell("oracle", 10.0, 50, 50),
+                    cell(SCORED, 12.0, 48, 50),
+                    cell(BASELINE, 13.0, 48, 50),
+                ],
+            ),
+            // Cheaper but fewer intervals.
+            (
+                "b k=1".into(),
+                vec![
+                    cell("oracle", 10.0, 50, 50),
+                    cell(SCORED, 12.0, 40, 50),
+                    cell(BASELINE, 13.0, 45, 50),
+                ],
+            ),
+            // As many intervals, dearer, and past 1.3x.
+            (
+                "c k=1".into(),
+                vec![
+                    cell("oracle", 10.0, 50, 50),
+                    cell(SCORED, 14.0, 45, 50),
+                    cell(BASELINE, 13.0, 45, 50),
+                ],
+            ),
+        ];
+        let md = scorecard(&overview, &[shape; 3]);
+        assert!(
+            md.contains("| a k=1 | 1.20x / 96% | 1.30x / 96% | yes | yes | 2.8x / 4.3x |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| b k=1 | 1.20x / 80% | 1.30x / 90% | no: fewer intervals | no |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| c k=1 | 1.40x / 90% | 1.30x / 90% | no: more GPU-hours | no |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("beats `hpa` on 1 of 3 runs and meets 95 % / 1.3x on 1 of 3."),
+            "{md}"
+        );
+        // Without both policies there is nothing to judge.
+        let partial: Overview = vec![("a k=1".into(), vec![cell("oracle", 10.0, 50, 50)])];
+        assert!(scorecard(&partial, &[shape]).is_empty());
     }
 }
