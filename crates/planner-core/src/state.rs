@@ -73,6 +73,9 @@ pub struct QueueingConfig {
     pub burst_samples: usize,
     /// Largest arrival burstiness planned for.
     pub max_burstiness: f64,
+    /// When the prefill engines that served a whole interval, from no backlog, missed the TTFT
+    /// target, plan at least one more for a rate at least that interval's.
+    pub miss_step: bool,
     /// Model arrivals as batches (M^X/G/c) rather than a renewal process with a high SCV.
     pub batches: bool,
     /// With batches, also use the burstiness as the SCV of arrivals in the queueing term.
@@ -138,6 +141,7 @@ impl Default for QueueingConfig {
             burst_quantile: 0.6,
             burst_samples: 20,
             max_burstiness: 30.0,
+            miss_step: false,
             batches: true,
             batches_queue: true,
             calibrate_on_forecast: false,
@@ -859,6 +863,9 @@ impl SlaPlanner {
             }
         }
 
+        // Engines that served the whole interval, from no backlog, and still missed the TTFT
+        // target (set below): too few for arrivals at that rate.
+        let mut missed_with = None;
         if let (Some(moments), Some(observed_service)) = (observed_isl, observed_service) {
             // Arrival burstiness: when the interval began without a backlog and the prefill
             // engines did not change, the TTFT beyond the M/G/c wait is burst wait.
@@ -877,6 +884,13 @@ impl SlaPlanner {
                 && !decode_bound
                 && observation.ttft_ms.is_finite()
             {
+                let ttft_seen = match (settings.targets(&config.sla).ttft_quantile, observation.ttft_quantile_ms) {
+                    (Some(p), Some((at, ms))) if (at - p).abs() < 1e-6 => ms,
+                    _ => observation.ttft_ms,
+                };
+                if ttft_seen > config.sla.ttft_ms {
+                    missed_with = Some(engines.round() as u32);
+                }
                 let measured = (observed_service, arrivals / interval);
                 let (service, rate) = if settings.calibrate_on_forecast {
                     q.forecasts
@@ -1143,10 +1157,20 @@ impl SlaPlanner {
         } else {
             decode.replicas
         };
-        let sustained = (
+        let mut sustained = (
             desired.0.min(without_backlog.replicas.max(min)),
             desired.1.min(decode_sustained),
         );
+        // Evidence over the model, upwards: the engines that missed the target last interval are
+        // too few for a plan at least that interval's rate; one more is held like any plan.
+        if settings.miss_step
+            && let Some(engines) = missed_with
+            && rate >= observed_rate
+        {
+            let floor = engines.saturating_add(1).min(max);
+            desired.0 = desired.0.max(floor);
+            sustained.0 = sustained.0.max(floor);
+        }
         let (replicas, held) = stabilise(q, settings, now, desired, sustained, current, backlogged);
         let reason = if held && backlogged {
             ScaleReason::BacklogHold { backlog }
