@@ -74,7 +74,8 @@ pub struct QueueingConfig {
     /// Largest arrival burstiness planned for.
     pub max_burstiness: f64,
     /// When the prefill engines that served a whole interval, from no backlog, missed the TTFT
-    /// target, plan at least one more for a rate at least that interval's.
+    /// target, plan at least one more for a rate at least that interval's (evidence over the
+    /// model: it corrects a model that underestimates the wait, as bursty arrivals make it).
     pub miss_step: bool,
     /// Model arrivals as batches (M^X/G/c) rather than a renewal process with a high SCV.
     pub batches: bool,
@@ -141,7 +142,7 @@ impl Default for QueueingConfig {
             burst_quantile: 0.6,
             burst_samples: 20,
             max_burstiness: 30.0,
-            miss_step: false,
+            miss_step: true,
             batches: true,
             batches_queue: true,
             calibrate_on_forecast: false,
@@ -282,6 +283,14 @@ pub enum ScaleReason {
         /// The rate the last plan provided for (requests/s).
         planned_rate: f64,
     },
+    /// The prefill engines that served the last interval, from no backlog, missed the TTFT
+    /// target: one more than they were, whatever the model says.
+    MissedTarget {
+        /// Engines that served the interval.
+        engines: u32,
+        /// The TTFT they gave (ms, at the target's statistic).
+        ttft_ms: f64,
+    },
     /// A scale-down is deferred: the stabilisation window still has a higher recommendation.
     Stabilising,
     /// A scale-down is refused while a backlog remains.
@@ -320,6 +329,10 @@ impl std::fmt::Display for ScaleReason {
             } => write!(
                 f,
                 "arrivals at {arrival_rate:.1} req/s exceed the {planned_rate:.1} req/s planned for"
+            ),
+            Self::MissedTarget { engines, ttft_ms } => write!(
+                f,
+                "{engines} prefill engines gave a TTFT of {ttft_ms:.0} ms last interval with no backlog: one more"
             ),
             Self::Stabilising => write!(f, "scale-down deferred by the stabilisation window"),
             Self::BacklogHold { backlog } => {
@@ -884,12 +897,15 @@ impl SlaPlanner {
                 && !decode_bound
                 && observation.ttft_ms.is_finite()
             {
-                let ttft_seen = match (settings.targets(&config.sla).ttft_quantile, observation.ttft_quantile_ms) {
+                let ttft_seen = match (
+                    settings.targets(&config.sla).ttft_quantile,
+                    observation.ttft_quantile_ms,
+                ) {
                     (Some(p), Some((at, ms))) if (at - p).abs() < 1e-6 => ms,
                     _ => observation.ttft_ms,
                 };
                 if ttft_seen > config.sla.ttft_ms {
-                    missed_with = Some(engines.round() as u32);
+                    missed_with = Some((engines.round() as u32, ttft_seen));
                 }
                 let measured = (observed_service, arrivals / interval);
                 let (service, rate) = if settings.calibrate_on_forecast {
@@ -1163,11 +1179,15 @@ impl SlaPlanner {
         );
         // Evidence over the model, upwards: the engines that missed the target last interval are
         // too few for a plan at least that interval's rate; one more is held like any plan.
+        let mut missed = None;
         if settings.miss_step
-            && let Some(engines) = missed_with
+            && let Some((engines, ttft_ms)) = missed_with
             && rate >= observed_rate
         {
             let floor = engines.saturating_add(1).min(max);
+            if floor > desired.0 {
+                missed = Some(ScaleReason::MissedTarget { engines, ttft_ms });
+            }
             desired.0 = desired.0.max(floor);
             sustained.0 = sustained.0.max(floor);
         }
@@ -1176,6 +1196,8 @@ impl SlaPlanner {
             ScaleReason::BacklogHold { backlog }
         } else if held {
             ScaleReason::Stabilising
+        } else if let Some(reason) = missed {
+            reason
         } else if prefill.replicas > without_backlog.replicas {
             ScaleReason::Backlog { backlog, growth }
         } else {
@@ -1781,6 +1803,82 @@ mod tests {
         assert!(run(&on, 0.02) <= plain);
         // A saturated cache says nothing (admission waits cap what it shows).
         assert_eq!(run(&on, 0.95), plain);
+    }
+
+    #[test]
+    fn a_pool_that_missed_the_target_from_no_backlog_gets_one_more_engine() {
+        let mut config = queueing_config();
+        // Arrivals pinned to Poisson: only the observed miss can add an engine.
+        config.queueing.max_burstiness = 1.0;
+        let plan = |miss_step: bool, engines: u32, last: Observation| {
+            let config = SlaPlannerConfig {
+                queueing: QueueingConfig {
+                    miss_step,
+                    ..config.queueing.clone()
+                },
+                ..config.clone()
+            };
+            let mut planner = SlaPlanner::new(&config);
+            for _ in 0..4 {
+                tick(
+                    &mut planner,
+                    &config,
+                    seen(600.0, 0.0, f64::from(engines)),
+                    (engines, 1),
+                );
+            }
+            tick(&mut planner, &config, last, (engines, 1)).queueing.unwrap()
+        };
+        // The engines the model asks for at this load, served within the target.
+        let engines = plan(true, 4, seen(600.0, 0.0, 4.0)).desired.0;
+        let met = plan(true, engines, seen(600.0, 0.0, f64::from(engines)));
+        assert_eq!(met.desired.0, engines, "{met:?}");
+        // The same interval missing the TTFT target with those engines, from no backlog.
+        let missed = Observation {
+            ttft_ms: 1500.0,
+            ..seen(600.0, 0.0, f64::from(engines))
+        };
+        assert_eq!(plan(false, engines, missed).desired.0, engines);
+        let stepped = plan(true, engines, missed);
+        assert_eq!(stepped.desired.0, engines + 1, "{stepped:?}");
+        assert_eq!(
+            stepped.reason,
+            ScaleReason::MissedTarget {
+                engines,
+                ttft_ms: 1500.0
+            }
+        );
+        assert!(
+            stepped
+                .reason
+                .to_string()
+                .contains("prefill engines gave a TTFT of 1500 ms last interval with no backlog: one more"),
+            "{}",
+            stepped.reason
+        );
+        // Held by the stabilisation window like any plan: a calm interval next does not undo it.
+        let mut stepped_config = config.clone();
+        stepped_config.queueing.miss_step = true;
+        let mut planner = SlaPlanner::new(&stepped_config);
+        for _ in 0..4 {
+            tick(
+                &mut planner,
+                &stepped_config,
+                seen(600.0, 0.0, f64::from(engines)),
+                (engines, 1),
+            );
+        }
+        let up = tick(&mut planner, &stepped_config, missed, (engines, 1))
+            .target()
+            .unwrap();
+        assert_eq!(up.0, engines + 1);
+        let next = tick(
+            &mut planner,
+            &stepped_config,
+            seen(600.0, 0.0, f64::from(engines + 1)),
+            up,
+        );
+        assert_eq!(next.target().unwrap().0, engines + 1);
     }
 
     #[test]
