@@ -1810,7 +1810,8 @@ mod tests {
         let mut config = queueing_config();
         // Arrivals pinned to Poisson: only the observed miss can add an engine.
         config.queueing.max_burstiness = 1.0;
-        let plan = |miss_step: bool, engines: u32, last: Observation| {
+        // A planner that has seen four calm intervals served by `engines`.
+        let warmed = |miss_step: bool, engines: u32| {
             let config = SlaPlannerConfig {
                 queueing: QueueingConfig {
                     miss_step,
@@ -1827,6 +1828,10 @@ mod tests {
                     (engines, 1),
                 );
             }
+            (planner, config)
+        };
+        let plan = |miss_step: bool, engines: u32, last: Observation| {
+            let (mut planner, config) = warmed(miss_step, engines);
             tick(&mut planner, &config, last, (engines, 1)).queueing.unwrap()
         };
         // The engines the model asks for at this load, served within the target.
@@ -1857,17 +1862,7 @@ mod tests {
             stepped.reason
         );
         // Held by the stabilisation window like any plan: a calm interval next does not undo it.
-        let mut stepped_config = config.clone();
-        stepped_config.queueing.miss_step = true;
-        let mut planner = SlaPlanner::new(&stepped_config);
-        for _ in 0..4 {
-            tick(
-                &mut planner,
-                &stepped_config,
-                seen(600.0, 0.0, f64::from(engines)),
-                (engines, 1),
-            );
-        }
+        let (mut planner, stepped_config) = warmed(true, engines);
         let up = tick(&mut planner, &stepped_config, missed, (engines, 1))
             .target()
             .unwrap();

@@ -22,9 +22,11 @@ use crate::{faults::condition, operator::start, prometheus::Prometheus};
 const INTERVAL_S: u64 = 10;
 const WAIT: Duration = Duration::from_secs(120);
 
-struct Frontend {
+/// The synthetic frontend, stopped on drop.
+pub(crate) struct Frontend {
     child: Child,
-    control: String,
+    /// Its listen address (metrics and control endpoint), host:port.
+    pub(crate) control: String,
 }
 
 impl Drop for Frontend {
@@ -71,6 +73,13 @@ async fn post(addr: &str, path: &str) -> Result<()> {
 }
 
 fn start_frontend(ns: &TestNamespace, dgd: &str) -> Result<Frontend> {
+    start_synthetic_frontend(&["--dgd", dgd, "--namespace", &ns.name])
+}
+
+/// Starts the synthetic frontend replaying the Azure conversation trace four times faster, in
+/// a loop, for model `llama-3.1-8b`, with its workers given by `capacity` (`--dgd` and
+/// `--namespace`, or fixed `--prefill` and `--decode` counts).
+pub(crate) fn start_synthetic_frontend(capacity: &[&str]) -> Result<Frontend> {
     let trace = repo_root().join("crates/planner-core/tests/fixtures/traces/azure2023_conv.csv");
     let listen = format!("127.0.0.1:{}", free_port());
     let child = Command::new(sim_binary())
@@ -82,10 +91,6 @@ fn start_frontend(ns: &TestNamespace, dgd: &str) -> Result<Frontend> {
             "h200-llama3.1-8b-tp1",
             "--model",
             "llama-3.1-8b",
-            "--dgd",
-            dgd,
-            "--namespace",
-            &ns.name,
             "--listen",
             &listen,
             "--speedup",
@@ -94,6 +99,7 @@ fn start_frontend(ns: &TestNamespace, dgd: &str) -> Result<Frontend> {
             "--rate-scale",
             "1",
         ])
+        .args(capacity)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -4,73 +4,27 @@
 //! fast check and the interval's observation must still get their signals (from a wider
 //! window), and no read may count as unavailable. Needs no cluster.
 
-use std::{
-    process::{Child, Command, Stdio},
-    time::Duration,
-};
+use std::time::Duration;
 
-use e2e::{Result, poll_until, repo_root, sim_binary};
+use e2e::{Result, poll_until};
 use planner_operator::{
     controller::planner_policy::observe::{self, FastCache, MetricsQuery},
     metrics::operator::OperatorMetrics,
     sources::prometheus::{PrometheusClient, SeriesFilter},
 };
 
-use crate::prometheus::Prometheus;
+use crate::{closed_loop::start_synthetic_frontend, prometheus::Prometheus};
 
 const SCRAPE_S: u32 = 15;
 const GRAPH: &str = "scrape-interval-llama";
+/// The model the synthetic frontend serves.
 const MODEL: &str = "llama-3.1-8b";
-
-struct Frontend(Child);
-
-impl Drop for Frontend {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or(0)
-}
-
-fn start_frontend(listen: &str) -> Result<Frontend> {
-    let trace = repo_root().join("crates/planner-core/tests/fixtures/traces/azure2023_conv.csv");
-    let child = Command::new(sim_binary())
-        .args([
-            "synthetic-frontend",
-            "--trace",
-            trace.to_str().ok_or("trace path")?,
-            "--profile",
-            "h200-llama3.1-8b-tp1",
-            "--model",
-            MODEL,
-            "--prefill",
-            "2",
-            "--decode",
-            "2",
-            "--listen",
-            listen,
-            "--speedup",
-            "4",
-            "--loop",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot start the synthetic frontend (make e2e builds it): {e}"))?;
-    Ok(Frontend(child))
-}
 
 #[tokio::test]
 async fn reads_hold_their_series_when_scrapes_are_sparser_than_the_window() -> Result<()> {
-    let listen = format!("127.0.0.1:{}", free_port());
-    let _frontend = start_frontend(&listen)?;
-    let prometheus = Prometheus::start_every(&listen, &[("dynamo_namespace", GRAPH)], SCRAPE_S).await?;
+    let frontend = start_synthetic_frontend(&["--prefill", "2", "--decode", "2"])?;
+    let prometheus =
+        Prometheus::start_every(&frontend.control, &[("dynamo_namespace", GRAPH)], SCRAPE_S).await?;
     let client = PrometheusClient::new(&prometheus.url, Duration::from_secs(10))?;
     let filter = SeriesFilter {
         dynamo_namespace: GRAPH.into(),
