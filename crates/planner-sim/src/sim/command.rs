@@ -15,6 +15,7 @@ use planner_core::{
     interpolation::PerformanceModel,
     profile::{Profile, builtin_names},
     sla::{Limits, SlaTargets},
+    state::QueueingConfig,
 };
 
 use super::{
@@ -96,6 +97,15 @@ pub struct SimulateArgs {
     /// Threads (default: available cores).
     #[arg(long)]
     jobs: Option<usize>,
+    /// JSON object of queueing-model settings for the `sla-*` policies (planner-core's
+    /// `QueueingConfig` field names; unnamed ones keep their defaults), to compare settings
+    /// against the defaults.
+    #[arg(long, value_name = "FILE")]
+    queueing_config: Option<PathBuf>,
+    /// Also write every policy's per-interval records (replicas, cohort latencies, whether the
+    /// interval met the SLA) to this CSV file.
+    #[arg(long, value_name = "FILE")]
+    intervals_csv: Option<PathBuf>,
 }
 
 /// Why `simulate` failed.
@@ -123,6 +133,31 @@ struct SuiteTrace {
     ttft_ms: Option<f64>,
     #[serde(default)]
     itl_ms: Option<f64>,
+}
+
+/// Reads queueing-model settings: a JSON object whose fields override the defaults. A field
+/// the model does not have is an error (a misspelt setting would otherwise compare the
+/// defaults against themselves).
+fn read_queueing_config(path: &Path) -> Result<QueueingConfig, SimulateError> {
+    let input = |e: String| SimulateError::Input(format!("{}: {e}", path.display()));
+    let text = std::fs::read_to_string(path).map_err(|e| input(format!("cannot read: {e}")))?;
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| input(e.to_string()))?;
+    let serde_json::Value::Object(fields) = &value else {
+        return Err(input("expected a JSON object of settings".into()));
+    };
+    let known = serde_json::to_value(QueueingConfig::default()).map_err(|e| input(e.to_string()))?;
+    if let Some(unknown) = fields.keys().find(|k| known.get(k.as_str()).is_none()) {
+        let mut names: Vec<&str> = known
+            .as_object()
+            .map(|o| o.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        names.sort_unstable();
+        return Err(input(format!(
+            "unknown setting {unknown:?}; the settings are: {}",
+            names.join(", ")
+        )));
+    }
+    serde_json::from_value(value).map_err(|e| input(e.to_string()))
 }
 
 /// One trace to run, with its targets.
@@ -278,7 +313,12 @@ pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);
+    let queueing = match &args.queueing_config {
+        Some(path) => read_queueing_config(path)?,
+        None => QueueingConfig::default(),
+    };
     let base_config = SimConfig {
+        queueing,
         interval_s: args.interval_s,
         step_s: args.step_s,
         scale_up_delay_s: args.scale_up_delay_s,
@@ -311,6 +351,44 @@ pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
             load: LoadShape::of(&requests, args.interval_s),
         }
     });
+
+    if let Some(path) = &args.intervals_csv {
+        let mut csv = String::from(
+            "trace,k,policy,start_s,arrivals,mean_isl,mean_osl,prefill,decode,prefill_serving,decode_serving,gpus,ttft_ms,itl_ms,meets\n",
+        );
+        for c in &comparisons {
+            let job = &traces[c.trace];
+            for r in &c.results {
+                for i in &r.intervals {
+                    let meets = match i.meets(&job.sla) {
+                        Some(true) => "1",
+                        Some(false) => "0",
+                        None => "",
+                    };
+                    let _ = writeln!(
+                        csv,
+                        "{},{},{},{},{},{:.1},{:.1},{:.3},{:.3},{:.3},{:.3},{:.3},{:.1},{:.2},{meets}",
+                        job.name,
+                        k_label(c.k),
+                        r.policy,
+                        i.start_s,
+                        i.arrivals,
+                        i.mean_isl,
+                        i.mean_osl,
+                        i.prefill,
+                        i.decode,
+                        i.prefill_serving,
+                        i.decode_serving,
+                        i.gpus,
+                        i.ttft_ms,
+                        i.itl_ms,
+                    );
+                }
+            }
+        }
+        std::fs::write(path, csv)
+            .map_err(|e| SimulateError::Output(format!("cannot write {}: {e}", path.display())))?;
+    }
 
     let mut out = String::new();
     let mut markdown = String::new();
@@ -623,6 +701,124 @@ mod tests {
         assert_eq!(k_label(4.0), "4");
         assert_eq!(k_label(1.5), "1.5");
         assert_eq!(relative(Path::new("bench/a.png"), Path::new("bench")), "a.png");
+    }
+
+    /// A fresh directory under the system's temporary directory, removed when dropped.
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(name: &str) -> Self {
+            let dir = std::env::temp_dir().join(format!("planner-sim-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            Self(dir)
+        }
+        fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// `simulate` as the command line would call it.
+    fn simulate_with(extra: &[&str]) -> Result<String, SimulateError> {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: SimulateArgs,
+        }
+        let trace = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../planner-core/tests/fixtures/mooncake_tiny.jsonl"
+        );
+        let mut argv = vec![
+            "simulate",
+            "--trace",
+            trace,
+            "--profile",
+            "h100-llama3.3-70b-tp4",
+            "--no-plots",
+            "--jobs",
+            "1",
+            "--ttft-ms",
+            "2000",
+        ];
+        argv.extend_from_slice(extra);
+        let cli = <Cli as clap::Parser>::try_parse_from(argv).unwrap();
+        simulate(&cli.args)
+    }
+
+    #[test]
+    fn queueing_settings_override_the_defaults_and_unknown_ones_are_named() {
+        let dir = TempDir::new("settings");
+        let path = dir.path().join("q.json");
+        std::fs::write(&path, r#"{"stabilisation_s": 120, "kv_sigmas": 1.0}"#).unwrap();
+        let read = read_queueing_config(&path).unwrap();
+        assert_eq!(read.stabilisation_s, 120.0);
+        assert_eq!(read.kv_sigmas, 1.0);
+        assert_eq!(
+            read.forecast_quantile,
+            QueueingConfig::default().forecast_quantile
+        );
+
+        std::fs::write(&path, r#"{"stabilization_s": 120}"#).unwrap();
+        let error = read_queueing_config(&path).unwrap_err().to_string();
+        assert!(error.contains("unknown setting \"stabilization_s\""), "{error}");
+        assert!(error.contains("stabilisation_s"), "{error}");
+        std::fs::write(&path, "[1]").unwrap();
+        let error = read_queueing_config(&path).unwrap_err().to_string();
+        assert!(error.contains("expected a JSON object"), "{error}");
+        std::fs::write(&path, r#"{"kv_sigmas": "many"}"#).unwrap();
+        assert!(read_queueing_config(&path).is_err());
+    }
+
+    #[test]
+    fn the_intervals_csv_has_a_row_per_policy_and_interval_and_settings_reach_the_planner() {
+        let dir = TempDir::new("csv");
+        let csv_path = dir.path().join("intervals.csv");
+        let csv_arg = csv_path.to_str().unwrap();
+        let run = |settings: Option<&str>| {
+            let mut extra = vec!["--policy", "sla-arima", "--intervals-csv", csv_arg];
+            let settings_path = dir.path().join("q.json");
+            if let Some(settings) = settings {
+                std::fs::write(&settings_path, settings).unwrap();
+                extra.extend(["--queueing-config", settings_path.to_str().unwrap()]);
+            }
+            simulate_with(&extra).unwrap();
+            std::fs::read_to_string(&csv_path).unwrap()
+        };
+        let defaults = run(None);
+        let mut lines = defaults.lines();
+        assert_eq!(
+            lines.next().unwrap(),
+            "trace,k,policy,start_s,arrivals,mean_isl,mean_osl,prefill,decode,prefill_serving,decode_serving,gpus,ttft_ms,itl_ms,meets"
+        );
+        let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+        let of = |policy: &str| rows.iter().filter(|r| r[2] == policy).count();
+        assert!(of("oracle") >= 1, "{defaults}");
+        assert_eq!(of("oracle"), of("sla-arima"), "{defaults}");
+        assert!(
+            rows.iter()
+                .all(|r| r.len() == 15 && r[0] == "mooncake_tiny" && r[1] == "1")
+        );
+        // The tiny trace's requests all arrive in the first interval, which met the SLA.
+        assert_eq!(rows[0][4].parse::<usize>().unwrap(), 16, "{defaults}");
+        assert_eq!(rows[0][14], "1", "{defaults}");
+        // A decode pool sized for ten standard deviations of KV demand is larger: the settings
+        // reach the planner.
+        let wide = run(Some(r#"{"kv_sigmas": 10.0}"#));
+        let decode = |csv: &str| -> f64 {
+            csv.lines()
+                .skip(1)
+                .filter(|l| l.split(',').nth(2) == Some("sla-arima"))
+                .map(|l| l.split(',').nth(8).unwrap().parse::<f64>().unwrap())
+                .sum()
+        };
+        assert!(decode(&wide) > decode(&defaults), "{defaults}\n{wide}");
     }
 
     fn request(arrival_s: f64, isl: f64) -> trace::Request {

@@ -184,7 +184,7 @@ impl SlaPolicy {
             model,
             queueing: QueueingConfig {
                 scale_up_delay_s: sim.scale_up_delay_s,
-                ..QueueingConfig::default()
+                ..sim.queueing.clone()
             },
         };
         Self::with_config(config)

@@ -18,7 +18,7 @@ use planner_core::{
     interpolation::PerformanceCurves,
     load::LoadSamples,
     sla::{Limits, Load, Observation, SlaTargets},
-    state::FastSignals,
+    state::{FastSignals, QueueingConfig},
 };
 
 use super::{
@@ -46,6 +46,9 @@ pub struct SimConfig {
     /// After the last interval, how long requests still in flight may take to finish (s);
     /// the replicas of the last interval serve them and are not charged.
     pub drain_limit_s: f64,
+    /// Settings of the SLA planner's queueing model (its scale-up delay is taken from
+    /// `scale_up_delay_s`).
+    pub queueing: QueueingConfig,
 }
 
 impl Default for SimConfig {
@@ -63,6 +66,7 @@ impl Default for SimConfig {
                 decode_gpus_per_engine: 1,
             },
             drain_limit_s: 1800.0,
+            queueing: QueueingConfig::default(),
         }
     }
 }
