@@ -353,38 +353,10 @@ pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
     });
 
     if let Some(path) = &args.intervals_csv {
-        let mut csv = String::from(
-            "trace,k,policy,start_s,arrivals,mean_isl,mean_osl,prefill,decode,prefill_serving,decode_serving,gpus,ttft_ms,itl_ms,meets\n",
-        );
+        let mut csv = String::from(report::INTERVALS_CSV_HEADER);
         for c in &comparisons {
             let job = &traces[c.trace];
-            for r in &c.results {
-                for i in &r.intervals {
-                    let meets = match i.meets(&job.sla) {
-                        Some(true) => "1",
-                        Some(false) => "0",
-                        None => "",
-                    };
-                    let _ = writeln!(
-                        csv,
-                        "{},{},{},{},{},{:.1},{:.1},{:.3},{:.3},{:.3},{:.3},{:.3},{:.1},{:.2},{meets}",
-                        job.name,
-                        k_label(c.k),
-                        r.policy,
-                        i.start_s,
-                        i.arrivals,
-                        i.mean_isl,
-                        i.mean_osl,
-                        i.prefill,
-                        i.decode,
-                        i.prefill_serving,
-                        i.decode_serving,
-                        i.gpus,
-                        i.ttft_ms,
-                        i.itl_ms,
-                    );
-                }
-            }
+            report::intervals_csv(&mut csv, &job.name, &k_label(c.k), &job.sla, &c.results);
         }
         std::fs::write(path, csv)
             .map_err(|e| SimulateError::Output(format!("cannot write {}: {e}", path.display())))?;
@@ -703,27 +675,6 @@ mod tests {
         assert_eq!(relative(Path::new("bench/a.png"), Path::new("bench")), "a.png");
     }
 
-    /// A fresh directory under the system's temporary directory, removed when dropped.
-    struct TempDir(PathBuf);
-
-    impl TempDir {
-        fn new(name: &str) -> Self {
-            let dir = std::env::temp_dir().join(format!("planner-sim-{name}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).unwrap();
-            Self(dir)
-        }
-        fn path(&self) -> &Path {
-            &self.0
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
     /// `simulate` as the command line would call it.
     fn simulate_with(extra: &[&str]) -> Result<String, SimulateError> {
         #[derive(clap::Parser)]
@@ -754,7 +705,7 @@ mod tests {
 
     #[test]
     fn queueing_settings_override_the_defaults_and_unknown_ones_are_named() {
-        let dir = TempDir::new("settings");
+        let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("q.json");
         std::fs::write(&path, r#"{"stabilisation_s": 120, "kv_sigmas": 1.0}"#).unwrap();
         let read = read_queueing_config(&path).unwrap();
@@ -778,7 +729,7 @@ mod tests {
 
     #[test]
     fn the_intervals_csv_has_a_row_per_policy_and_interval_and_settings_reach_the_planner() {
-        let dir = TempDir::new("csv");
+        let dir = tempfile::tempdir().unwrap();
         let csv_path = dir.path().join("intervals.csv");
         let csv_arg = csv_path.to_str().unwrap();
         let run = |settings: Option<&str>| {

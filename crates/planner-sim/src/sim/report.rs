@@ -1,6 +1,43 @@
 //! Comparison tables (plain text for the terminal, Markdown for the benchmark report).
 
+use std::fmt::Write as _;
+
+use planner_core::sla::SlaTargets;
+
 use super::run::RunResult;
+
+/// First line of the per-interval CSV.
+pub const INTERVALS_CSV_HEADER: &str = "trace,k,policy,start_s,arrivals,mean_isl,mean_osl,prefill,decode,prefill_serving,decode_serving,gpus,ttft_ms,itl_ms,meets\n";
+
+/// Appends one CSV row per policy and interval of one (trace, rate scale) comparison: `meets`
+/// is 1 or 0, empty for an interval without arrivals.
+pub fn intervals_csv(out: &mut String, trace: &str, k: &str, sla: &SlaTargets, results: &[RunResult]) {
+    for r in results {
+        for i in &r.intervals {
+            let meets = match i.meets(sla) {
+                Some(true) => "1",
+                Some(false) => "0",
+                None => "",
+            };
+            let _ = writeln!(
+                out,
+                "{trace},{k},{},{},{},{:.1},{:.1},{:.3},{:.3},{:.3},{:.3},{:.3},{:.1},{:.2},{meets}",
+                r.policy,
+                i.start_s,
+                i.arrivals,
+                i.mean_isl,
+                i.mean_osl,
+                i.prefill,
+                i.decode,
+                i.prefill_serving,
+                i.decode_serving,
+                i.gpus,
+                i.ttft_ms,
+                i.itl_ms,
+            );
+        }
+    }
+}
 
 /// Column headers.
 const HEADERS: [&str; 14] = [
