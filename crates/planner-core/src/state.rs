@@ -126,6 +126,21 @@ pub struct QueueingConfig {
     /// rate and its TTFT (ITL) stayed within this share of the target, the engines serving then
     /// are enough (0: off).
     pub evidence_slack: f64,
+    /// How far the recent arrival rate may exceed the planned one (itself an upper quantile)
+    /// before the fast path re-plans (0.5: 50 % above).
+    pub surge_tolerance: f64,
+    /// Fast-path arrival-rate samples whose median is the recent rate.
+    pub fast_rate_samples: usize,
+    /// Keep the fast path's rate samples across interval ticks (else each tick starts afresh).
+    pub keep_fast_rates: bool,
+    /// How long a surge's scale-up is held (s, at most the stabilisation window; unset: the
+    /// whole window).
+    pub surge_hold_s: Option<f64>,
+    /// Which of the window's recommendations a scale-down stops at, as a quantile (1: the
+    /// highest, as Kubernetes' HPA).
+    pub stabilisation_quantile: f64,
+    /// Apply the cold-start margin to the fast path's measured rate too.
+    pub fast_cold_margin: bool,
 }
 
 impl Default for QueueingConfig {
@@ -161,6 +176,12 @@ impl Default for QueueingConfig {
             evidence_slack: 0.0,
             min_burstiness: 1.0,
             max_forecast_multiplier: 2.0,
+            surge_tolerance: 0.5,
+            fast_rate_samples: 3,
+            keep_fast_rates: false,
+            surge_hold_s: None,
+            stabilisation_quantile: 1.0,
+            fast_cold_margin: true,
         }
     }
 }
@@ -508,11 +529,6 @@ const MIN_FORECAST_ERRORS: usize = 6;
 /// Mean decode KV-cache usage above which an interval's TTFT is not used to learn the prefill
 /// burstiness (first tokens also waited for KV-cache room).
 const DECODE_BOUND_KV_USAGE: f64 = 0.9;
-/// How far the recent arrival rate may exceed the planned one (itself an upper quantile)
-/// before the fast path re-plans.
-const SURGE_TOLERANCE: f64 = 0.5;
-/// Fast-path arrival-rate samples kept (their median is the recent rate).
-const FAST_RATE_SAMPLES: usize = 3;
 /// KV-usage ratios kept (their median corrects the decode model).
 const KV_RATIO_SAMPLES: usize = 10;
 /// Intervals after start-up before KV usage corrects the model: until the pool has run for a
@@ -1121,7 +1137,9 @@ impl SlaPlanner {
             osl: osl_moments,
             kv_scale,
         });
-        q.fast_rates.clear();
+        if !settings.keep_fast_rates {
+            q.fast_rates.clear();
+        }
 
         let mut desired = (prefill.replicas, decode.replicas);
         // What the last interval showed: a pool that served at least the planned rate within
@@ -1267,9 +1285,9 @@ impl SlaPlanner {
             _ => signals.completions.max(0.0),
         };
         q.fast_inflight = signals.inflight.filter(|v| v.is_finite());
-        push_bounded(&mut q.fast_rates, arrivals / window, FAST_RATE_SAMPLES);
+        push_bounded(&mut q.fast_rates, arrivals / window, settings.fast_rate_samples);
         // Until forecast errors are known, the recent rate gets the cold-start margin too.
-        let cold = if q.errors.len() < MIN_FORECAST_ERRORS {
+        let cold = if settings.fast_cold_margin && q.errors.len() < MIN_FORECAST_ERRORS {
             settings.cold_margin.max(1.0)
         } else {
             1.0
@@ -1330,7 +1348,7 @@ impl SlaPlanner {
             .replicas
                 > current.0;
         let at_risk = drain_s > settings.scale_up_delay_s || short;
-        let surge = recent > basis.rate * (1.0 + SURGE_TOLERANCE);
+        let surge = recent > basis.rate * (1.0 + settings.surge_tolerance.max(0.0));
         if !at_risk && !surge {
             return None;
         }
@@ -1373,7 +1391,7 @@ impl SlaPlanner {
         let held_from = if at_risk {
             now - window + settings.fast_hold_s.clamp(0.0, window)
         } else {
-            now
+            now - window + settings.surge_hold_s.unwrap_or(window).clamp(0.0, window)
         };
         q.desired.push_back((held_from, replicas.0, replicas.1));
         if replicas.1 > current.1 {
@@ -1455,10 +1473,14 @@ fn stabilise(
     // The window is (now − window, now], as Kubernetes keeps recommendations newer than the
     // cutoff: a recommendation made a full window ago no longer holds.
     q.desired.retain(|(t, _, _)| *t > now - window + 1e-9);
-    let highest = q
-        .desired
-        .iter()
-        .fold((0, 0), |(p, d), (_, hp, hd)| (p.max(*hp), d.max(*hd)));
+    let of_window = |pool: fn(&(f64, u32, u32)) -> u32| {
+        quantile(
+            q.desired.iter().map(|r| f64::from(pool(r))),
+            settings.stabilisation_quantile,
+        )
+        .map_or(0, |v| v.ceil() as u32)
+    };
+    let highest = (of_window(|r| r.1), of_window(|r| r.2));
     let hold = |want: u32, current: u32, highest: u32| {
         if want >= current {
             want
@@ -2028,5 +2050,153 @@ mod tests {
         let mut old: serde_json::Value = serde_json::to_value(&a).unwrap();
         old.as_object_mut().unwrap().remove("queueing");
         assert!(serde_json::from_value::<SlaPlanner>(old).is_ok());
+    }
+
+    /// A planner warmed on a steady 10 requests/s, with the replicas its ticks asked for.
+    fn steady(settings: QueueingConfig) -> (SlaPlanner, SlaPlannerConfig, (u32, u32)) {
+        let config = SlaPlannerConfig {
+            queueing: settings,
+            ..queueing_config()
+        };
+        let mut planner = SlaPlanner::new(&config);
+        let mut replicas = (1, 1);
+        for _ in 0..8 {
+            let decision = tick(
+                &mut planner,
+                &config,
+                seen(600.0, 0.0, f64::from(replicas.0)),
+                replicas,
+            );
+            replicas = decision.target().unwrap_or(replicas);
+        }
+        (planner, config, replicas)
+    }
+
+    fn window(elapsed_s: f64, arrivals: f64, engines: u32) -> FastSignals {
+        FastSignals {
+            elapsed_s,
+            window_s: 10.0,
+            arrivals: Some(arrivals),
+            completions: arrivals,
+            inflight: Some(20.0),
+            queued: Some(0.0),
+            prefill_engines: f64::from(engines),
+            isl: 3000.0,
+            isl_second_moment: None,
+            osl: 300.0,
+            osl_second_moment: None,
+        }
+    }
+
+    #[test]
+    fn a_busy_window_right_after_a_tick_is_judged_with_the_windows_before_it() {
+        let keep = QueueingConfig {
+            keep_fast_rates: true,
+            ..QueueingConfig::default()
+        };
+        let (mut planner, config, replicas) = steady(keep.clone());
+        // Three calm windows at the planned 10 requests/s, then the tick.
+        for i in 1..=3 {
+            let calm = window(10.0 * f64::from(i), 100.0, replicas.0);
+            assert!(planner.fast_check(&config, &model(), &calm, replicas).is_none());
+        }
+        tick(
+            &mut planner,
+            &config,
+            seen(600.0, 0.0, f64::from(replicas.0)),
+            replicas,
+        );
+        // One window at 2.5 times the rate: the median of the last three is still calm.
+        let busy = window(10.0, 250.0, replicas.0);
+        assert!(planner.fast_check(&config, &model(), &busy, replicas).is_none());
+
+        // Forgetting the windows at each tick makes the same window a surge on its own.
+        let (mut planner, config, replicas) = steady(QueueingConfig {
+            keep_fast_rates: false,
+            ..keep
+        });
+        for i in 1..=3 {
+            let calm = window(10.0 * f64::from(i), 100.0, replicas.0);
+            assert!(planner.fast_check(&config, &model(), &calm, replicas).is_none());
+        }
+        tick(
+            &mut planner,
+            &config,
+            seen(600.0, 0.0, f64::from(replicas.0)),
+            replicas,
+        );
+        let up = planner
+            .fast_check(&config, &model(), &busy, replicas)
+            .expect("a surge");
+        assert!(matches!(up.queueing.unwrap().reason, ScaleReason::Surge { .. }));
+    }
+
+    #[test]
+    fn a_surge_is_held_for_its_hold_time_not_the_whole_window() {
+        for (hold, kept) in [(Some(60.0), false), (None, true)] {
+            let (mut planner, config, calm) = steady(QueueingConfig {
+                surge_hold_s: hold,
+                keep_fast_rates: true,
+                ..QueueingConfig::default()
+            });
+            // A minute of twice the planned rate, all prompts served at once (no backlog).
+            let mut up = calm;
+            for i in 1..=5 {
+                let busy = window(10.0 * f64::from(i), 250.0, up.0);
+                if let Some(decision) = planner.fast_check(&config, &model(), &busy, up) {
+                    assert!(matches!(
+                        decision.queueing.as_ref().unwrap().reason,
+                        ScaleReason::Surge { .. }
+                    ));
+                    up = decision.target().unwrap();
+                }
+            }
+            assert!(up.0 > calm.0, "{up:?} over {calm:?}");
+            // Calm again: the first tick still has the surge's minute in its window; the next
+            // one, 60 s after the surge, lets it go unless surges are held for the window.
+            let mut replicas = up;
+            for _ in 0..2 {
+                let decision = tick(
+                    &mut planner,
+                    &config,
+                    seen(600.0, 0.0, f64::from(replicas.0)),
+                    replicas,
+                );
+                replicas = decision.target().unwrap_or(replicas);
+            }
+            assert_eq!(
+                replicas.0 == up.0,
+                kept,
+                "hold {hold:?}: {replicas:?} after {up:?}, calm {calm:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_stabilisation_quantile_lets_one_outlier_recommendation_go() {
+        let state = || QueueingState {
+            desired: [(0.0, 5, 4), (60.0, 9, 6), (120.0, 5, 4), (180.0, 5, 4)]
+                .into_iter()
+                .collect(),
+            ..QueueingState::default()
+        };
+        let highest = QueueingConfig::default();
+        let (replicas, held) = stabilise(&mut state(), &highest, 240.0, (5, 4), (5, 4), (9, 6), false);
+        assert_eq!((replicas, held), ((9, 6), true));
+        // The upper quartile of [5, 5, 5, 5, 9] is 5.
+        let quartile = QueueingConfig {
+            stabilisation_quantile: 0.75,
+            ..highest
+        };
+        let (replicas, held) = stabilise(&mut state(), &quartile, 240.0, (5, 4), (5, 4), (9, 6), false);
+        assert_eq!((replicas, held), ((5, 4), false));
+        // Two high recommendations of five are not an outlier.
+        let mut twice = state();
+        twice.desired[2] = (120.0, 8, 6);
+        let (replicas, _) = stabilise(&mut twice, &quartile, 240.0, (5, 4), (5, 4), (9, 6), false);
+        assert_eq!(replicas, (8, 6));
+        // A backlog holds whatever the window says.
+        let (replicas, _) = stabilise(&mut state(), &quartile, 240.0, (5, 4), (5, 4), (9, 6), true);
+        assert_eq!(replicas, (9, 6));
     }
 }
