@@ -12,8 +12,8 @@
 //!   predicted TTFT, queueing and the backlog to drain included, meets the target
 //!   ([`super::sizing::size_prefill`], with a burst coefficient learned from observed TTFT);
 //!   decode the fewest whose KV cache and ITL fit ([`super::sizing::size_decode`]).
-//!   Scale-downs wait for a stabilisation window (the highest recommendation of the window is
-//!   kept) and never happen while a backlog remains. Between intervals, [`SlaPlanner::fast_check`]
+//!   Scale-downs wait for a stabilisation window (they stop at an upper quantile of the
+//!   window's recommendations) and never happen while a backlog remains. Between intervals, [`SlaPlanner::fast_check`]
 //!   looks at the backlog and the arrival rate every few seconds and scales up at once when the
 //!   backlog would outlast the scale-up delay.
 //! - **Upstream**: Dynamo's throughput formulas ([`super::sla::plan_replicas`]) on the forecast
@@ -87,7 +87,8 @@ pub struct QueueingConfig {
     /// Learn the burstiness against the forecast the interval was planned with (so it also
     /// absorbs forecast error) rather than against the interval's measured load.
     pub calibrate_on_forecast: bool,
-    /// Scale-down stabilisation window (s): the highest recommendation within it is kept.
+    /// Scale-down stabilisation window (s): a scale-down stops at the recommendations within it
+    /// (at `stabilisation_quantile`).
     pub stabilisation_s: f64,
     /// Seconds between fast-path checks.
     pub fast_period_s: f64,
@@ -102,9 +103,9 @@ pub struct QueueingConfig {
     /// Share of the KV cache plans may fill.
     pub kv_fill: f64,
     /// Correct the KV tokens a running request holds by the decode pool's observed KV usage
-    /// (see [`DecodeModel::kv_scale`]). Off by default: the KV margin (`kv_sigmas`) was set
-    /// with the uncorrected model, which understates the mean where prompt and output lengths
-    /// are positively correlated, so turning it on calls for a smaller margin.
+    /// (see [`DecodeModel::kv_scale`]). On by default: the uncorrected model understates the
+    /// mean where prompt and output lengths are positively correlated, which a wider KV margin
+    /// (`kv_sigmas`) would otherwise have to cover at every scale.
     pub kv_correction: bool,
     /// The fast path also scales up when the queueing model, at the recent arrival rate, needs
     /// more prefill engines than are asked for.
@@ -150,14 +151,14 @@ impl Default for QueueingConfig {
             itl_percentile: None,
             scale_up_delay_s: 60.0,
             forecast_quantile: 0.7,
-            decode_forecast_quantile: 0.75,
+            decode_forecast_quantile: 0.85,
             service_quantile: 0.9,
             forecast_errors: 20,
             forecast_margin: 0.0,
-            burst_quantile: 0.6,
+            burst_quantile: 0.8,
             burst_samples: 20,
             max_burstiness: 30.0,
-            miss_step: true,
+            miss_step: false,
             batches: true,
             batches_queue: true,
             calibrate_on_forecast: false,
@@ -166,21 +167,21 @@ impl Default for QueueingConfig {
             fast_period_s: 10.0,
             fast_hold_s: 60.0,
             arrival_scv: 1.0,
-            kv_sigmas: 2.5,
+            kv_sigmas: 1.75,
             kv_fill: 0.95,
-            kv_correction: false,
+            kv_correction: true,
             fast_sizing: false,
             fast_margin: 1.0,
             cold_margin: 1.4,
             observed_floor: 1.0,
             evidence_slack: 0.0,
             min_burstiness: 1.0,
-            max_forecast_multiplier: 2.0,
+            max_forecast_multiplier: 1.5,
             surge_tolerance: 0.5,
-            fast_rate_samples: 3,
-            keep_fast_rates: false,
-            surge_hold_s: None,
-            stabilisation_quantile: 1.0,
+            fast_rate_samples: 8,
+            keep_fast_rates: true,
+            surge_hold_s: Some(60.0),
+            stabilisation_quantile: 0.8,
             fast_cold_margin: true,
         }
     }
@@ -1260,7 +1261,7 @@ impl SlaPlanner {
     ///   exceed what the prefill engines serve), or
     /// - arrivals run above the rate the last plan provided for,
     ///
-    /// sizing both pools for the recent arrival rate (the median of the last three checks) plus
+    /// sizing both pools for the recent arrival rate (the median of the last checks, kept across ticks) plus
     /// the backlog. `None` when nothing needs to change or the model is not the queueing one.
     /// Before the first interval's decision, the lengths seen so far stand in for the plan.
     /// `current` is the replicas asked for.
@@ -1731,7 +1732,14 @@ mod tests {
 
     #[test]
     fn queueing_scale_down_waits_for_the_stabilisation_window_and_the_backlog() {
-        let config = queueing_config();
+        // Held at the window's highest recommendation, as Kubernetes' HPA does.
+        let config = SlaPlannerConfig {
+            queueing: QueueingConfig {
+                stabilisation_quantile: 1.0,
+                ..QueueingConfig::default()
+            },
+            ..queueing_config()
+        };
         let mut planner = SlaPlanner::new(&config);
         let busy = tick(&mut planner, &config, seen(12_000.0, 0.0, 1.0), (1, 1));
         let high = busy.target().unwrap();
@@ -1804,7 +1812,13 @@ mod tests {
             },
             ..queueing_config()
         };
-        let off = queueing_config();
+        let off = SlaPlannerConfig {
+            queueing: QueueingConfig {
+                kv_correction: false,
+                ..QueueingConfig::default()
+            },
+            ..queueing_config()
+        };
         // The pool holds far more KV than the model says 3000 requests a minute hold (long
         // outputs on long prompts, say): the corrected plan asks for more decode engines.
         let run = |config: &SlaPlannerConfig, usage: f64| {
@@ -2092,6 +2106,7 @@ mod tests {
     fn a_busy_window_right_after_a_tick_is_judged_with_the_windows_before_it() {
         let keep = QueueingConfig {
             keep_fast_rates: true,
+            fast_rate_samples: 3,
             ..QueueingConfig::default()
         };
         let (mut planner, config, replicas) = steady(keep.clone());
@@ -2137,6 +2152,8 @@ mod tests {
             let (mut planner, config, calm) = steady(QueueingConfig {
                 surge_hold_s: hold,
                 keep_fast_rates: true,
+                fast_rate_samples: 3,
+                stabilisation_quantile: 1.0,
                 ..QueueingConfig::default()
             });
             // A minute of twice the planned rate, all prompts served at once (no backlog).
@@ -2180,7 +2197,10 @@ mod tests {
                 .collect(),
             ..QueueingState::default()
         };
-        let highest = QueueingConfig::default();
+        let highest = QueueingConfig {
+            stabilisation_quantile: 1.0,
+            ..QueueingConfig::default()
+        };
         let (replicas, held) = stabilise(&mut state(), &highest, 240.0, (5, 4), (5, 4), (9, 6), false);
         assert_eq!((replicas, held), ((9, 6), true));
         // The upper quartile of [5, 5, 5, 5, 9] is 5.
