@@ -1293,7 +1293,10 @@ impl SlaPlanner {
         } else {
             1.0
         };
+        // A surge needs the rate sustained over all the samples kept; a backlog is evidence of
+        // harm already, so it is judged on the last three (a step shows within 20 s).
         let recent = quantile(q.fast_rates.iter().copied(), 0.5).unwrap_or(0.0) * cold;
+        let latest = quantile(q.fast_rates.iter().rev().take(3).copied(), 0.5).unwrap_or(0.0) * cold;
         let basis = match q.last_plan {
             Some(basis) => basis,
             None => {
@@ -1322,10 +1325,11 @@ impl SlaPlanner {
         if service.mean_s.is_nan() || service.mean_s <= 0.0 {
             return None;
         }
-        let spare = serving - recent * service.mean_s;
+        let latest = if backlog > 0.0 { latest.max(recent) } else { recent };
+        let spare = serving - latest * service.mean_s;
         let drain_s = if spare > 0.0 {
             backlog * service.mean_s / spare
-        } else if backlog > 0.0 || recent > 0.0 {
+        } else if backlog > 0.0 || latest > 0.0 {
             f64::INFINITY
         } else {
             0.0
@@ -1338,7 +1342,7 @@ impl SlaPlanner {
         let short = settings.fast_sizing
             && sizing::size_prefill(
                 &service,
-                recent * settings.fast_margin,
+                latest * settings.fast_margin,
                 backlog,
                 interval,
                 &queue_model,
@@ -1353,7 +1357,7 @@ impl SlaPlanner {
         if !at_risk && !surge {
             return None;
         }
-        let rate = recent.max(basis.rate);
+        let rate = if at_risk { latest } else { recent }.max(basis.rate);
         let growth = (rate * service.mean_s - serving).max(0.0) / service.mean_s * settings.scale_up_delay_s;
         let prefill = sizing::size_prefill(
             &service,
@@ -1401,7 +1405,7 @@ impl SlaPlanner {
         let reason = if at_risk {
             ScaleReason::FastPath {
                 backlog,
-                arrival_rate: recent,
+                arrival_rate: latest,
                 drain_s,
             }
         } else {
