@@ -1293,10 +1293,8 @@ impl SlaPlanner {
         } else {
             1.0
         };
-        // A surge needs the rate sustained over all the samples kept; a backlog is evidence of
-        // harm already, so it is judged on the last three (a step shows within 20 s).
+        // A surge needs the rate sustained over all the samples kept.
         let recent = quantile(q.fast_rates.iter().copied(), 0.5).unwrap_or(0.0) * cold;
-        let latest = quantile(q.fast_rates.iter().rev().take(3).copied(), 0.5).unwrap_or(0.0) * cold;
         let basis = match q.last_plan {
             Some(basis) => basis,
             None => {
@@ -1325,7 +1323,14 @@ impl SlaPlanner {
         if service.mean_s.is_nan() || service.mean_s <= 0.0 {
             return None;
         }
-        let latest = if backlog > 0.0 { latest.max(recent) } else { recent };
+        // A backlog is harm already: judged on the last three samples (a step shows within
+        // 20 s), or the longer median if higher.
+        let latest = if backlog > 0.0 {
+            let last_three = quantile(q.fast_rates.iter().rev().take(3).copied(), 0.5).unwrap_or(0.0);
+            (last_three * cold).max(recent)
+        } else {
+            recent
+        };
         let spare = serving - latest * service.mean_s;
         let drain_s = if spare > 0.0 {
             backlog * service.mean_s / spare
@@ -2108,45 +2113,31 @@ mod tests {
 
     #[test]
     fn a_busy_window_right_after_a_tick_is_judged_with_the_windows_before_it() {
-        let keep = QueueingConfig {
-            keep_fast_rates: true,
-            fast_rate_samples: 3,
-            ..QueueingConfig::default()
+        // Three calm windows at the planned 10 requests/s, then the tick, then one window at 2.5
+        // times the rate.
+        let busy_after_tick = |keep_fast_rates: bool| {
+            let (mut planner, config, replicas) = steady(QueueingConfig {
+                keep_fast_rates,
+                fast_rate_samples: 3,
+                ..QueueingConfig::default()
+            });
+            for i in 1..=3 {
+                let calm = window(10.0 * f64::from(i), 100.0, replicas.0);
+                assert!(planner.fast_check(&config, &model(), &calm, replicas).is_none());
+            }
+            tick(
+                &mut planner,
+                &config,
+                seen(600.0, 0.0, f64::from(replicas.0)),
+                replicas,
+            );
+            let busy = window(10.0, 250.0, replicas.0);
+            planner.fast_check(&config, &model(), &busy, replicas)
         };
-        let (mut planner, config, replicas) = steady(keep.clone());
-        // Three calm windows at the planned 10 requests/s, then the tick.
-        for i in 1..=3 {
-            let calm = window(10.0 * f64::from(i), 100.0, replicas.0);
-            assert!(planner.fast_check(&config, &model(), &calm, replicas).is_none());
-        }
-        tick(
-            &mut planner,
-            &config,
-            seen(600.0, 0.0, f64::from(replicas.0)),
-            replicas,
-        );
-        // One window at 2.5 times the rate: the median of the last three is still calm.
-        let busy = window(10.0, 250.0, replicas.0);
-        assert!(planner.fast_check(&config, &model(), &busy, replicas).is_none());
-
+        // The median of the last three is still calm.
+        assert!(busy_after_tick(true).is_none());
         // Forgetting the windows at each tick makes the same window a surge on its own.
-        let (mut planner, config, replicas) = steady(QueueingConfig {
-            keep_fast_rates: false,
-            ..keep
-        });
-        for i in 1..=3 {
-            let calm = window(10.0 * f64::from(i), 100.0, replicas.0);
-            assert!(planner.fast_check(&config, &model(), &calm, replicas).is_none());
-        }
-        tick(
-            &mut planner,
-            &config,
-            seen(600.0, 0.0, f64::from(replicas.0)),
-            replicas,
-        );
-        let up = planner
-            .fast_check(&config, &model(), &busy, replicas)
-            .expect("a surge");
+        let up = busy_after_tick(false).expect("a surge");
         assert!(matches!(up.queueing.unwrap().reason, ScaleReason::Surge { .. }));
     }
 
