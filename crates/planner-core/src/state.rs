@@ -142,6 +142,14 @@ pub struct QueueingConfig {
     pub stabilisation_quantile: f64,
     /// Apply the cold-start margin to the fast path's measured rate too.
     pub fast_cold_margin: bool,
+    /// Decode's forecast multiplier until enough forecast errors are known (unset:
+    /// `cold_margin`). Lower than prefill's by default: decode's sizing already provides
+    /// `kv_sigmas` standard deviations above its mean KV demand, so the full cold margin on
+    /// top counts the same uncertainty twice.
+    pub decode_cold_margin: Option<f64>,
+    /// Fast-path arrival-rate samples whose median, with a backlog, is the recent rate (when
+    /// above the longer median of `fast_rate_samples`): a backlog is harm already.
+    pub backlog_rate_samples: usize,
 }
 
 impl Default for QueueingConfig {
@@ -183,6 +191,8 @@ impl Default for QueueingConfig {
             surge_hold_s: Some(60.0),
             stabilisation_quantile: 0.8,
             fast_cold_margin: true,
+            decode_cold_margin: Some(1.1),
+            backlog_rate_samples: 3,
         }
     }
 }
@@ -1038,11 +1048,11 @@ impl SlaPlanner {
 
         // Upper quantiles of the recent relative errors, as multipliers of the forecast work.
         let margin = settings.forecast_margin.max(0.0);
-        let multiplier_of = |errors: &VecDeque<f64>, q: f64| {
+        let multiplier_of = |errors: &VecDeque<f64>, q: f64, cold: f64| {
             let from_errors = quantile(errors.iter().copied(), q).map(f64::exp);
             match from_errors {
                 Some(m) if errors.len() >= MIN_FORECAST_ERRORS => m.max(margin),
-                _ => margin.max(settings.cold_margin).max(1.0),
+                _ => margin.max(cold).max(1.0),
             }
             .clamp(
                 1.0 / MAX_FORECAST_MULTIPLIER.sqrt(),
@@ -1054,7 +1064,7 @@ impl SlaPlanner {
         // The prefill work (arrivals × mean prefill time) at its upper quantile; the mean
         // prefill time itself corrected for the forecast's bias (its median error), the rate
         // carrying the rest.
-        let work_multiplier = multiplier_of(&q.errors, settings.forecast_quantile);
+        let work_multiplier = multiplier_of(&q.errors, settings.forecast_quantile, settings.cold_margin);
         let service_multiplier = if q.service_errors.len() >= MIN_FORECAST_ERRORS {
             quantile(q.service_errors.iter().copied(), settings.service_quantile)
                 .map_or(1.0, f64::exp)
@@ -1063,7 +1073,11 @@ impl SlaPlanner {
             1.0
         };
         let multiplier = work_multiplier / service_multiplier;
-        let decode_multiplier = multiplier_of(&q.decode_errors, settings.decode_forecast_quantile);
+        let decode_multiplier = multiplier_of(
+            &q.decode_errors,
+            settings.decode_forecast_quantile,
+            settings.decode_cold_margin.unwrap_or(settings.cold_margin),
+        );
         let service = ServiceMoments {
             mean_s: point_service.mean_s * service_multiplier,
             ..point_service
@@ -1323,11 +1337,12 @@ impl SlaPlanner {
         if service.mean_s.is_nan() || service.mean_s <= 0.0 {
             return None;
         }
-        // A backlog is harm already: judged on the last three samples (a step shows within
-        // 20 s), or the longer median if higher.
+        // A backlog is harm already: judged on the last few samples (with three, a step shows
+        // within 20 s), or the longer median if higher.
         let latest = if backlog > 0.0 {
-            let last_three = quantile(q.fast_rates.iter().rev().take(3).copied(), 0.5).unwrap_or(0.0);
-            (last_three * cold).max(recent)
+            let last = settings.backlog_rate_samples.max(1);
+            let short = quantile(q.fast_rates.iter().rev().take(last).copied(), 0.5).unwrap_or(0.0);
+            (short * cold).max(recent)
         } else {
             recent
         };
@@ -1848,6 +1863,36 @@ mod tests {
         assert!(run(&on, 0.02) <= plain);
         // A saturated cache says nothing (admission waits cap what it shows).
         assert_eq!(run(&on, 0.95), plain);
+    }
+
+    #[test]
+    fn decode_has_its_own_cold_start_margin() {
+        let with = |decode_cold_margin: Option<f64>| SlaPlannerConfig {
+            queueing: QueueingConfig {
+                cold_margin: 1.4,
+                decode_cold_margin,
+                ..QueueingConfig::default()
+            },
+            ..queueing_config()
+        };
+        // The first interval: no forecast errors known yet, so both margins are the cold ones.
+        let first = |config: &SlaPlannerConfig| {
+            let mut planner = SlaPlanner::new(config);
+            tick(&mut planner, config, seen(3000.0, 0.0, 4.0), (4, 4))
+                .queueing
+                .unwrap()
+        };
+        let shared = first(&with(None));
+        let own = first(&with(Some(1.1)));
+        assert_eq!(shared.forecast_multiplier, 1.4);
+        assert_eq!(shared.decode_multiplier, 1.4);
+        assert_eq!(own.forecast_multiplier, 1.4, "prefill keeps the cold margin");
+        assert_eq!(own.decode_multiplier, 1.1);
+        assert!(
+            own.decode_sizing.replicas < shared.decode_sizing.replicas,
+            "{own:?} vs {shared:?}"
+        );
+        assert_eq!(own.prefill_sizing.replicas, shared.prefill_sizing.replicas);
     }
 
     #[test]
