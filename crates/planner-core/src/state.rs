@@ -2127,17 +2127,22 @@ mod tests {
             ..queueing_config()
         };
         let mut planner = SlaPlanner::new(&config);
-        let mut replicas = (1, 1);
-        for _ in 0..8 {
-            let decision = tick(
-                &mut planner,
-                &config,
-                seen(600.0, 0.0, f64::from(replicas.0)),
-                replicas,
-            );
+        let replicas = calm_ticks(&mut planner, &config, (1, 1), 8);
+        (planner, config, replicas)
+    }
+
+    /// `ticks` intervals of 10 requests/s served by the replicas the ticks ask for.
+    fn calm_ticks(
+        planner: &mut SlaPlanner,
+        config: &SlaPlannerConfig,
+        mut replicas: (u32, u32),
+        ticks: usize,
+    ) -> (u32, u32) {
+        for _ in 0..ticks {
+            let decision = tick(planner, config, seen(600.0, 0.0, f64::from(replicas.0)), replicas);
             replicas = decision.target().unwrap_or(replicas);
         }
-        (planner, config, replicas)
+        replicas
     }
 
     fn window(elapsed_s: f64, arrivals: f64, engines: u32) -> FastSignals {
@@ -2211,16 +2216,7 @@ mod tests {
             assert!(up.0 > calm.0, "{up:?} over {calm:?}");
             // Calm again: the first tick still has the surge's minute in its window; the next
             // one, 60 s after the surge, lets it go unless surges are held for the window.
-            let mut replicas = up;
-            for _ in 0..2 {
-                let decision = tick(
-                    &mut planner,
-                    &config,
-                    seen(600.0, 0.0, f64::from(replicas.0)),
-                    replicas,
-                );
-                replicas = decision.target().unwrap_or(replicas);
-            }
+            let replicas = calm_ticks(&mut planner, &config, up, 2);
             assert_eq!(
                 replicas.0 == up.0,
                 kept,
