@@ -71,6 +71,13 @@ pub struct QueueingConfig {
     pub burst_quantile: f64,
     /// Arrival-burstiness estimates kept.
     pub burst_samples: usize,
+    /// Plan a rate with the burstiness learned at rates up to this multiple of it (unset: all
+    /// estimates). The burstiness an interval's TTFT implies grows with its rate when arrivals
+    /// swing within the interval: a calm interval planned with a busy one's estimate holds
+    /// engines for batches that do not come.
+    pub burst_rate_ratio: Option<f64>,
+    /// Fewest estimates at comparable rates to plan with; with fewer, all estimates count.
+    pub burst_min_samples: usize,
     /// Largest arrival burstiness planned for.
     pub max_burstiness: f64,
     /// When the prefill engines that served a whole interval, from no backlog, missed the TTFT
@@ -165,6 +172,8 @@ impl Default for QueueingConfig {
             forecast_margin: 0.0,
             burst_quantile: 0.8,
             burst_samples: 20,
+            burst_rate_ratio: Some(2.5),
+            burst_min_samples: 5,
             max_burstiness: 30.0,
             miss_step: false,
             batches: true,
@@ -204,6 +213,10 @@ impl QueueingConfig {
             batches: self.batches,
             batches_queue: self.batches_queue,
         }
+    }
+
+    fn bounded_burst(&self, burst: f64) -> f64 {
+        burst.clamp(self.min_burstiness.clamp(0.0, 1.0), self.max_burstiness.max(1.0))
     }
 
     fn targets(&self, sla: &SlaTargets) -> LatencyTargets {
@@ -572,6 +585,9 @@ struct QueueingState {
     decode_errors: VecDeque<f64>,
     /// Arrival burstiness learned from observed TTFT, newest last.
     bursts: VecDeque<f64>,
+    /// The arrival rate each of `bursts` was learned at (req/s), newest last.
+    #[serde(default)]
+    burst_rates: VecDeque<f64>,
     /// Prompt-length moments (smoothed).
     isl: Option<LengthMoments>,
     /// Output-length moments (smoothed).
@@ -687,6 +703,29 @@ fn quantile(values: impl Iterator<Item = f64>, q: f64) -> Option<f64> {
     let lower = *lower;
     let upper = rest.iter().copied().min_by(f64::total_cmp).unwrap_or(lower);
     Some(lower * (1.0 - weight) + upper * weight)
+}
+
+/// The burstiness to plan arrivals at `rate` with: the quantile of the estimates learned at
+/// rates up to `burst_rate_ratio` times it when there are enough of them, else of all.
+fn burst_at(q: &QueueingState, settings: &QueueingConfig, rate: f64) -> Option<f64> {
+    let all = || quantile(q.bursts.iter().copied(), settings.burst_quantile);
+    let Some(ratio) = settings.burst_rate_ratio.filter(|r| r.is_finite() && *r > 0.0) else {
+        return all();
+    };
+    // Newest last in both: pair them from the end (state from before rates were kept has
+    // fewer rates than estimates).
+    let comparable = q
+        .bursts
+        .iter()
+        .rev()
+        .zip(q.burst_rates.iter().rev())
+        .filter(|(_, learned_at)| **learned_at <= rate * ratio)
+        .map(|(burst, _)| *burst);
+    if comparable.clone().count() >= settings.burst_min_samples.max(1) {
+        quantile(comparable, settings.burst_quantile)
+    } else {
+        all()
+    }
 }
 
 fn push_bounded(queue: &mut VecDeque<f64>, value: f64, keep: usize) {
@@ -951,6 +990,7 @@ impl SlaPlanner {
                     settings.min_burstiness,
                 ) {
                     push_bounded(&mut q.bursts, kappa, settings.burst_samples);
+                    push_bounded(&mut q.burst_rates, rate, settings.burst_samples);
                 }
             }
             q.isl = Some(blend(q.isl, moments));
@@ -1085,12 +1125,7 @@ impl SlaPlanner {
         let floor = arrivals / interval * settings.observed_floor.max(0.0);
         let rate = (requests.value * multiplier / interval).max(floor);
         let decode_rate = (requests.value * decode_multiplier / interval).max(floor);
-        let burst = quantile(q.bursts.iter().copied(), settings.burst_quantile)
-            .unwrap_or(settings.arrival_scv)
-            .clamp(
-                settings.min_burstiness.clamp(0.0, 1.0),
-                settings.max_burstiness.max(1.0),
-            );
+        let burst = settings.bounded_burst(burst_at(q, settings, rate).unwrap_or(settings.arrival_scv));
 
         // The backlog at the end of the interval, and what it grows to before a replica asked
         // for now can serve.
@@ -1372,13 +1407,20 @@ impl SlaPlanner {
             )
             .replicas
                 > current.0;
-        let at_risk = drain_s > settings.scale_up_delay_s || short;
+        // A backlog the serving engines clear within the TTFT target puts nothing at risk (the
+        // interval tick judges a backlog the same way).
+        let negligible = serving > 0.0 && backlog * service.mean_s <= serving * config.sla.ttft_ms / 1000.0;
+        let at_risk = drain_s > settings.scale_up_delay_s && !negligible || short;
         let surge = recent > basis.rate * (1.0 + settings.surge_tolerance.max(0.0));
         if !at_risk && !surge {
             return None;
         }
         let rate = if at_risk { latest } else { recent }.max(basis.rate);
         let growth = (rate * service.mean_s - serving).max(0.0) / service.mean_s * settings.scale_up_delay_s;
+        // The burstiness learned at this rate, never below the plan's.
+        let queue_model = settings.queue_model(
+            burst_at(q, settings, rate).map_or(basis.burst, |b| settings.bounded_burst(b).max(basis.burst)),
+        );
         let prefill = sizing::size_prefill(
             &service,
             rate,
