@@ -2297,4 +2297,88 @@ mod tests {
         let (replicas, _) = stabilise(&mut state(), &quartile, 240.0, (5, 4), (5, 4), (9, 6), true);
         assert_eq!(replicas, (9, 6));
     }
+
+    #[test]
+    fn burstiness_is_planned_from_estimates_learned_at_comparable_rates() {
+        let settings = QueueingConfig::default();
+        assert_eq!(settings.burst_rate_ratio, Some(2.5));
+        assert_eq!(settings.burst_min_samples, 5);
+        // Five calm intervals (2 requests/s) implied a burstiness of 1.5; then five busy ones
+        // (40 requests/s), 12.
+        let mut q = QueueingState::default();
+        for (burst, rate) in [(1.5, 2.0); 5].into_iter().chain([(12.0, 40.0); 5]) {
+            q.bursts.push_back(burst);
+            q.burst_rates.push_back(rate);
+        }
+        let all = quantile(q.bursts.iter().copied(), settings.burst_quantile);
+        assert!(all.is_some_and(|b| b > 10.0), "{all:?}");
+        // A calm plan takes the calm estimates; one within 2.5x of the busy rate takes all.
+        assert_eq!(burst_at(&q, &settings, 3.0), Some(1.5));
+        assert_eq!(burst_at(&q, &settings, 16.0), all);
+        // Too few comparable estimates, or no ratio: all of them.
+        let strict = QueueingConfig {
+            burst_min_samples: 6,
+            ..settings.clone()
+        };
+        assert_eq!(burst_at(&q, &strict, 3.0), all);
+        let unset = QueueingConfig {
+            burst_rate_ratio: None,
+            ..settings.clone()
+        };
+        assert_eq!(burst_at(&q, &unset, 3.0), all);
+        // State saved before rates were kept has fewer rates than estimates: the rates belong
+        // to the newest estimates.
+        let mut older = q.clone();
+        older.burst_rates.drain(..5);
+        assert_eq!(burst_at(&older, &settings, 16.0), Some(12.0));
+        assert_eq!(burst_at(&older, &settings, 3.0), all);
+    }
+
+    #[test]
+    fn a_backlog_the_engines_clear_within_the_target_puts_nothing_at_risk() {
+        // Settled at 50 requests/s.
+        let config = queueing_config();
+        let mut planner = SlaPlanner::new(&config);
+        let mut replicas = (1, 1);
+        for _ in 0..8 {
+            let decision = tick(
+                &mut planner,
+                &config,
+                seen(3000.0, 0.0, f64::from(replicas.0)),
+                replicas,
+            );
+            replicas = decision.target().unwrap_or(replicas);
+        }
+        // Two engines serve while the others start, slower than requests arrive: a backlog
+        // would never drain.
+        let service = sizing::prefill_service(&model(), &LengthMoments::with_scv(3000.0, 0.5)).mean_s;
+        assert!(
+            replicas.0 > 2 && 50.0 * service > 2.0,
+            "{replicas:?}, {service} s"
+        );
+        let with_waiting = |waiting: f64| FastSignals {
+            queued: Some(2.0 + waiting),
+            prefill_engines: 2.0,
+            ..window(10.0, 500.0, replicas.0)
+        };
+        // Fewer waiting than the engines clear within the 500 ms target: no action.
+        let few = (2.0 * 0.5 / service).floor() - 1.0;
+        assert!(few >= 1.0);
+        let mut unmoved = planner.clone();
+        assert!(
+            unmoved
+                .fast_check(&config, &model(), &with_waiting(few), replicas)
+                .is_none()
+        );
+        // More than that (here more than the engines asked for would drain within the
+        // interval): at risk, scaled up at once.
+        let up = planner.fast_check(&config, &model(), &with_waiting(3000.0), replicas);
+        let plan = up.and_then(|d| d.queueing).unwrap();
+        assert!(
+            matches!(plan.reason, ScaleReason::FastPath { .. }),
+            "{:?}",
+            plan.reason
+        );
+        assert!(plan.replicas.0 > replicas.0);
+    }
 }
