@@ -2349,36 +2349,33 @@ mod tests {
             );
             replicas = decision.target().unwrap_or(replicas);
         }
-        // Two engines serve while the others start, slower than requests arrive: a backlog
-        // would never drain.
+        // Two engines are asked for and serve, slower than requests arrive: a backlog would
+        // never drain.
         let service = sizing::prefill_service(&model(), &LengthMoments::with_scv(3000.0, 0.5)).mean_s;
         assert!(
             replicas.0 > 2 && 50.0 * service > 2.0,
             "{replicas:?}, {service} s"
         );
+        let two = (2, replicas.1);
         let with_waiting = |waiting: f64| FastSignals {
             queued: Some(2.0 + waiting),
             prefill_engines: 2.0,
-            ..window(10.0, 500.0, replicas.0)
+            ..window(10.0, 500.0, 2)
         };
         // Fewer waiting than the engines clear within the 500 ms target: no action.
         let few = (2.0 * 0.5 / service).floor() - 1.0;
         assert!(few >= 1.0);
         let mut unmoved = planner.clone();
-        assert!(
-            unmoved
-                .fast_check(&config, &model(), &with_waiting(few), replicas)
-                .is_none()
-        );
-        // More than that (here more than the engines asked for would drain within the
-        // interval): at risk, scaled up at once.
-        let up = planner.fast_check(&config, &model(), &with_waiting(3000.0), replicas);
+        let held = unmoved.fast_check(&config, &model(), &with_waiting(few), two);
+        assert!(held.is_none(), "{:?}", held.map(|d| d.explanation()));
+        // More than that: at risk, scaled up at once.
+        let up = planner.fast_check(&config, &model(), &with_waiting(few + 10.0), two);
         let plan = up.and_then(|d| d.queueing).unwrap();
         assert!(
             matches!(plan.reason, ScaleReason::FastPath { .. }),
             "{:?}",
             plan.reason
         );
-        assert!(plan.replicas.0 > replicas.0);
+        assert!(plan.replicas.0 > 2);
     }
 }
