@@ -1223,8 +1223,7 @@ impl SlaPlanner {
         let now = q.clock_s;
         // A backlog is what the prefill engines serving would take longer than the TTFT target
         // to clear: no pool scales down while one remains.
-        let backlogged = serving > 0.0 && backlog * service.mean_s / serving > config.sla.ttft_ms / 1000.0
-            || serving <= 0.0 && backlog > 0.0;
+        let backlogged = backlogged(backlog, service.mean_s, serving, config.sla.ttft_ms);
         // What the arrivals alone need (no backlog to drain), for the stabilisation window.
         let decode_sustained = if drain_rate > 0.0 {
             sizing::size_decode(
@@ -1408,8 +1407,8 @@ impl SlaPlanner {
             .replicas
                 > current.0;
         // A backlog the serving engines clear within the TTFT target puts nothing at risk (the
-        // interval tick judges a backlog the same way).
-        let negligible = serving > 0.0 && backlog * service.mean_s <= serving * config.sla.ttft_ms / 1000.0;
+        // interval tick's test for holding scale-downs).
+        let negligible = serving > 0.0 && !backlogged(backlog, service.mean_s, serving, config.sla.ttft_ms);
         let at_risk = drain_s > settings.scale_up_delay_s && !negligible || short;
         let surge = recent > basis.rate * (1.0 + settings.surge_tolerance.max(0.0));
         if !at_risk && !surge {
@@ -1506,6 +1505,16 @@ impl SlaPlanner {
                 limits,
             }),
         })
+    }
+}
+
+/// Whether `backlog` requests waiting beyond the `serving` prefill engines take those engines
+/// longer than the TTFT target to clear (any backlog does when none serve).
+fn backlogged(backlog: f64, service_s: f64, serving: f64, ttft_ms: f64) -> bool {
+    if serving > 0.0 {
+        backlog * service_s / serving > ttft_ms / 1000.0
+    } else {
+        backlog > 0.0
     }
 }
 
@@ -2169,20 +2178,24 @@ mod tests {
             ..queueing_config()
         };
         let mut planner = SlaPlanner::new(&config);
-        let replicas = calm_ticks(&mut planner, &config, (1, 1), 8);
+        let replicas = ticks_at(&mut planner, &config, 600.0, (1, 1), 8);
         (planner, config, replicas)
     }
 
-    /// `ticks` intervals of 10 requests/s served by the replicas the ticks ask for.
-    fn calm_ticks(
+    /// `ticks` intervals of `arrivals` requests each, served without a backlog by the replicas
+    /// the ticks ask for.
+    fn ticks_at(
         planner: &mut SlaPlanner,
         config: &SlaPlannerConfig,
+        arrivals: f64,
         mut replicas: (u32, u32),
         ticks: usize,
     ) -> (u32, u32) {
         for _ in 0..ticks {
-            let decision = tick(planner, config, seen(600.0, 0.0, f64::from(replicas.0)), replicas);
-            replicas = decision.target().unwrap_or(replicas);
+            let observed = seen(arrivals, 0.0, f64::from(replicas.0));
+            replicas = tick(planner, config, observed, replicas)
+                .target()
+                .unwrap_or(replicas);
         }
         replicas
     }
@@ -2258,7 +2271,7 @@ mod tests {
             assert!(up.0 > calm.0, "{up:?} over {calm:?}");
             // Calm again: the first tick still has the surge's minute in its window; the next
             // one, 60 s after the surge, lets it go unless surges are held for the window.
-            let replicas = calm_ticks(&mut planner, &config, up, 2);
+            let replicas = ticks_at(&mut planner, &config, 600.0, up, 2);
             assert_eq!(
                 replicas.0 == up.0,
                 kept,
@@ -2339,16 +2352,7 @@ mod tests {
         // Settled at 50 requests/s.
         let config = queueing_config();
         let mut planner = SlaPlanner::new(&config);
-        let mut replicas = (1, 1);
-        for _ in 0..8 {
-            let decision = tick(
-                &mut planner,
-                &config,
-                seen(3000.0, 0.0, f64::from(replicas.0)),
-                replicas,
-            );
-            replicas = decision.target().unwrap_or(replicas);
-        }
+        let replicas = ticks_at(&mut planner, &config, 3000.0, (1, 1), 8);
         // Two engines are asked for and serve, slower than requests arrive: a backlog would
         // never drain.
         let service = sizing::prefill_service(&model(), &LengthMoments::with_scv(3000.0, 0.5)).mean_s;
