@@ -51,6 +51,9 @@ pub struct Observation {
     /// KV-cache usage of the decode pool (0..1), averaged over the interval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decode_kv_usage: Option<f64>,
+    /// Highest KV-cache usage of the decode pool (0..1) in the interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_kv_usage_peak: Option<f64>,
 }
 
 impl Observation {
@@ -78,6 +81,7 @@ impl Observation {
             ttft_quantile_ms: None,
             prefill_engines: None,
             decode_kv_usage: None,
+            decode_kv_usage_peak: None,
         }
     }
 

@@ -553,6 +553,10 @@ const MIN_FORECAST_ERRORS: usize = 6;
 /// Mean decode KV-cache usage above which an interval's TTFT is not used to learn the prefill
 /// burstiness (first tokens also waited for KV-cache room).
 const DECODE_BOUND_KV_USAGE: f64 = 0.9;
+/// Peak decode KV-cache usage at which the cache counts as having been full within the
+/// interval: its TTFT then includes admission waits whatever the mean usage (a spike of long
+/// prompts can fill it for seconds in an interval whose mean is low).
+const DECODE_FULL_KV_USAGE: f64 = 0.99;
 /// KV-usage ratios kept (their median corrects the decode model).
 const KV_RATIO_SAMPLES: usize = 10;
 /// Intervals after start-up before KV usage corrects the model: until the pool has run for a
@@ -956,7 +960,10 @@ impl SlaPlanner {
             // A full KV cache delays first tokens too (admission waits): not a prefill wait.
             let decode_bound = observation
                 .decode_kv_usage
-                .is_some_and(|usage| usage >= DECODE_BOUND_KV_USAGE);
+                .is_some_and(|usage| usage >= DECODE_BOUND_KV_USAGE)
+                || observation
+                    .decode_kv_usage_peak
+                    .is_some_and(|peak| peak >= DECODE_FULL_KV_USAGE);
             if let (Some(engines), Some(_), Some(before)) = (serving, backlog_now, q.last_backlog)
                 && (engines - engines.round()).abs() < 0.05
                 && before <= engines
@@ -1640,6 +1647,7 @@ mod tests {
             ttft_quantile_ms: None,
             prefill_engines: None,
             decode_kv_usage: None,
+            decode_kv_usage_peak: None,
             num_req,
             isl: 3000.0,
             osl: 300.0,
@@ -2015,6 +2023,37 @@ mod tests {
             up,
         );
         assert_eq!(next.target().unwrap().0, engines + 1);
+    }
+
+    #[test]
+    fn a_decode_cache_that_filled_teaches_no_prefill_burstiness() {
+        let config = queueing_config();
+        // Four engines serve a steady load, then one interval's first tokens come slowly.
+        let burst_after = |peak: Option<f64>| {
+            let mut planner = SlaPlanner::new(&config);
+            for _ in 0..4 {
+                tick(&mut planner, &config, seen(600.0, 0.0, 4.0), (4, 4));
+            }
+            let before = tick(&mut planner, &config, seen(600.0, 0.0, 4.0), (4, 4))
+                .queueing
+                .unwrap()
+                .burst;
+            let slow = Observation {
+                ttft_ms: 1500.0,
+                decode_kv_usage: Some(0.5),
+                decode_kv_usage_peak: peak,
+                ..seen(600.0, 0.0, 4.0)
+            };
+            let after = tick(&mut planner, &config, slow, (4, 4)).queueing.unwrap().burst;
+            (before, after)
+        };
+        // With room in the cache throughout, the wait was the prefill queue's: bursts.
+        let (before, roomy) = burst_after(Some(0.8));
+        assert!(roomy > before, "{roomy} vs {before}");
+        assert_eq!(burst_after(None).1, roomy, "no peak read: the mean alone decides");
+        // The cache filled at some point (its mean is low): first tokens also waited for room.
+        let (before, full) = burst_after(Some(1.0));
+        assert_eq!(full, before);
     }
 
     #[test]

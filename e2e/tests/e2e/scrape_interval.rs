@@ -91,6 +91,12 @@ async fn reads_hold_their_series_when_scrapes_are_sparser_than_the_window() -> R
             observation.num_req > 0.0 && observation.isl > 0.0,
             "read {read}: {observation:?}"
         );
+        // The decode KV usage over the window: its mean never above its peak.
+        let (mean, peak) = (observation.decode_kv_usage, observation.decode_kv_usage_peak);
+        assert!(
+            matches!((mean, peak), (Some(mean), Some(peak)) if mean >= 0.0 && mean <= peak + 1e-9),
+            "read {read}: KV usage {mean:?}, peak {peak:?}"
+        );
     }
     println!("20 s windows without the series: {narrow_misses} of 5; fast reads widened: {widened}");
     // The case this test is about happened, and was covered.

@@ -96,6 +96,19 @@ pub fn kv_usage_query(dynamo_namespace: &str) -> String {
     )
 }
 
+/// Seconds between the points of the KV-usage subqueries: fine enough to see a cache that
+/// filled for a few scrapes, whatever the scrape interval.
+const KV_SUBQUERY_STEP_S: u64 = 5;
+
+/// [`kv_usage_query`] over the last `window_s` seconds through `over` (`avg_over_time`: the
+/// interval's mean; `max_over_time`: its peak).
+pub fn kv_usage_over_query(over: &str, dynamo_namespace: &str, window_s: u64) -> String {
+    format!(
+        "{over}(({})[{window_s}s:{KV_SUBQUERY_STEP_S}s])",
+        kv_usage_query(dynamo_namespace)
+    )
+}
+
 /// The distribution's moments from a histogram's bucket samples for `model` (cumulative counts
 /// by upper bound) and its mean; `None` without buckets or observations.
 pub fn moments_of(samples: &[Sample], model: &str, mean: f64) -> Option<LengthMoments> {
@@ -610,9 +623,7 @@ impl PrometheusClient {
         let queue = format!(
             "sum({FRONTEND_PREFIX}_router_queue_pending_requests{{dynamo_namespace={ns},worker_type=\"prefill\"}})"
         );
-        let kv = format!(
-            "avg({FRONTEND_PREFIX}_worker_active_decode_blocks{{dynamo_namespace={ns},worker_type=\"decode\"}}) / max({FRONTEND_PREFIX}_model_total_kv_blocks{{dynamo_namespace={ns}}})"
-        );
+        let kv = kv_usage_query(dynamo_namespace);
         let flatten = |series: Vec<Series>| -> Vec<f64> {
             by_timestamp(&series, None)
                 .into_iter()
@@ -628,8 +639,8 @@ impl PrometheusClient {
     /// The interval's observation. Missing series of upstream's metrics are an error (never
     /// read as zero load); means of an interval without completed requests are `NaN`. The demand
     /// signals (requests accepted, the in-flight and queued gauges, the length distributions,
-    /// the TTFT `quantile`, the decode KV usage) are `None` when their series are missing: an
-    /// older frontend does not export them all.
+    /// the TTFT `quantile`, the decode KV usage's mean and peak over the window) are `None` when
+    /// their series are missing: an older frontend does not export them all.
     pub async fn observe(
         &self,
         filter: &SeriesFilter,
@@ -684,12 +695,15 @@ impl PrometheusClient {
         .filter(|v| v.is_finite())
         .map(|seconds| (quantile, seconds * 1000.0));
         // The router's KV metrics carry no model label: the graph's only.
-        observation.decode_kv_usage = self
-            .query(&kv_usage_query(&filter.dynamo_namespace))
-            .await
-            .ok()
-            .and_then(|samples| samples.first().map(|s| s.value))
-            .filter(|v| v.is_finite());
+        let kv_usage = |over: &'static str| async move {
+            self.query(&kv_usage_over_query(over, &filter.dynamo_namespace, window_s))
+                .await
+                .ok()
+                .and_then(|samples| samples.first().map(|s| s.value))
+                .filter(|v| v.is_finite())
+        };
+        observation.decode_kv_usage = kv_usage("avg_over_time").await;
+        observation.decode_kv_usage_peak = kv_usage("max_over_time").await;
         Ok(observation)
     }
 
@@ -789,6 +803,10 @@ mod tests {
             model: "m".into(),
         };
         assert!(requests_query(&tricky, 60).contains("dynamo_namespace=\"a\\\"b\\\\c\""));
+        assert_eq!(
+            kv_usage_over_query("max_over_time", "ns", 60),
+            "max_over_time((avg(dynamo_frontend_worker_active_decode_blocks{dynamo_namespace=\"ns\",worker_type=\"decode\"}) / max(dynamo_frontend_model_total_kv_blocks{dynamo_namespace=\"ns\"}))[60s:5s])"
+        );
     }
 
     #[test]

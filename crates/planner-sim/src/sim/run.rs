@@ -340,6 +340,7 @@ struct Window {
     /// Sum of the decode pool's KV-cache usage at each step, and the steps.
     kv_usage_sum: f64,
     kv_samples: f64,
+    kv_usage_peak: f64,
 }
 
 impl Default for Window {
@@ -361,6 +362,7 @@ impl Default for Window {
             span_s: 0.0,
             kv_usage_sum: 0.0,
             kv_samples: 0.0,
+            kv_usage_peak: 0.0,
         }
     }
 }
@@ -405,6 +407,7 @@ impl Window {
             ttft_quantile_ms: ttft_quantile,
             prefill_engines: (self.span_s > 0.0).then(|| self.prefill_engine_s / self.span_s),
             decode_kv_usage: (self.kv_samples > 0.0).then(|| self.kv_usage_sum / self.kv_samples),
+            decode_kv_usage_peak: (self.kv_samples > 0.0).then_some(self.kv_usage_peak),
         }
     }
 }
@@ -604,6 +607,7 @@ pub fn run<C: PerformanceCurves>(
         let snapshot = cluster.snapshot();
         recorder.window.kv_usage_sum += snapshot.kv_usage;
         recorder.window.kv_samples += 1.0;
+        recorder.window.kv_usage_peak = recorder.window.kv_usage_peak.max(snapshot.kv_usage);
         samples.prefill_queue.push(snapshot.prefill_queue as f64);
         samples.decode_kv_usage.push(snapshot.kv_usage);
         gpu_seconds += (f64::from(prefill.target) * p_gpus + f64::from(decode.target) * d_gpus) * step;
