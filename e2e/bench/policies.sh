@@ -25,7 +25,7 @@
 #
 # Why these policies. `mode: sla` with the `kubernetes` connector, `minReplicas: 1`,
 # `maxReplicas: 1`, the ARIMA predictor (the CRD default) and the built-in
-# h200-llama3.1-8b-tp1 profile: every interval each policy runs its 13 Prometheus queries, feeds
+# h200-llama3.1-8b-tp1 profile: every interval each policy runs its 14 Prometheus queries, feeds
 # the predictors, computes the SLA plan, clamps it to the bounds, compares it with the DGD spec
 # and writes its status, events and metrics, as in production. The bounds pin the decision to
 # (1, 1), which is what each DGD already asks for, so the connector has nothing to patch, and a

@@ -337,7 +337,7 @@ struct Window {
     /// Prefill engine-seconds serving, and the seconds covered.
     prefill_engine_s: f64,
     span_s: f64,
-    /// Sum of the decode pool's KV-cache usage at each step, and the steps.
+    /// Sum of the decode pool's KV-cache usage at each step, the steps, and the highest usage.
     kv_usage_sum: f64,
     kv_samples: f64,
     kv_usage_peak: f64,
