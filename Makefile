@@ -5,7 +5,7 @@ CARGO ?= cargo
 # Two cores on our machines: one job per core, no incremental cache in CI.
 export CARGO_BUILD_JOBS ?= 2
 
-.PHONY: build test lint fmt manifests check-manifests tools image cluster-up cluster-down e2e e2e-kind chart-test demo bench help
+.PHONY: build test lint fmt manifests check-manifests tools dynamo image cluster-up cluster-down e2e e2e-kind chart-test demo bench help
 
 ## build: compile the operator and crd-gen (debug)
 build:
@@ -36,6 +36,12 @@ check-manifests:
 ##        the image writer from tools/ into a cache outside the repo (a no-op when cached; needs Go >= 1.26)
 tools:
 	@bash tools/build.sh
+
+## dynamo: install NVIDIA Dynamo's frontend, mocker engines and replay (PyPI, pinned in tools/dynamo/) into a
+##         virtual environment in the tools cache, with the test model they serve (a no-op when cached;
+##         needs a Python >= 3.10 with venv)
+dynamo:
+	@bash tools/dynamo-venv.sh
 
 ## image: the release image without a container runtime: release build, distroless-like root filesystem,
 ##        target/image/planner-operator-<version>.tar (docker load -i); runs its entrypoint to check it

@@ -15,6 +15,13 @@ TOOLS_KEY="$(
 TOOLS_DIR="$TOOLS_CACHE/$TOOLS_KEY"
 TOOLS_BIN="$TOOLS_DIR/bin"
 
+# Dynamo's frontend, mocker engines and replay (tools/dynamo-venv.sh): a virtual environment and
+# the test model directory, keyed by the pinned requirements and the model script.
+DYNAMO_VERSION=1.6.1
+DYNAMO_CACHE="${PLANNER_DYNAMO_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/planner-operator/dynamo}"
+DYNAMO_KEY="$(cd "$TOOLS_SRC" && cat dynamo/requirements.txt dynamo/runtime-requirements.txt dynamo/make_model.py | sha256sum | cut -c1-16)"
+DYNAMO_DIR="$DYNAMO_CACHE/$DYNAMO_VERSION-$DYNAMO_KEY"
+
 # The local cluster's state (certs, kubeconfigs, data, logs, pids); one cluster per user.
 RUN_DIR="${PLANNER_CLUSTER_DIR:-${XDG_RUNTIME_DIR:-${TMPDIR:-/tmp}}/planner-operator-cluster-$(id -u)}"
 
@@ -77,4 +84,26 @@ prometheus_bin() {
     return 0
   fi
   return 1
+}
+
+# need_python: PYTHON (default python3) is a Python >= 3.10 with the venv module, as Dynamo needs.
+need_python() {
+  PYTHON="${PYTHON:-python3}"
+  command -v "$PYTHON" >/dev/null 2>&1 ||
+    fail "$PYTHON not found on PATH: Dynamo's frontend and engines need a Python >= 3.10 with venv (set PYTHON to use another)"
+  "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' ||
+    fail "$("$PYTHON" --version 2>&1) at $(command -v "$PYTHON"): Dynamo needs Python >= 3.10 (set PYTHON to use another)"
+  "$PYTHON" -c 'import venv, ensurepip' 2>/dev/null ||
+    fail "$PYTHON has no venv/ensurepip module (Debian: apt install python3-venv)"
+}
+
+# dynamo_python, dynamo_model_dir: the python of the environment tools/dynamo-venv.sh installed,
+# and the model directory it wrote; fail when it has not run.
+dynamo_python() {
+  [[ -f "$DYNAMO_DIR/.complete" ]] || fail "Dynamo $DYNAMO_VERSION is not installed: run \`make dynamo\` (tools/dynamo-venv.sh)"
+  printf '%s\n' "$DYNAMO_DIR/venv/bin/python"
+}
+dynamo_model_dir() {
+  [[ -f "$DYNAMO_DIR/.complete" ]] || fail "Dynamo $DYNAMO_VERSION is not installed: run \`make dynamo\` (tools/dynamo-venv.sh)"
+  printf '%s\n' "$DYNAMO_DIR/model"
 }
