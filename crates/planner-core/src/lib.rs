@@ -7,6 +7,7 @@ pub mod clough_tocher;
 pub mod interpolation;
 pub mod latency;
 pub mod load;
+pub mod mocker;
 pub mod predictor;
 pub mod profile;
 pub mod queueing;
