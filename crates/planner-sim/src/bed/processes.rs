@@ -826,4 +826,147 @@ mod tests {
         assert_eq!(Role::of("decode"), Some(Role::Decode));
         assert_eq!(Role::of("planner"), None);
     }
+
+    /// A stand-in for Python that runs as the launcher would run a module: it logs its
+    /// arguments, then behaves as its pod's `DYN_NAMESPACE` says: `serve` (exit 0 on SIGTERM),
+    /// `stubborn` (ignore SIGTERM) or `crash` (exit 1 at once).
+    const FAKE_PYTHON: &str = r#"#!/bin/sh
+echo "args: $*"
+case "$DYN_NAMESPACE" in
+  crash) exit 1 ;;
+  stubborn) trap '' TERM ;;
+  *) trap 'echo TERM; exit 0' TERM ;;
+esac
+echo ready
+while :; do sleep 0.05; done
+"#;
+
+    struct Bed {
+        dir: tempfile::TempDir,
+        supervisor: Supervisor,
+    }
+
+    fn bed(grace: Duration) -> Bed {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let python = dir.path().join("python");
+        std::fs::write(&python, FAKE_PYTHON).unwrap();
+        std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::create_dir(dir.path().join("logs")).unwrap();
+        let launcher = Launcher {
+            python,
+            log_dir: dir.path().join("logs"),
+            stop_grace: grace,
+            ..launcher()
+        };
+        Bed {
+            dir,
+            supervisor: Supervisor::new(launcher),
+        }
+    }
+
+    fn pod(name: &str, role: Role, behaviour: &str) -> Replica {
+        Replica {
+            uid: format!("uid-{name}"),
+            name: name.into(),
+            role,
+            pod: Box::new(
+                serde_json::from_value(json!({
+                    "metadata": {"name": name, "namespace": "ns", "labels": {"nvidia.com/dynamo-component-type": "decode"}},
+                    "spec": {"containers": [{"name": "main",
+                        "env": [{"name": "DYN_NAMESPACE", "value": behaviour}, {"name": "DYN_SYSTEM_PORT", "value": "9090"}],
+                        "ports": [{"name": "system", "containerPort": 9090}, {"name": "other", "containerPort": 7}]}]}
+                }))
+                .unwrap(),
+            ),
+        }
+    }
+
+    fn state(supervisor: &Supervisor, pod: &str) -> Option<(&'static str, u32)> {
+        supervisor
+            .status()
+            .into_iter()
+            .find(|p| p.pod == pod)
+            .map(|p| (p.state, p.restarts))
+    }
+
+    async fn until(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !done() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_pod_that_goes_is_sent_sigterm_and_its_targets_go_with_it() {
+        let mut bed = bed(Duration::from_secs(20));
+        let decode = pod("decode-1", Role::Decode, "serve");
+        bed.supervisor.reconcile(vec![decode.clone()]);
+        assert_eq!(state(&bed.supervisor, "decode-1"), Some(("running", 0)));
+        assert_eq!(bed.supervisor.engines(), 1);
+        // One target, for the port the process plays, at its address.
+        let targets = bed.supervisor.targets();
+        assert_eq!(targets.len(), 1);
+        assert_eq!(
+            targets[0]["labels"]["__meta_kubernetes_pod_container_port_name"],
+            "system"
+        );
+        let address = targets[0]["targets"][0].as_str().unwrap().to_string();
+        let port: u16 = address.rsplit(':').next().unwrap().parse().unwrap();
+        assert!((30000..=30009).contains(&port), "{address}");
+        let log = bed.dir.path().join("logs/decode-1.log");
+        until("the process to start", || {
+            std::fs::read_to_string(&log).is_ok_and(|t| t.contains("ready"))
+        })
+        .await;
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(
+            text.contains("dynamo.mocker") && text.contains("--disaggregation-mode decode"),
+            "{text}"
+        );
+
+        bed.supervisor.reconcile(Vec::new());
+        assert!(bed.supervisor.targets().is_empty());
+        assert_eq!(state(&bed.supervisor, "decode-1"), Some(("stopping", 0)));
+        let supervisor = &mut bed.supervisor;
+        until("the process to exit on SIGTERM", || {
+            supervisor.reconcile(Vec::new());
+            supervisor.status().is_empty()
+        })
+        .await;
+        assert!(std::fs::read_to_string(&log).unwrap().contains("TERM"));
+        assert_eq!(bed.supervisor.peak_engines(), 1);
+        assert_eq!(bed.supervisor.engines(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_process_that_exits_is_started_again_and_one_that_ignores_sigterm_is_killed() {
+        let mut bed = bed(Duration::from_millis(500));
+        let crash = pod("crash-1", Role::Prefill, "crash");
+        let supervisor = &mut bed.supervisor;
+        supervisor.reconcile(vec![crash.clone()]);
+        until("a restart after the crash", || {
+            supervisor.reconcile(vec![crash.clone()]);
+            state(supervisor, "crash-1").is_some_and(|(_, restarts)| restarts >= 1)
+        })
+        .await;
+        supervisor.reconcile(Vec::new());
+        assert!(state(supervisor, "crash-1").is_none_or(|(s, _)| s == "stopping"));
+
+        let stubborn = pod("stubborn-1", Role::Decode, "stubborn");
+        supervisor.reconcile(vec![stubborn]);
+        let log = bed.dir.path().join("logs/stubborn-1.log");
+        until("the stubborn process to ignore SIGTERM", || {
+            std::fs::read_to_string(&log).is_ok_and(|t| t.contains("ready"))
+        })
+        .await;
+        let started = Instant::now();
+        until("the stubborn process to be killed after its grace period", || {
+            supervisor.reconcile(Vec::new());
+            supervisor.status().is_empty()
+        })
+        .await;
+        assert!(started.elapsed() >= Duration::from_millis(500));
+    }
 }

@@ -427,4 +427,45 @@ mod tests {
         assert!((130..=170).contains(&half.len()), "{}", half.len());
         assert!(scale(&base, 0.0, 1.0).is_empty());
     }
+
+    #[test]
+    fn arrivals_follow_the_rate_scale_in_force_and_loop() {
+        let base: Vec<Request> = (0..10)
+            .map(|i| Request {
+                arrival_s: f64::from(i),
+                isl: 100.0,
+                osl: 0.0,
+            })
+            .collect();
+        let mut arrivals = Arrivals::new(base.clone(), 0.5, false);
+        let mut take = |until: f64, k: f64| {
+            let mut jobs = Vec::new();
+            while let Some(job) = arrivals.next_before(until, k) {
+                jobs.push(job);
+            }
+            jobs
+        };
+        let first = take(5.0, 1.0);
+        assert_eq!(
+            first.iter().map(|j| j.arrival_s).collect::<Vec<_>>(),
+            [0.0, 1.0, 2.0, 3.0, 4.0]
+        );
+        assert!(first.iter().all(|j| j.osl == 1.0), "at least one output token");
+        // A step to three times the rate: three jittered copies of each later request.
+        let stepped = take(8.0, 3.0);
+        assert!((8..=9).contains(&stepped.len()), "{}", stepped.len());
+        assert!(stepped.windows(2).all(|w| w[0].arrival_s <= w[1].arrival_s));
+        let rest = take(100.0, 0.0);
+        assert!(rest.len() <= 3, "copies jittered past 8 s only: {}", rest.len());
+        assert!(arrivals.exhausted());
+
+        let mut looping = Arrivals::new(base, 0.0, true);
+        let mut count = 0;
+        // A loop lasts 10 s (last arrival at 9 s, plus 1 s): before 25 s, 25 arrivals.
+        while looping.next_before(25.0, 1.0).is_some() {
+            count += 1;
+        }
+        assert_eq!(count, 25);
+        assert!(!looping.exhausted());
+    }
 }
