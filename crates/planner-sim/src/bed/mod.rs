@@ -101,8 +101,10 @@ pub struct DynamoBedArgs {
     /// KV-cache block size in tokens.
     #[arg(long, default_value_t = 16)]
     block_size: u32,
-    /// Seconds from an engine's start to its registration (the mocker's `--startup-time`; a
-    /// real engine loads its weights meanwhile).
+    /// Seconds from a prefill or decode pod being Ready to its engine starting (a real engine
+    /// loads its weights meanwhile; kwok makes pods Ready at once). Not the mocker's own
+    /// `--startup-time`, with which an engine registers at once and holds the requests routed
+    /// to it until the time is up.
     #[arg(long, default_value_t = 5.0)]
     engine_startup_s: f64,
     /// Ports for the engines' system servers, `LOW-HIGH` (Dynamo needs them below 32768).
@@ -238,6 +240,10 @@ pub fn replicas(pods: &[Pod]) -> Vec<Replica> {
 pub struct BedStatus {
     /// Every process.
     pub processes: Vec<ProcessStatus>,
+    /// Prefill engine processes running.
+    pub prefill: usize,
+    /// Decode engine processes running.
+    pub decode: usize,
     /// Engine processes alive now (prefill and decode; running or stopping).
     pub engines: usize,
     /// Most engine processes alive at once so far.
@@ -395,6 +401,8 @@ pub async fn run(args: DynamoBedArgs) -> Result<(), BedError> {
     let stats = Arc::new(LoadStats::new());
     let status = Arc::new(Mutex::new(BedStatus {
         processes: Vec::new(),
+        prefill: 0,
+        decode: 0,
         engines: 0,
         peak_engines: 0,
         cpu_s: 0.0,
@@ -451,7 +459,7 @@ pub async fn run(args: DynamoBedArgs) -> Result<(), BedError> {
         kv_blocks,
         block_size: args.block_size,
         speedup_ratio: args.speedup_ratio,
-        startup_s: args.engine_startup_s,
+        startup: Duration::from_secs_f64(args.engine_startup_s),
         discovery_dir,
         log_dir,
         dynamo_log: args.dynamo_log.clone(),
@@ -490,6 +498,7 @@ pub async fn run(args: DynamoBedArgs) -> Result<(), BedError> {
         if let Ok(mut status) = status.lock() {
             let (cpu_s, peak_rss_bytes) = supervisor.cost();
             status.processes = supervisor.status();
+            (status.prefill, status.decode) = supervisor.running_engines();
             status.engines = supervisor.engines();
             status.peak_engines = supervisor.peak_engines();
             status.cpu_s = cpu_s;

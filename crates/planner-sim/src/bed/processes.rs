@@ -87,8 +87,8 @@ pub struct Launcher {
     pub block_size: u32,
     /// The mocker's `--speedup-ratio` (1: as fast as the profile).
     pub speedup_ratio: f64,
-    /// The mocker's `--startup-time`: seconds from start to serving.
-    pub startup_s: f64,
+    /// Seconds from an engine pod being Ready to its process starting.
+    pub startup: Duration,
     /// The file-discovery directory all processes share.
     pub discovery_dir: PathBuf,
     /// Where each process logs (`<pod>.log`).
@@ -236,7 +236,7 @@ impl Launcher {
                         ("DYN_SYSTEM_HOST".into(), "127.0.0.1".into()),
                     ]);
                 }
-                let mut args: Vec<String> = [
+                let args: Vec<String> = [
                     "--model-path",
                     &self.model_dir.display().to_string(),
                     "--model-name",
@@ -258,9 +258,6 @@ impl Launcher {
                 ]
                 .map(String::from)
                 .to_vec();
-                if self.startup_s > 0.0 {
-                    args.extend(["--startup-time".into(), self.startup_s.to_string()]);
-                }
                 CommandLine {
                     module: "dynamo.mocker",
                     args,
@@ -302,7 +299,8 @@ struct Process {
     rss_bytes: u64,
 }
 
-/// A replica whose process exited, waiting to be started again.
+/// A replica waiting for its process: a new engine pod for its start-up time, or a replica
+/// whose process exited for its back-off.
 #[derive(Debug)]
 struct Backoff {
     replica: Replica,
@@ -331,7 +329,8 @@ pub struct ProcessStatus {
     pub pod: String,
     /// What it runs.
     pub role: Role,
-    /// `running`, `restarting` (exited, to be started again) or `stopping` (sent SIGTERM).
+    /// `starting` (a new engine pod, for its start-up time), `running`, `restarting` (exited,
+    /// to be started again after a back-off) or `stopping` (sent SIGTERM).
     pub state: &'static str,
     /// Its pid (0 while restarting).
     pub pid: u32,
@@ -502,6 +501,14 @@ impl Supervisor {
         let now = Instant::now();
         for (uid, replica) in wanted {
             let next = match self.slots.remove(&uid) {
+                None if replica.role != Role::Frontend && !self.launcher.startup.is_zero() => {
+                    info!(pod = %replica.name, after_s = self.launcher.startup.as_secs_f64(), "pod Ready: starting its engine");
+                    Slot::Waiting(Backoff {
+                        replica,
+                        restarts: 0,
+                        until: now + self.launcher.startup,
+                    })
+                }
                 None => self.spawn(replica, 0),
                 Some(Slot::Running(mut process)) => match process.child.try_wait() {
                     Ok(None) => {
@@ -604,6 +611,12 @@ impl Supervisor {
             .count()
     }
 
+    /// Running prefill and decode processes (not starting, restarting or stopping).
+    pub fn running_engines(&self) -> (usize, usize) {
+        let count = |role| self.running().filter(|p| p.replica.role == role).count();
+        (count(Role::Prefill), count(Role::Decode))
+    }
+
     /// Most engine processes alive at once so far.
     pub fn peak_engines(&self) -> usize {
         self.peak_engines
@@ -666,7 +679,7 @@ impl Supervisor {
                 Slot::Waiting(b) => ProcessStatus {
                     pod: b.replica.name.clone(),
                     role: b.replica.role,
-                    state: "restarting",
+                    state: if b.restarts == 0 { "starting" } else { "restarting" },
                     pid: 0,
                     address: None,
                     restarts: b.restarts,
@@ -725,7 +738,7 @@ mod tests {
             kv_blocks: 14008,
             block_size: 16,
             speedup_ratio: 1.0,
-            startup_s: 5.0,
+            startup: Duration::ZERO,
             discovery_dir: "/bed/discovery".into(),
             log_dir: "/bed/logs".into(),
             dynamo_log: "warn".into(),
@@ -801,7 +814,6 @@ mod tests {
         for expected in [
             "--model-path /model --model-name llama --disaggregation-mode prefill",
             "--block-size 16 --num-gpu-blocks-override 14008 --planner-profile-data /bed/profile.npz",
-            "--startup-time 5",
         ] {
             assert!(args.contains(expected), "{args}");
         }
@@ -928,7 +940,8 @@ while :; do sleep 0.05; done
 
         bed.supervisor.reconcile(Vec::new());
         assert!(bed.supervisor.targets().is_empty());
-        assert_eq!(state(&bed.supervisor, "decode-1"), Some(("stopping", 0)));
+        // Sent SIGTERM: stopping, or already gone.
+        assert!(state(&bed.supervisor, "decode-1").is_none_or(|(s, _)| s == "stopping"));
         let supervisor = &mut bed.supervisor;
         until("the process to exit on SIGTERM", || {
             supervisor.reconcile(Vec::new());
@@ -968,5 +981,29 @@ while :; do sleep 0.05; done
         })
         .await;
         assert!(started.elapsed() >= Duration::from_millis(500));
+    }
+
+    #[tokio::test]
+    async fn an_engine_starts_its_start_up_time_after_its_pod_is_ready_a_frontend_at_once() {
+        let mut bed = bed(Duration::from_secs(5));
+        bed.supervisor.launcher.startup = Duration::from_millis(400);
+        let engine = pod("prefill-1", Role::Prefill, "serve");
+        let frontend = pod("frontend-1", Role::Frontend, "serve");
+        let pods = vec![engine, frontend];
+        let supervisor = &mut bed.supervisor;
+        supervisor.reconcile(pods.clone());
+        assert_eq!(state(supervisor, "prefill-1"), Some(("starting", 0)));
+        assert_eq!(state(supervisor, "frontend-1"), Some(("running", 0)));
+        assert_eq!(supervisor.engines(), 0);
+        let ready = Instant::now();
+        until("the engine to start", || {
+            supervisor.reconcile(pods.clone());
+            state(supervisor, "prefill-1") == Some(("running", 0))
+        })
+        .await;
+        assert!(ready.elapsed() >= Duration::from_millis(350));
+        assert_eq!(supervisor.engines(), 1);
+        supervisor.shutdown().await;
+        assert!(supervisor.status().is_empty());
     }
 }
