@@ -7,7 +7,7 @@
 # PlannerPolicy that plans every 10 s (config/demo/), and starts the test bed (`planner-sim
 # dynamo-bed`): NVIDIA Dynamo's real frontend for the frontend pod and a real mocker engine for
 # each Ready prefill and decode pod (installed by `make dynamo`), a load generator replaying a
-# generated trace (1 -> 8 -> 1 requests/s over 5.5 min, looped) against the frontend, and a real
+# generated trace (1 -> 8 -> 1 requests/s of long prompts over 5.5 min, looped) against the frontend, and a real
 # Prometheus scraping them as NVIDIA's PodMonitors would. Then it prints one line per planner
 # interval: what the planner observed, predicted and decided, and the engine processes running.
 # Runs until Ctrl-C, or for DEMO_SECONDS; then stops everything it started, removes what it
@@ -58,8 +58,8 @@ DEMO_SECONDS="${DEMO_SECONDS:-}"
 EXPECT_SCALING="${DEMO_EXPECT_SCALING:-}"
 DGD=llama-disagg
 POLICY=llama-demo
-MODEL_NAME=llama-3.3-70b       # config/demo/: the served model and the profile the engines are timed by
-PROFILE=h100-llama3.3-70b-tp2
+MODEL_NAME=llama-3.1-8b        # config/demo/: the served model and the profile the engines are timed by
+PROFILE=h200-llama3.1-8b-tp1
 RELEASE=planner-demo
 SA="$RELEASE-planner-operator" # the chart's fullname for this release
 INTERVAL_S=10                  # config/demo/plannerpolicy-demo.yaml
@@ -282,7 +282,9 @@ wait_for operator "DGD Ready" 120 k wait -n "$NS" "dgd/$DGD" --for condition=Rea
 
 # --- Trace, test bed, Prometheus ---------------------------------------------------------------
 # 1 request/s for 30 s, a 90 s ramp to 8/s, 60 s at 8/s, a 90 s ramp down, 60 s at 1/s (then
-# again, --loop); prompts of 1,500-3,500 tokens, 100-200 output tokens. Fixed seed.
+# again, --loop); prompts of 8,000-16,000 tokens, 100-200 output tokens. Fixed seed. Long prompts
+# at a few requests per second load the engines as short ones at many would, for a fraction of
+# the CPU the real frontend and engines spend per request.
 trace="$DEMO_DIR/trace.jsonl"
 awk -v seed=7 -v period=330 -v low=1 -v high=8 -v up0=30 -v up1=120 -v dn0=180 -v dn1=270 '
   function rate(t) {
@@ -298,7 +300,7 @@ awk -v seed=7 -v period=330 -v low=1 -v high=8 -v up0=30 -v up1=120 -v dn0=180 -
       r = rate(s); n = int(r); if (rand() < r - n) n++
       for (i = 0; i < n; i++)
         printf "{\"timestamp\": %d, \"input_length\": %d, \"output_length\": %d}\n",
-          (s + rand()) * 1000, 1500 + rand() * 2000, 100 + rand() * 100
+          (s + rand()) * 1000, 8000 + rand() * 8000, 100 + rand() * 100
     }
   }' >"$trace"
 

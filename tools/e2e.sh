@@ -40,10 +40,17 @@ else
   unset PROMETHEUS_BIN
   log "warning: no prometheus installed and none built (make tools builds one): the closed-loop test will fail"
 fi
+# The closed-loop tests run NVIDIA Dynamo's real frontend and engines (the test bed of
+# `planner-sim dynamo-bed`): the virtual environment `make dynamo` installs (a no-op once cached),
+# named for the bed in DYNAMO_PYTHON and DYNAMO_MODEL_DIR.
+bash ./dynamo-venv.sh
+DYNAMO_PYTHON="$(dynamo_python)"
+DYNAMO_MODEL_DIR="$(dynamo_model_dir)"
+export DYNAMO_PYTHON DYNAMO_MODEL_DIR
 log "e2e tests against KUBECONFIG=$KUBECONFIG"
 cd "$TOOLS_SRC/.."
 # Tests that run the operator as separate processes (leader election) use this binary, and the
-# closed loop runs the synthetic frontend of planner-sim.
+# closed loop runs the test bed of planner-sim (others its synthetic frontend).
 "${CARGO:-cargo}" build -p planner-operator --bin planner-operator -p planner-sim --bin planner-sim --locked
 # Not exec: the EXIT trap removes the PATH directory afterwards.
 if [[ $# -eq 0 ]]; then

@@ -119,6 +119,8 @@ fn init_logging() {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("planner_sim=info,kube=warn,warn"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        // Plain text when the logs go to a file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .with_writer(std::io::stderr)
         .try_init();

@@ -1,7 +1,7 @@
 //! A real Prometheus for the tests (`PROMETHEUS_BIN`, which `make e2e` sets to the one `make
 //! tools` builds from Go modules or an installed one; else `prometheus` on PATH), scraping given
 //! targets on loopback (every second unless a test asks otherwise), with the static labels the
-//! frontend PodMonitor would add.
+//! frontend PodMonitor would add, or with a configuration of the test's (the test bed's).
 
 use std::{
     process::{Child, Command, Stdio},
@@ -28,11 +28,6 @@ fn free_port() -> u16 {
 }
 
 impl Prometheus {
-    /// Starts Prometheus scraping `target` (host:port) every second with `labels` added.
-    pub async fn start(target: &str, labels: &[(&str, &str)]) -> Result<Self> {
-        Self::start_every(target, labels, 1).await
-    }
-
     /// Starts Prometheus scraping `target` every `scrape_s` seconds with `labels` added.
     pub async fn start_every(target: &str, labels: &[(&str, &str)], scrape_s: u32) -> Result<Self> {
         let port = free_port();
@@ -55,6 +50,23 @@ impl Prometheus {
             url: format!("http://127.0.0.1:{port}"),
             port,
             config,
+        };
+        prometheus.spawn()?;
+        prometheus.wait_ready().await?;
+        Ok(prometheus)
+    }
+
+    /// Starts Prometheus with the configuration file `config` (e.g. the test bed's).
+    pub async fn start_with_config(config: &std::path::Path) -> Result<Self> {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("e2e-prometheus-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let mut prometheus = Self {
+            child: None,
+            dir,
+            url: format!("http://127.0.0.1:{port}"),
+            port,
+            config: config.to_path_buf(),
         };
         prometheus.spawn()?;
         prometheus.wait_ready().await?;

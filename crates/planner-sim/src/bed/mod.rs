@@ -469,6 +469,7 @@ pub async fn run(args: DynamoBedArgs) -> Result<(), BedError> {
     let mut ticker = tokio::time::interval(Duration::from_secs_f64(args.poll_interval_s));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut last_targets = String::new();
+    let mut last_report = std::time::Instant::now();
     let signal = wait_for_signal();
     tokio::pin!(signal);
     loop {
@@ -495,6 +496,22 @@ pub async fn run(args: DynamoBedArgs) -> Result<(), BedError> {
             write(&targets_file, &targets)?;
             last_targets = targets;
         }
+        if last_report.elapsed() >= Duration::from_secs(10) {
+            last_report = std::time::Instant::now();
+            let load = stats.status();
+            let (prefill, decode) = supervisor.running_engines();
+            info!(
+                prefill,
+                decode,
+                sent = load.sent,
+                completed = load.completed,
+                failed = load.failed,
+                dropped = load.dropped,
+                in_flight = load.in_flight,
+                trace_s = load.trace_s,
+                "running"
+            );
+        }
         if let Ok(mut status) = status.lock() {
             let (cpu_s, peak_rss_bytes) = supervisor.cost();
             status.processes = supervisor.status();
@@ -514,7 +531,12 @@ pub async fn run(args: DynamoBedArgs) -> Result<(), BedError> {
     }
     supervisor.shutdown().await;
     let (cpu_s, peak_rss_bytes) = supervisor.cost();
+    let load = stats.status();
     info!(
+        sent = load.sent,
+        completed = load.completed,
+        failed = load.failed,
+        dropped = load.dropped,
         peak_engines = supervisor.peak_engines(),
         cpu_s,
         peak_rss_mib = peak_rss_bytes / (1 << 20),
