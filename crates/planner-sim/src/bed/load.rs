@@ -23,38 +23,67 @@ use tracing::{info, warn};
 
 use crate::sim::trace::{Arrivals, splitmix64};
 
-/// Words of the test model's vocabulary `w0` ... that prompts are made of (see
-/// `tools/dynamo/make_model.py`: 32,000 entries, of which 22 are special tokens and real words).
-const PROMPT_WORDS: u64 = 31_978;
-
-/// A prompt of `words` words drawn at random for request `id`: no two requests share a
-/// KV-cache block, so the engines' prefix cache never shortens a prefill.
-pub fn prompt(id: usize, words: usize) -> String {
-    let mut text = String::with_capacity(words * 7);
-    let mut state = splitmix64(id as u64 ^ 0x5EED_B0D1);
-    for i in 0..words {
-        state = splitmix64(state);
-        if i > 0 {
-            text.push(' ');
-        }
-        text.push('w');
-        text.push_str(&(state % PROMPT_WORDS).to_string());
-    }
-    text
+/// Prompts for the load: slices of a corpus of random words from the test model's vocabulary
+/// (`tools/dynamo/make_model.py`: `w0` ... `w31977`), each of one token. The words all have the
+/// same width (`w10000` ... `w31977`), so a prompt of `n` words is a slice of the corpus with no
+/// text to build: the load generator keeps pace with the trace however long the prompts are.
+/// Each request starts at its own pseudo-random word, so no two requests share a first KV-cache
+/// block and the engines' prefix cache never shortens a prefill.
+#[derive(Debug)]
+pub struct Prompts {
+    corpus: String,
+    words: usize,
 }
 
-/// The request body of `job` for `model`.
-pub fn body(job: &Job, model: &str) -> String {
-    let words = job.isl.round().max(1.0) as usize;
-    let max_tokens = job.osl.round().max(1.0) as u64;
-    serde_json::json!({
-        "model": model,
-        "messages": [{"role": "user", "content": prompt(job.id, words)}],
-        "max_tokens": max_tokens,
-        "ignore_eos": true,
-        "stream": true,
-    })
-    .to_string()
+/// Width of a corpus word and the space after it.
+const WORD: usize = 7;
+/// Corpus words: twice the test model's context, so that the longest prompt has many starts.
+const CORPUS_WORDS: usize = 2 * 131_072;
+
+impl Prompts {
+    /// The corpus (about 1.8 MB), from a fixed seed.
+    pub fn new() -> Self {
+        let mut corpus = String::with_capacity(CORPUS_WORDS * WORD);
+        let mut state = 0x5EED_B0D1_u64;
+        for _ in 0..CORPUS_WORDS {
+            state = splitmix64(state);
+            corpus.push('w');
+            corpus.push_str(&(10_000 + state % 21_978).to_string());
+            corpus.push(' ');
+        }
+        Self {
+            corpus,
+            words: CORPUS_WORDS,
+        }
+    }
+
+    /// The prompt of request `id`: `words` words (at most the corpus's).
+    pub fn prompt(&self, id: usize, words: usize) -> &str {
+        let words = words.clamp(1, self.words);
+        let start = (splitmix64(id as u64 ^ 0x00B0_D1E5) % (self.words - words + 1) as u64) as usize;
+        self.corpus
+            .get(start * WORD..(start + words) * WORD - 1)
+            .unwrap_or_default()
+    }
+
+    /// The request body of `job` for `model`: a streaming chat completion of the trace's prompt
+    /// length with exactly its output length.
+    pub fn body(&self, job: &Job, model: &str) -> String {
+        let words = job.isl.round().max(1.0) as usize;
+        let max_tokens = job.osl.round().max(1.0) as u64;
+        // The prompt is words and spaces only: nothing in it needs escaping.
+        format!(
+            "{{\"model\":{},\"messages\":[{{\"role\":\"user\",\"content\":\"{}\"}}],\"max_tokens\":{max_tokens},\"ignore_eos\":true,\"stream\":true}}",
+            serde_json::Value::from(model),
+            self.prompt(job.id, words)
+        )
+    }
+}
+
+impl Default for Prompts {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// What the load generator has done, for `/status`.
@@ -238,6 +267,7 @@ pub async fn run(
     let started = Instant::now();
     let mut ticker = tokio::time::interval(Duration::from_millis(20));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let prompts = Prompts::new();
     let mut next_frontend = 0usize;
     let mut announced_end = false;
     loop {
@@ -274,7 +304,7 @@ pub async fn run(
             tokio::spawn(send(
                 client.clone(),
                 format!("http://{addr}/v1/chat/completions"),
-                body(&job, &settings.model),
+                prompts.body(&job, &settings.model),
                 stats.clone(),
             ));
         }
@@ -292,19 +322,24 @@ mod tests {
 
     #[test]
     fn a_prompt_has_the_requested_words_and_differs_between_requests() {
-        let a = prompt(1, 500);
+        let prompts = Prompts::new();
+        let a = prompts.prompt(1, 500);
         assert_eq!(a.split(' ').count(), 500);
         assert!(
             a.split(' ')
-                .all(|w| w.starts_with('w') && w[1..].parse::<u64>().unwrap() < PROMPT_WORDS)
+                .all(|w| w.len() == 6 && w.starts_with('w') && w[1..].parse::<u64>().unwrap() <= 31_977)
         );
-        assert_eq!(a, prompt(1, 500));
-        let b = prompt(2, 500);
+        assert_eq!(a, prompts.prompt(1, 500));
+        let b = prompts.prompt(2, 500);
         // No shared first KV block (16 tokens).
         assert_ne!(
             a.split(' ').take(16).collect::<Vec<_>>(),
             b.split(' ').take(16).collect::<Vec<_>>()
         );
+        // The longest prompt fits; longer ones are cut to the corpus.
+        assert_eq!(prompts.prompt(3, 131_072).split(' ').count(), 131_072);
+        assert_eq!(prompts.prompt(4, usize::MAX).split(' ').count(), CORPUS_WORDS);
+        assert_eq!(prompts.prompt(5, 0).split(' ').count(), 1);
     }
 
     #[test]
@@ -315,11 +350,12 @@ mod tests {
             isl: 12.4,
             osl: 7.0,
         };
-        let body: serde_json::Value = serde_json::from_str(&body(&job, "m")).unwrap();
-        assert_eq!(body["model"], "m");
+        let body: serde_json::Value = serde_json::from_str(&Prompts::new().body(&job, "m\"x")).unwrap();
+        assert_eq!(body["model"], "m\"x");
         assert_eq!(body["max_tokens"], 7);
         assert_eq!(body["ignore_eos"], true);
         assert_eq!(body["stream"], true);
+        assert_eq!(body["messages"][0]["role"], "user");
         assert_eq!(
             body["messages"][0]["content"]
                 .as_str()
