@@ -28,7 +28,9 @@ pub(super) struct Sizer<'a, C> {
 }
 
 impl<'a, C: PerformanceCurves> Sizer<'a, C> {
-    /// Searches within `limits`' minimum and maximum (or [`SEARCH_LIMIT`] without one).
+    /// Searches from `limits`' minimum to [`SEARCH_LIMIT`]: a search answers what the load
+    /// needs, and the maximum and the budget bound that afterwards ([`Limits::apply`]), which
+    /// records what they cut.
     pub fn new(
         curves: &'a C,
         settings: &'a QueueingConfig,
@@ -42,7 +44,7 @@ impl<'a, C: PerformanceCurves> Sizer<'a, C> {
             settings,
             targets: settings.targets(sla),
             min,
-            max: limits.max_replicas.unwrap_or(SEARCH_LIMIT).max(min),
+            max: SEARCH_LIMIT.max(min),
             interval_s,
         }
     }

@@ -10,8 +10,12 @@ use planner_core::{
     state::{self, QueueingConfig, SlaPlannerConfig},
 };
 
-use super::decide::{ABSOLUTE_MAX_REPLICAS, Guards};
+use super::decide::Guards;
 use crate::validation::ValidatedPolicy;
+
+/// Most replicas of a pool whatever the metrics say, when the policy sets no maximum: garbage
+/// metrics must never ask for thousands of GPUs.
+pub const ABSOLUTE_MAX_REPLICAS: u32 = 512;
 
 /// Scale-up delay assumed until one is measured (and when `spec.behavior.scaleUpDelay` is not
 /// set and nothing has been measured yet).
@@ -75,10 +79,18 @@ pub fn sla_config(
     }
 }
 
+/// The bounds every planner applies to its decisions (`spec.bounds`; the maximum never above
+/// [`ABSOLUTE_MAX_REPLICAS`]).
 fn limits(spec: &PlannerPolicySpec, validated: &ValidatedPolicy) -> Limits {
+    let max = spec
+        .bounds
+        .max_replicas
+        .and_then(|m| u32::try_from(m).ok())
+        .filter(|m| *m > 0)
+        .map_or(ABSOLUTE_MAX_REPLICAS, |m| m.min(ABSOLUTE_MAX_REPLICAS));
     Limits {
         min_replicas: u32::try_from(spec.bounds.min_replicas).unwrap_or(1),
-        max_replicas: spec.bounds.max_replicas.and_then(|m| u32::try_from(m).ok()),
+        max_replicas: Some(max),
         max_gpu_budget: u32::try_from(spec.bounds.max_gpu_budget).ok(),
         prefill_gpus_per_engine: validated.target.prefill.gpus,
         decode_gpus_per_engine: validated.target.decode.gpus,
@@ -89,9 +101,6 @@ fn limits(spec: &PlannerPolicySpec, validated: &ValidatedPolicy) -> Limits {
 pub fn guards(spec: &PlannerPolicySpec) -> Guards {
     let positive = |v: Option<i32>| v.and_then(|v| u32::try_from(v).ok()).filter(|v| *v > 0);
     Guards {
-        max_replicas: positive(spec.bounds.max_replicas)
-            .unwrap_or(ABSOLUTE_MAX_REPLICAS)
-            .min(ABSOLUTE_MAX_REPLICAS),
         max_step_up: positive(spec.bounds.max_scale_up_step),
         max_step_down: positive(spec.bounds.max_scale_down_step),
         allow_zero: spec.bounds.allow_scale_to_zero,
@@ -161,6 +170,12 @@ mod tests {
             &validation::validate(&load_spec, "llm", Some(&dgd()), &validation::Tenancy::default()).unwrap(),
         );
         assert_eq!((load.kv_scale_up, load.queue_scale_down), (0.9, 0.2));
+        // Without a maximum, every planner stops at the absolute one.
+        assert_eq!(load.max_replicas, Some(ABSOLUTE_MAX_REPLICAS));
+        let mut unbounded = spec.clone();
+        unbounded.bounds.max_replicas = None;
+        let config = sla_config(&unbounded, &validated, None);
+        assert_eq!(config.limits.max_replicas, Some(ABSOLUTE_MAX_REPLICAS));
         assert_eq!(validated.dynamo_namespace, "llm-llama-disagg");
     }
 }
