@@ -9,6 +9,7 @@ pub mod erlang;
 pub mod interpolation;
 pub mod latency;
 pub mod load;
+pub mod mocker;
 pub mod predictor;
 pub mod profile;
 pub mod queueing;
