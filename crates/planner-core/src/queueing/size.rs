@@ -49,16 +49,6 @@ impl<'a, C: PerformanceCurves> Sizer<'a, C> {
         }
     }
 
-    /// The fewest replicas a search returns.
-    pub fn min(&self) -> u32 {
-        self.min
-    }
-
-    /// The most replicas a search returns.
-    pub fn max(&self) -> u32 {
-        self.max
-    }
-
     /// Both pools, sized for the demand with its backlog (and its growth) drained within one
     /// interval: draining it feeds decode faster than arrivals do.
     pub fn size(&self, demand: &Demand) -> Sizing {
@@ -86,13 +76,13 @@ impl<'a, C: PerformanceCurves> Sizer<'a, C> {
     }
 
     /// Prefill for the demand's arrivals and `backlog` requests drained within one interval.
-    pub fn prefill(&self, demand: &Demand, backlog: f64) -> PrefillSizing {
+    fn prefill(&self, demand: &Demand, backlog: f64) -> PrefillSizing {
         sizing::size_prefill(
             &demand.service,
             demand.rate,
             backlog,
             self.interval_s,
-            &self.settings.queue_model(demand.burstiness),
+            demand.burstiness,
             &self.targets,
             self.min,
             self.max,
@@ -106,8 +96,8 @@ impl<'a, C: PerformanceCurves> Sizer<'a, C> {
             &demand.isl,
             &demand.osl,
             &DecodeModel {
-                kv_sigmas: self.settings.kv_sigmas,
-                kv_fill: self.settings.kv_fill,
+                kv_sigmas: self.settings.decode_kv.sigmas,
+                kv_fill: self.settings.decode_kv.fill,
                 kv_scale: demand.kv_scale,
             },
             &self.targets,

@@ -7,7 +7,7 @@ use planner_core::{
     load::LoadConfig,
     predictor::{self, KalmanConfig, PredictorConfig},
     sla::{Limits, SlaTargets},
-    state::{self, QueueingConfig, SlaPlannerConfig},
+    state::{self, FastPath, QueueingConfig, SlaPlannerConfig, Stabilisation},
 };
 
 use super::decide::Guards;
@@ -68,11 +68,17 @@ pub fn sla_config(
                 .or(measured_delay)
                 .unwrap_or(DEFAULT_SCALE_UP_DELAY)
                 .as_secs_f64(),
-            stabilisation_s: validated.stabilization.as_secs_f64(),
-            fast_period_s: if validated.fast_check_period.is_zero() {
-                f64::INFINITY
-            } else {
-                validated.fast_check_period.as_secs_f64()
+            stabilisation: Stabilisation {
+                window_s: validated.stabilization.as_secs_f64(),
+                ..Stabilisation::default()
+            },
+            fast_path: FastPath {
+                period_s: if validated.fast_check_period.is_zero() {
+                    f64::INFINITY
+                } else {
+                    validated.fast_check_period.as_secs_f64()
+                },
+                ..FastPath::default()
             },
             ..QueueingConfig::default()
         },
@@ -159,8 +165,8 @@ mod tests {
         assert_eq!(config.predictor.kind, predictor::PredictorKind::Arima);
         assert_eq!(config.model, state::SlaModel::Queueing);
         assert_eq!(config.queueing.scale_up_delay_s, 60.0);
-        assert_eq!(config.queueing.stabilisation_s, 300.0);
-        assert_eq!(config.queueing.fast_period_s, 10.0);
+        assert_eq!(config.queueing.stabilisation.window_s, 300.0);
+        assert_eq!(config.queueing.fast_path.period_s, 10.0);
         // A measured delay is used unless the spec sets one.
         let measured = sla_config(&spec, &validated, Some(Duration::from_secs(95)));
         assert_eq!(measured.queueing.scale_up_delay_s, 95.0);
