@@ -11,7 +11,7 @@ use std::{
     time::Duration,
 };
 
-use e2e::{Result, in_namespace, install_crds, poll_until, repo_root, sim_binary};
+use e2e::{Result, in_namespace_exclusive, install_crds, poll_until, repo_root, sim_binary};
 use k8s_openapi::api::events::v1::Event;
 use kube::{
     Api,
@@ -149,9 +149,11 @@ fn replicas(dgd: &DynamoGraphDeployment) -> (i32, i32) {
     (of("prefill"), of("decode"))
 }
 
+// Both tests run alone (`in_namespace_exclusive`): they measure the latency of real processes on
+// two cores, and the engines they start at once would slow the tests beside them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_follow_the_load_and_missing_metrics_never_scale_down() -> Result<()> {
-    in_namespace("closed-loop", |ns| async move {
+    in_namespace_exclusive("closed-loop", |ns| async move {
         install_crds(&ns.client).await?;
         let dgds: Api<DynamoGraphDeployment> = ns.api();
         let policies: Api<PlannerPolicy> = ns.api();
@@ -189,6 +191,49 @@ async fn replicas_follow_the_load_and_missing_metrics_never_scale_down() -> Resu
                     .is_some_and(|r| r > 0.0))
             })
             .await?;
+            // The series as NVIDIA's PodMonitors label them: the frontend's dynamo_namespace from
+            // its pod's label, the engines' component type, and the pod of each.
+            let namespace = format!("{}-llama", ns.name);
+            let frontend = prometheus
+                .query(&format!(
+                    "dynamo_frontend_requests_total{{dynamo_namespace=\"{namespace}\"}}"
+                ))
+                .await?;
+            let labels = &frontend
+                .first()
+                .ok_or("no frontend series with the dynamo_namespace")?["metric"];
+            assert_eq!(labels["job"], "dynamo-system/dynamo-frontend", "{labels}");
+            assert_eq!(labels["namespace"], ns.name.as_str(), "{labels}");
+            assert_eq!(labels["endpoint"], "http", "{labels}");
+            assert!(
+                labels["pod"]
+                    .as_str()
+                    .is_some_and(|p| p.starts_with("llama-frontend-")),
+                "{labels}"
+            );
+            let engines_seen = prometheus
+                .query("count by (dynamo_component_type, job) (dynamo_component_uptime_seconds{job!=\"dynamo-system/dynamo-frontend\"})")
+                .await?;
+            let mut types: Vec<(String, String)> = engines_seen
+                .iter()
+                .map(|s| {
+                    (
+                        s["metric"]["dynamo_component_type"]
+                            .as_str()
+                            .unwrap_or("")
+                            .to_string(),
+                        s["metric"]["job"].as_str().unwrap_or("").to_string(),
+                    )
+                })
+                .collect();
+            types.sort();
+            assert_eq!(
+                types,
+                [
+                    ("decode".to_string(), "dynamo-system/dynamo-worker".to_string()),
+                    ("prefill".to_string(), "dynamo-system/dynamo-worker".to_string())
+                ]
+            );
             let before = replicas(&dgds.get("llama").await?);
 
             // Step up: eight times the traffic. Decode and prefill grow within a few intervals,
@@ -300,7 +345,7 @@ async fn process_metric(addr: std::net::SocketAddr, name: &str, matching: &str) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_overload_is_scaled_out_of_and_no_pool_shrinks_while_a_backlog_remains() -> Result<()> {
-    in_namespace("overload", |ns| async move {
+    in_namespace_exclusive("overload", |ns| async move {
         install_crds(&ns.client).await?;
         let dgds: Api<DynamoGraphDeployment> = ns.api();
         let policies: Api<PlannerPolicy> = ns.api();

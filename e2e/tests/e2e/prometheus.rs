@@ -103,6 +103,26 @@ impl Prometheus {
         .await
     }
 
+    /// The series of an instant query: `[{"metric": {...}, "value": [t, "v"]}, ...]`.
+    pub async fn query(&self, promql: &str) -> Result<Vec<serde_json::Value>> {
+        let encoded: String = promql
+            .bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        let addr: std::net::SocketAddr = format!("127.0.0.1:{}", self.port).parse()?;
+        let (code, body) = e2e::http_get(addr, &format!("/api/v1/query?query={encoded}")).await?;
+        let answer: serde_json::Value = serde_json::from_str(&body)?;
+        if code != 200 || answer["status"] != "success" {
+            return Err(format!("query {promql} answered {code}: {body}").into());
+        }
+        Ok(answer["data"]["result"].as_array().cloned().unwrap_or_default())
+    }
+
     /// Stops Prometheus (as an outage would), keeping its data.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
