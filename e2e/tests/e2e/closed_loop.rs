@@ -204,7 +204,8 @@ async fn replicas_follow_the_load_and_missing_metrics_never_scale_down() -> Resu
                 .ok_or("no frontend series with the dynamo_namespace")?["metric"];
             assert_eq!(labels["job"], "dynamo-system/dynamo-frontend", "{labels}");
             assert_eq!(labels["namespace"], ns.name.as_str(), "{labels}");
-            assert_eq!(labels["endpoint"], "http", "{labels}");
+            // honorLabels: the frontend's own `endpoint` label is kept over the scrape's.
+            assert_eq!(labels["endpoint"], "chat_completions", "{labels}");
             assert!(
                 labels["pod"]
                     .as_str()
