@@ -16,7 +16,7 @@ pub use dgd::{
 };
 pub use planner_policy::{
     BUILTIN_PROFILES, Behavior, Bounds, BuiltinProfile, ConfigMapKeyRef, Connector, ConnectorKind,
-    Correction, CorrectionFactors, EtcdSource, KalmanSettings, LoadThresholds, LocalObjectRef, MetricsSource,
+    Correction, CorrectionFactors, EtcdSource, KalmanSettings, KvUsageSource, LoadThresholds, LocalObjectRef, MetricsSource,
     ObservedLoad, PlannerMode, PlannerPolicy, PlannerPolicySpec, PlannerPolicyStatus, PoolComponents,
     PoolReplicas, PredictedLoad, Predictor, PredictorKind, Profile, PrometheusSource, ProphetSettings,
     SecretKeyRef, Sla, SlaModel, TargetRef, WarmupTrace,

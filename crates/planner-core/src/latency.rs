@@ -256,6 +256,12 @@ impl Cluster {
         self.prefill_queue.len() + self.prefilling.len() + self.decode_queue.len()
     }
 
+    /// How many requests wait for or are in prefill (what the frontend's prefill stages count:
+    /// a request waiting for decode after its prefill is not among them).
+    pub fn prefill_pending_count(&self) -> usize {
+        self.prefill_queue.len() + self.prefilling.len()
+    }
+
     /// Requests that have not had their first token yet (queued for prefill, prefilling, or
     /// waiting for decode).
     pub fn waiting_for_first_token(&self) -> Vec<Job> {

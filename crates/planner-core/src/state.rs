@@ -259,6 +259,12 @@ pub enum IntervalMetrics {
         /// Why, for status and events.
         reason: String,
     },
+    /// The frontend serves the model but has counted no request yet (a new graph before its
+    /// first request has no request series): nothing is learned or decided until one arrives.
+    AwaitingTraffic {
+        /// What was seen, for status.
+        reason: String,
+    },
     /// The interval's frontend metrics (means may be NaN when no request completed).
     Observed(Observation),
 }
@@ -274,6 +280,11 @@ pub enum Hold {
     },
     /// Means are NaN because no request completed: upstream skips such intervals.
     NoTraffic,
+    /// No request has reached the frontend yet: planning starts with the first one.
+    AwaitingTraffic {
+        /// What was seen.
+        reason: String,
+    },
 }
 
 /// One interval's decision.
@@ -435,7 +446,7 @@ pub struct FastSignals {
     pub completions: f64,
     /// Requests accepted and not completed, now.
     pub inflight: Option<f64>,
-    /// Requests accepted without a first token, now.
+    /// Requests waiting for or in prefill, now (as [`Observation::queued`]).
     pub queued: Option<f64>,
     /// Prefill engines ready now.
     pub prefill_engines: f64,
@@ -480,6 +491,7 @@ impl SlaDecision {
                     format!("keeping replicas: metrics unavailable ({reason})")
                 }
                 Hold::NoTraffic => "keeping replicas: no request completed in the interval".to_string(),
+                Hold::AwaitingTraffic { reason } => format!("keeping replicas: {reason}"),
             };
         }
         if let Some(plan) = &self.queueing {
@@ -810,6 +822,10 @@ impl SlaPlanner {
         let observation = match metrics {
             IntervalMetrics::Unavailable { reason } => {
                 decision.hold = Some(Hold::MetricsUnavailable { reason });
+                return decision;
+            }
+            IntervalMetrics::AwaitingTraffic { reason } => {
+                decision.hold = Some(Hold::AwaitingTraffic { reason });
                 return decision;
             }
             IntervalMetrics::Observed(observation) => observation,
@@ -1673,6 +1689,42 @@ mod tests {
         assert!(!decision.changes_replicas());
         assert!(decision.explanation().contains("metrics unavailable (timeout)"));
         assert_eq!(planner.corrections(), Corrections::default());
+    }
+
+    #[test]
+    fn a_graph_awaiting_its_first_request_holds_and_learns_nothing() {
+        for model_kind in [SlaModel::Upstream, SlaModel::Queueing] {
+            let config = SlaPlannerConfig {
+                model: model_kind,
+                ..config(PredictorKind::Constant)
+            };
+            let mut waited = SlaPlanner::new(&config);
+            for _ in 0..3 {
+                let decision = waited.tick(
+                    &config,
+                    &model(),
+                    IntervalMetrics::AwaitingTraffic {
+                        reason: "waiting for the first request".into(),
+                    },
+                    (2, 2),
+                );
+                assert_eq!(decision.target(), None, "{model_kind:?}");
+                assert!(matches!(decision.hold, Some(Hold::AwaitingTraffic { .. })));
+                assert_eq!(
+                    decision.explanation(),
+                    "keeping replicas: waiting for the first request"
+                );
+            }
+            // The first interval with traffic plans as a new planner's first one does.
+            let mut fresh = SlaPlanner::new(&config);
+            let first = |planner: &mut SlaPlanner| {
+                planner
+                    .tick(&config, &model(), IntervalMetrics::Observed(observed(600.0)), (2, 2))
+                    .target()
+            };
+            assert!(first(&mut fresh).is_some(), "{model_kind:?}");
+            assert_eq!(first(&mut waited), first(&mut fresh), "{model_kind:?}");
+        }
     }
 
     #[test]

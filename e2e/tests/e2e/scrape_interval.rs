@@ -10,7 +10,7 @@ use e2e::{Result, poll_until};
 use planner_operator::{
     controller::planner_policy::observe::{self, FastCache, MetricsQuery},
     metrics::operator::OperatorMetrics,
-    sources::prometheus::{PrometheusClient, SeriesFilter},
+    sources::prometheus::{KvUsageSource, PrometheusClient, Reading, SeriesFilter},
 };
 
 use crate::{closed_loop::start_synthetic_frontend, prometheus::Prometheus};
@@ -84,14 +84,18 @@ async fn reads_hold_their_series_when_scrapes_are_sparser_than_the_window() -> R
         }
         assert!(signals.completions > 0.0, "read {read}: {signals:?}");
 
-        let observation = observe::observe_interval(&client, &filter, 20, 0.9)
+        let reading = observe::observe_interval(&client, &filter, 20, 0.9)
             .await
             .map_err(|e| format!("read {read}: the interval's observation failed: {e}"))?;
+        let Reading::Observed { observation, kv } = reading else {
+            return Err(format!("read {read}: {reading:?}").into());
+        };
         assert!(
             observation.num_req > 0.0 && observation.isl > 0.0,
             "read {read}: {observation:?}"
         );
-        // The decode KV usage over the window: its mean never above its peak.
+        // The decode engines' KV usage over the window: its mean never above its peak.
+        assert_eq!(kv.map(|kv| kv.source), Some(KvUsageSource::Engines), "read {read}");
         let (mean, peak) = (observation.decode_kv_usage, observation.decode_kv_usage_peak);
         assert!(
             matches!((mean, peak), (Some(mean), Some(peak)) if mean >= 0.0 && mean <= peak + 1e-9),
