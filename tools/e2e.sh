@@ -40,6 +40,11 @@ else
   unset PROMETHEUS_BIN
   log "warning: no prometheus installed and none built (make tools builds one): the closed-loop test will fail"
 fi
+# The tests on NVIDIA Dynamo's own frontend and engines run the ones `make dynamo` installs.
+bash "$TOOLS_SRC/dynamo-venv.sh"
+DYNAMO_PYTHON="$(dynamo_python)"
+DYNAMO_MODEL_DIR="$(dynamo_model_dir)"
+export DYNAMO_PYTHON DYNAMO_MODEL_DIR
 log "e2e tests against KUBECONFIG=$KUBECONFIG"
 cd "$TOOLS_SRC/.."
 # Tests that run the operator as separate processes (leader election) use this binary, and the

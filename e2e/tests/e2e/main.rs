@@ -18,6 +18,7 @@ mod leader_freeze;
 mod operator;
 mod policy_rules;
 mod prometheus;
+mod real_metrics;
 mod scrape_interval;
 mod topology;
 mod topology_label_keys;

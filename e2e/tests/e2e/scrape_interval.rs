@@ -95,7 +95,11 @@ async fn reads_hold_their_series_when_scrapes_are_sparser_than_the_window() -> R
             "read {read}: {observation:?}"
         );
         // The decode engines' KV usage over the window: its mean never above its peak.
-        assert_eq!(kv.map(|kv| kv.source), Some(KvUsageSource::Engines), "read {read}");
+        assert_eq!(
+            kv.map(|kv| kv.source),
+            Some(KvUsageSource::Engines),
+            "read {read}"
+        );
         let (mean, peak) = (observation.decode_kv_usage, observation.decode_kv_usage_peak);
         assert!(
             matches!((mean, peak), (Some(mean), Some(peak)) if mean >= 0.0 && mean <= peak + 1e-9),

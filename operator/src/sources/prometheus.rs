@@ -45,14 +45,14 @@ fn graph(dynamo_namespace: &str) -> String {
     format!("dynamo_namespace={}", quote(dynamo_namespace))
 }
 
-/// `increase(series[window])` per series, counting from zero: a series that appeared within the
-/// window (the frontend creates a label set on its first use, so a new graph's first requests,
-/// or a first error, start a series) adds the value it first held, which `increase` alone
-/// never sees.
+/// `increase(series[window])` per series, counting from zero: a counter series that appeared
+/// within the window (the frontend creates a label set on its first use, so a new graph's first
+/// requests, a first error, or a restarted frontend start one) counts its last value, all of it
+/// counted since it started at zero, where `increase` would miss what it held at its first
+/// sample.
 pub fn increase_query(series: &str, window_s: u64) -> String {
-    let grown = format!("increase({series}[{window_s}s])");
-    let born = format!("(min_over_time({series}[{window_s}s]) unless {series} offset {window_s}s)");
-    format!("(({grown} or {born} * 0) + ({born} or {grown} * 0))")
+    let born = format!("(max_over_time({series}[{window_s}s]) unless {series} offset {window_s}s)");
+    format!("(increase({series}[{window_s}s]) unless {born} or {born})")
 }
 
 /// The PromQL mean of a frontend histogram over the window, per series.
@@ -61,7 +61,10 @@ pub fn mean_query(histogram: &str, filter: &SeriesFilter, window_s: u64) -> Stri
     format!(
         "{}/{}",
         increase_query(&format!("{FRONTEND_PREFIX}_{histogram}_sum{selector}"), window_s),
-        increase_query(&format!("{FRONTEND_PREFIX}_{histogram}_count{selector}"), window_s)
+        increase_query(
+            &format!("{FRONTEND_PREFIX}_{histogram}_count{selector}"),
+            window_s
+        )
     )
 }
 
@@ -89,10 +92,7 @@ pub fn started_query(filter: &SeriesFilter, window_s: u64) -> String {
 
 /// The PromQL value of a frontend gauge now, per series.
 pub fn gauge_query(gauge: &str, filter: &SeriesFilter) -> String {
-    format!(
-        "{FRONTEND_PREFIX}_{gauge}{{{}}}",
-        graph(&filter.dynamo_namespace)
-    )
+    format!("{FRONTEND_PREFIX}_{gauge}{{{}}}", graph(&filter.dynamo_namespace))
 }
 
 /// The PromQL requests the frontend is handling now, per series: `active_requests`, or the
@@ -193,7 +193,13 @@ pub fn worker_namespaces(dynamo_namespace: &str) -> String {
     };
     let underscored: String = dynamo_namespace
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     format!(
         "{}(-[0-9a-f]{{8}})?|{}(_[0-9a-f]{{8}})?",
@@ -770,7 +776,8 @@ impl PrometheusClient {
                 .map(|(_, values)| values.iter().sum())
                 .collect()
         };
-        let range = |query: String| async move { self.query_range(&query, end, window_s, step_s).await.map(flatten) };
+        let range =
+            |query: String| async move { self.query_range(&query, end, window_s, step_s).await.map(flatten) };
         let mut prefill_queue = range(prefill_waiting_query(dynamo_namespace, prefill_engines)).await?;
         if prefill_queue.is_empty() {
             prefill_queue = range(router_queue_query(dynamo_namespace)).await?;
@@ -790,7 +797,11 @@ impl PrometheusClient {
     /// Whether the graph's frontend serves `model` (any model when `None`) and has never counted
     /// a request: a new graph before its first request, which has no request series yet.
     /// Without any frontend series of the graph, the frontend is not scraped: an error.
-    pub async fn awaiting_traffic(&self, dynamo_namespace: &str, model: Option<&str>) -> Result<bool, MetricsError> {
+    pub async fn awaiting_traffic(
+        &self,
+        dynamo_namespace: &str,
+        model: Option<&str>,
+    ) -> Result<bool, MetricsError> {
         let served = self.query(&served_models_query(dynamo_namespace)).await?;
         if served.is_empty() {
             return Err(MetricsError::NoFrontend {
@@ -799,7 +810,7 @@ impl PrometheusClient {
         }
         let counted = self
             .query(&format!(
-                "group by (model) ({FRONTEND_PREFIX}_requests_total{{{}}})",
+                "group by (model) ({{__name__=~\"{FRONTEND_PREFIX}_requests(_started)?_total\",{}}})",
                 graph(dynamo_namespace)
             ))
             .await?;
@@ -817,11 +828,19 @@ impl PrometheusClient {
     /// length distributions, the TTFT `quantile`, the decode KV usage's mean and peak over the
     /// window) are `None` when their series are missing: an older frontend does not export
     /// them all.
-    pub async fn observe(&self, filter: &SeriesFilter, window_s: u64, quantile: f64) -> Result<Reading, MetricsError> {
+    pub async fn observe(
+        &self,
+        filter: &SeriesFilter,
+        window_s: u64,
+        quantile: f64,
+    ) -> Result<Reading, MetricsError> {
         let model = filter.model.as_str();
         let ns = filter.dynamo_namespace.as_str();
         let requests_samples = self.query(&requests_query(filter, window_s)).await?;
-        let Some(num_req) = sum_of(&requests_samples, model) else {
+        let arrivals = sum_of(&self.query(&started_query(filter, window_s)).await?, model);
+        // Requests accepted and none completed yet (the completion counter starts with the
+        // first one): no completions.
+        let Some(num_req) = sum_of(&requests_samples, model).or(arrivals.map(|_| 0.0)) else {
             return if self.awaiting_traffic(ns, Some(model)).await? {
                 Ok(Reading::AwaitingTraffic)
             } else {
@@ -839,7 +858,7 @@ impl PrometheusClient {
         }
         let [ttft_ms, itl_ms, request_duration_s, isl, osl] = means;
         let mut observation = Observation::upstream(num_req, isl, osl, ttft_ms, itl_ms, request_duration_s);
-        observation.arrivals = sum_of(&self.query(&started_query(filter, window_s)).await?, model);
+        observation.arrivals = arrivals;
         observation.inflight = sum_of(&self.query(&in_flight_query(filter)).await?, model);
         // The stage gauges carry no model label: the graph's frontends' requests of any model.
         observation.queued = match self.query(&prefill_pending_query(ns)).await?.first() {
@@ -1077,7 +1096,7 @@ mod tests {
         // `increase` alone misses what a new label set held at its first sample.
         assert_eq!(
             increase_query("c{a=\"b\"}", 60),
-            "((increase(c{a=\"b\"}[60s]) or (min_over_time(c{a=\"b\"}[60s]) unless c{a=\"b\"} offset 60s) * 0) + ((min_over_time(c{a=\"b\"}[60s]) unless c{a=\"b\"} offset 60s) or increase(c{a=\"b\"}[60s]) * 0))"
+            "(increase(c{a=\"b\"}[60s]) unless (max_over_time(c{a=\"b\"}[60s]) unless c{a=\"b\"} offset 60s) or (max_over_time(c{a=\"b\"}[60s]) unless c{a=\"b\"} offset 60s))"
         );
     }
 
@@ -1092,7 +1111,12 @@ mod tests {
         // graph's own namespace, its worker generations and their Rust-sanitised forms match,
         // another graph's do not.
         let anchored = regex::Regex::new(&format!("^(?:{pattern})$")).unwrap();
-        for ns in ["llm-llama.v2", "llm-llama.v2-0a1b2c3d", "llm_llama_v2_0a1b2c3d", "llm_llama_v2"] {
+        for ns in [
+            "llm-llama.v2",
+            "llm-llama.v2-0a1b2c3d",
+            "llm_llama_v2_0a1b2c3d",
+            "llm_llama_v2",
+        ] {
             assert!(anchored.is_match(ns), "{ns}");
         }
         for ns in [
@@ -1338,7 +1362,10 @@ mod tests {
 
     async fn fake(rules: Rules) -> Fake {
         use axum::{extract::State, http::Uri, routing::get};
-        type Shared = (std::sync::Arc<Rules>, std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+        type Shared = (
+            std::sync::Arc<Rules>,
+            std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+        );
         async fn answer(State((rules, seen)): State<Shared>, uri: Uri) -> String {
             let query = uri
                 .query()
@@ -1365,7 +1392,8 @@ mod tests {
                 })
                 .collect();
             let kind = if range { "matrix" } else { "vector" };
-            serde_json::json!({"status": "success", "data": {"resultType": kind, "result": result}}).to_string()
+            serde_json::json!({"status": "success", "data": {"resultType": kind, "result": result}})
+                .to_string()
         }
         let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let app = axum::Router::new()
@@ -1412,16 +1440,18 @@ mod tests {
 
     #[tokio::test]
     async fn a_graph_before_its_first_request_awaits_traffic() {
-        let served = (
-            "dynamo_frontend_model_.+",
-            model(1.0),
-        );
+        let served = ("dynamo_frontend_model_.+", model(1.0));
         let idle = fake(vec![served.clone()]).await;
         assert_eq!(
             idle.client.observe(&filter(), 60, 0.9).await.unwrap(),
             Reading::AwaitingTraffic
         );
-        assert!(idle.client.awaiting_traffic("llm-llama-disagg", None).await.unwrap());
+        assert!(
+            idle.client
+                .awaiting_traffic("llm-llama-disagg", None)
+                .await
+                .unwrap()
+        );
         // Another model served: this one's series are missing, which is an error.
         let other = fake(vec![(
             "dynamo_frontend_model_.+",
@@ -1435,7 +1465,10 @@ mod tests {
         // Requests counted before, but none in the window (scrapes too sparse): an error, so
         // the read widens its window.
         let counted = fake(vec![
-            ("group by (model) (dynamo_frontend_requests_total", model(1.0)),
+            (
+                "group by (model) ({__name__=~\"dynamo_frontend_requests(_started)?_total\"",
+                model(1.0),
+            ),
             served,
         ])
         .await;
@@ -1447,21 +1480,52 @@ mod tests {
         let nothing = fake(vec![]).await;
         let error = nothing.client.observe(&filter(), 60, 0.9).await.unwrap_err();
         assert!(matches!(error, MetricsError::NoFrontend { .. }), "{error}");
-        assert!(error.to_string().contains("nvidia.com/dynamo-namespace"), "{error}");
+        assert!(
+            error.to_string().contains("nvidia.com/dynamo-namespace"),
+            "{error}"
+        );
+    }
+
+    #[tokio::test]
+    async fn requests_accepted_and_none_completed_are_traffic() {
+        // A burst of long requests: the completion counter does not exist before the first ends.
+        let rules: Rules = busy()
+            .into_iter()
+            .filter(|(n, _)| *n != "increase(dynamo_frontend_requests_total")
+            .collect();
+        let burst = fake(rules).await;
+        let Reading::Observed { observation, .. } = burst.client.observe(&filter(), 60, 0.9).await.unwrap()
+        else {
+            panic!("not observed");
+        };
+        assert_eq!((observation.num_req, observation.arrivals), (0.0, Some(12.0)));
     }
 
     #[tokio::test]
     async fn kv_usage_comes_from_the_engines_and_the_router_only_as_a_lower_bound() {
         let router = vec![
-            ("avg_over_time((avg(dynamo_frontend_worker_active_decode_blocks", bare(0.1)),
-            ("max_over_time((avg(dynamo_frontend_worker_active_decode_blocks", bare(0.3)),
+            (
+                "avg_over_time((avg(dynamo_frontend_worker_active_decode_blocks",
+                bare(0.1),
+            ),
+            (
+                "max_over_time((avg(dynamo_frontend_worker_active_decode_blocks",
+                bare(0.3),
+            ),
         ];
         let engines = vec![
-            ("avg_over_time(((avg(dynamo_component_gpu_cache_usage_percent", bare(0.4)),
-            ("max_over_time(((avg(dynamo_component_gpu_cache_usage_percent", bare(0.6)),
+            (
+                "avg_over_time(((avg(dynamo_component_gpu_cache_usage_percent",
+                bare(0.4),
+            ),
+            (
+                "max_over_time(((avg(dynamo_component_gpu_cache_usage_percent",
+                bare(0.6),
+            ),
         ];
         let both = fake(with(with(busy(), engines), router.clone())).await;
-        let Reading::Observed { observation, kv } = both.client.observe(&filter(), 60, 0.9).await.unwrap() else {
+        let Reading::Observed { observation, kv } = both.client.observe(&filter(), 60, 0.9).await.unwrap()
+        else {
             panic!("not observed");
         };
         assert_eq!(
@@ -1478,15 +1542,16 @@ mod tests {
         );
         let queries = both.queries.lock().unwrap().clone();
         assert!(
-            queries
-                .iter()
-                .any(|q| q.contains("dynamo_namespace=~\"llm-llama-disagg(-[0-9a-f]{8})?|llm_llama_disagg(_[0-9a-f]{8})?\"")),
+            queries.iter().any(|q| q.contains(
+                "dynamo_namespace=~\"llm-llama-disagg(-[0-9a-f]{8})?|llm_llama_disagg(_[0-9a-f]{8})?\""
+            )),
             "{queries:#?}"
         );
         // Without an engine gauge, the router's estimate: said so, its peak can show a full
         // cache, its mean is not handed to the planner.
         let only_router = fake(with(busy(), router)).await;
-        let Reading::Observed { observation, kv } = only_router.client.observe(&filter(), 60, 0.9).await.unwrap()
+        let Reading::Observed { observation, kv } =
+            only_router.client.observe(&filter(), 60, 0.9).await.unwrap()
         else {
             panic!("not observed");
         };
@@ -1497,7 +1562,8 @@ mod tests {
             (None, Some(0.3))
         );
         let neither = fake(busy()).await;
-        let Reading::Observed { observation, kv } = neither.client.observe(&filter(), 60, 0.9).await.unwrap() else {
+        let Reading::Observed { observation, kv } = neither.client.observe(&filter(), 60, 0.9).await.unwrap()
+        else {
             panic!("not observed");
         };
         assert_eq!((kv, observation.decode_kv_usage_peak), (None, None));
@@ -1506,7 +1572,8 @@ mod tests {
     #[tokio::test]
     async fn the_prefill_backlog_is_read_from_the_prefill_stages() {
         let fake_frontend = fake(busy()).await;
-        let Reading::Observed { observation, .. } = fake_frontend.client.observe(&filter(), 60, 0.9).await.unwrap()
+        let Reading::Observed { observation, .. } =
+            fake_frontend.client.observe(&filter(), 60, 0.9).await.unwrap()
         else {
             panic!("not observed");
         };
@@ -1516,9 +1583,13 @@ mod tests {
         assert_eq!(observation.inflight, Some(40.0));
         assert_eq!((observation.num_req, observation.arrivals), (10.0, Some(12.0)));
         // A frontend without the stage gauges: the deprecated gauge.
-        let older: Rules = busy().into_iter().filter(|(n, _)| *n != "stage_requests").collect();
+        let older: Rules = busy()
+            .into_iter()
+            .filter(|(n, _)| *n != "stage_requests")
+            .collect();
         let older = fake(older).await;
-        let Reading::Observed { observation, .. } = older.client.observe(&filter(), 60, 0.9).await.unwrap() else {
+        let Reading::Observed { observation, .. } = older.client.observe(&filter(), 60, 0.9).await.unwrap()
+        else {
             panic!("not observed");
         };
         assert_eq!(observation.queued, Some(30.0));
@@ -1529,7 +1600,8 @@ mod tests {
             .filter(|(n, _)| *n != "inter_token_latency_seconds_sum")
             .collect();
         let no_itl = fake(no_itl).await;
-        let Reading::Observed { observation, .. } = no_itl.client.observe(&filter(), 60, 0.9).await.unwrap() else {
+        let Reading::Observed { observation, .. } = no_itl.client.observe(&filter(), 60, 0.9).await.unwrap()
+        else {
             panic!("not observed");
         };
         assert!(observation.itl_ms.is_nan() && observation.ttft_ms == 200.0);
@@ -1542,18 +1614,28 @@ mod tests {
         let router_queue = ("router_queue_pending_requests", bare(2.0));
         let router_kv = ("worker_active_decode_blocks", bare(0.2));
         let full = fake(vec![stages, engines, router_queue.clone(), router_kv.clone()]).await;
-        let samples = full.client.load_samples("llm-llama-disagg", 60.0, 5.0, 105.0, 2).await.unwrap();
+        let samples = full
+            .client
+            .load_samples("llm-llama-disagg", 60.0, 5.0, 105.0, 2)
+            .await
+            .unwrap();
         assert_eq!(samples.prefill_queue, vec![5.0, 5.0]);
         assert_eq!(samples.decode_kv_usage, vec![0.7, 0.7]);
         assert!(!samples.decode_kv_lower_bound);
         let queries = full.queries.lock().unwrap().clone();
         assert!(
-            queries.iter().any(|q| q.contains("stage=\"dispatch\",phase=\"prefill\"}) - 2, 0)")),
+            queries
+                .iter()
+                .any(|q| q.contains("stage=\"dispatch\",phase=\"prefill\"}) - 2, 0)")),
             "the prefill engines serving are not waiting: {queries:#?}"
         );
         // A frontend without stage gauges, with the KV router and no engine KV gauge.
         let router = fake(vec![router_queue, router_kv]).await;
-        let samples = router.client.load_samples("llm-llama-disagg", 60.0, 5.0, 105.0, 2).await.unwrap();
+        let samples = router
+            .client
+            .load_samples("llm-llama-disagg", 60.0, 5.0, 105.0, 2)
+            .await
+            .unwrap();
         assert_eq!(samples.prefill_queue, vec![2.0, 2.0]);
         assert_eq!(samples.decode_kv_usage, vec![0.2, 0.2]);
         assert!(samples.decode_kv_lower_bound);

@@ -457,14 +457,7 @@ mod tests {
             value_from: None,
         }]);
         let rendered = render(&dgd, None).unwrap();
-        let pod = |i: usize| {
-            rendered.deployments[i]
-                .spec
-                .as_ref()
-                .unwrap()
-                .template
-                .clone()
-        };
+        let pod = |i: usize| rendered.deployments[i].spec.as_ref().unwrap().template.clone();
         let ports = |i: usize| -> Vec<(String, i32)> {
             pod(i).spec.unwrap().containers[0]
                 .ports
@@ -482,9 +475,19 @@ mod tests {
         assert_eq!(ports(1), [("system".to_string(), 9090)]);
         assert_eq!(ports(2), [("system".to_string(), 9345)]);
         let env = env_of(&rendered.deployments[1]);
-        assert!(env.contains(&("DYN_SYSTEM_PORT".into(), "9090".into())), "{env:?}");
-        assert!(env.contains(&("DYN_SYSTEM_ENABLED".into(), "true".into())), "{env:?}");
-        assert!(!env_of(&rendered.deployments[0]).iter().any(|(n, _)| n == "DYN_SYSTEM_PORT"));
+        assert!(
+            env.contains(&("DYN_SYSTEM_PORT".into(), "9090".into())),
+            "{env:?}"
+        );
+        assert!(
+            env.contains(&("DYN_SYSTEM_ENABLED".into(), "true".into())),
+            "{env:?}"
+        );
+        assert!(
+            !env_of(&rendered.deployments[0])
+                .iter()
+                .any(|(n, _)| n == "DYN_SYSTEM_PORT")
+        );
         let mut off = sample();
         off.spec.components[1]
             .pod_template
@@ -496,7 +499,17 @@ mod tests {
             .get_or_insert_with(BTreeMap::new)
             .insert(LABEL_METRICS_ENABLED.into(), "false".into());
         let rendered = render(&off, None).unwrap();
-        let labels = rendered.deployments[1].spec.as_ref().unwrap().template.metadata.as_ref().unwrap().labels.clone().unwrap();
+        let labels = rendered.deployments[1]
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .labels
+            .clone()
+            .unwrap();
         assert_eq!(labels[LABEL_METRICS_ENABLED], "false");
     }
 
@@ -560,16 +573,24 @@ mod tests {
         for deployment in expected["deployments"].as_array_mut().unwrap() {
             let template = &mut deployment["spec"]["template"];
             let labels = template["metadata"]["labels"].as_object_mut().unwrap();
-            let worker = ["prefill", "decode", "worker"].contains(&labels[LABEL_COMPONENT_TYPE].as_str().unwrap());
+            let worker =
+                ["prefill", "decode", "worker"].contains(&labels[LABEL_COMPONENT_TYPE].as_str().unwrap());
             labels.insert(LABEL_METRICS_ENABLED.into(), "true".into());
             labels.insert(LABEL_DYNAMO_NAMESPACE.into(), "llm-llama-disagg".into());
             if worker {
                 let main = &mut template["spec"]["containers"][0];
                 let env = main["env"].as_array_mut().unwrap();
                 let at = env.iter().position(|e| e["name"] == "DYN_COMPONENT").unwrap() + 1;
-                env.insert(at, serde_json::json!({"name": "DYN_SYSTEM_ENABLED", "value": "true"}));
-                env.insert(at + 1, serde_json::json!({"name": "DYN_SYSTEM_PORT", "value": "9090"}));
-                main["ports"] = serde_json::json!([{"containerPort": 9090, "name": "system", "protocol": "TCP"}]);
+                env.insert(
+                    at,
+                    serde_json::json!({"name": "DYN_SYSTEM_ENABLED", "value": "true"}),
+                );
+                env.insert(
+                    at + 1,
+                    serde_json::json!({"name": "DYN_SYSTEM_PORT", "value": "9090"}),
+                );
+                main["ports"] =
+                    serde_json::json!([{"containerPort": 9090, "name": "system", "protocol": "TCP"}]);
             }
         }
         assert_eq!(actual, expected);

@@ -100,7 +100,11 @@ pub fn decide(
     };
     match (state, observed) {
         (PlannerState::Load { .. }, Observed::AwaitingTraffic(reason)) => Decision {
-            conditions: vec![DesiredCondition::met(METRICS_AVAILABLE, AWAITING_TRAFFIC, reason.clone())],
+            conditions: vec![DesiredCondition::met(
+                METRICS_AVAILABLE,
+                AWAITING_TRAFFIC,
+                reason.clone(),
+            )],
             message: format!("keeping replicas: {reason}"),
             ..Decision::default()
         },
@@ -446,9 +450,12 @@ mod tests {
         let mut state = sla_state();
         let decision = decide(
             &mut state,
-            Observed::Sla(IntervalMetrics::Unavailable {
-                reason: "Prometheus at http://prometheus:9090 did not answer".into(),
-            }, None),
+            Observed::Sla(
+                IntervalMetrics::Unavailable {
+                    reason: "Prometheus at http://prometheus:9090 did not answer".into(),
+                },
+                None,
+            ),
             both(2),
             &origin(),
         );
@@ -582,7 +589,8 @@ mod tests {
                 },
                 k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap(),
             );
-            let ready = crate::controller::conditions::find(&status.conditions, super::super::status::READY).unwrap();
+            let ready =
+                crate::controller::conditions::find(&status.conditions, super::super::status::READY).unwrap();
             assert_eq!(ready.status, "True");
         }
     }
@@ -591,7 +599,10 @@ mod tests {
     fn status_says_where_the_decode_kv_usage_came_from() {
         for (source, note) in [
             (KvUsageSource::Engines, "decode KV usage from the engines"),
-            (KvUsageSource::Router, "decode KV usage from the KV router's estimate"),
+            (
+                KvUsageSource::Router,
+                "decode KV usage from the KV router's estimate",
+            ),
         ] {
             let mut state = sla_state();
             let decision = decide(
