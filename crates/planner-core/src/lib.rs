@@ -4,6 +4,8 @@
 
 pub mod case;
 pub mod clough_tocher;
+pub mod decision;
+pub mod erlang;
 pub mod interpolation;
 pub mod latency;
 pub mod load;
@@ -15,3 +17,4 @@ pub mod sizing;
 pub mod sla;
 pub mod state;
 pub mod trace;
+pub mod upstream;
