@@ -635,9 +635,13 @@ mod tests {
         cluster.arrive(job(0, 0.0, 100.0, 5.0));
         cluster.advance(&model, 1.0, &mut ());
         assert_eq!(cluster.snapshot().prefill_queue, 1);
+        assert_eq!(cluster.prefill_pending_count(), 1);
         cluster.set_prefill_engines(1);
         cluster.advance(&model, 2.0, &mut ());
         assert_eq!(cluster.snapshot().decode_queue, 1);
+        // Prefilled, waiting for decode: no first token yet, but no prefill work either.
+        assert_eq!(cluster.waiting_for_first_token_count(), 1);
+        assert_eq!(cluster.prefill_pending_count(), 0);
         cluster.set_decode_engines(1);
         let mut log = Log::default();
         cluster.advance(&model, 3.0, &mut log);

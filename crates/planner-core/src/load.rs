@@ -182,8 +182,14 @@ impl LoadPlanner {
         }
         let per_worker = queue / f64::from(prefill);
         let (new_prefill, prefill_reason) = prefill_step(config, prefill, decode, per_worker, queue, samples);
-        let (new_decode, decode_reason) =
-            decode_step(config, new_prefill, decode, kv, grace, samples.decode_kv_lower_bound);
+        let (new_decode, decode_reason) = decode_step(
+            config,
+            new_prefill,
+            decode,
+            kv,
+            grace,
+            samples.decode_kv_lower_bound,
+        );
         // A decode scale-up starts the grace period before the next scale-down.
         if matches!(decode_reason, LoadReason::ScaleUp { .. }) {
             self.decode_grace_remaining = config.decode_grace_intervals;

@@ -305,7 +305,12 @@ mod tests {
             let mut fresh = SlaPlanner::new(&config);
             let first = |planner: &mut SlaPlanner| {
                 planner
-                    .tick(&config, &model(), IntervalMetrics::Observed(observed(600.0)), (2, 2))
+                    .tick(
+                        &config,
+                        &model(),
+                        IntervalMetrics::Observed(observed(600.0)),
+                        (2, 2),
+                    )
                     .target()
             };
             assert!(first(&mut fresh).is_some(), "{model_kind:?}");

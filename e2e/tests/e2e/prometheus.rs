@@ -16,6 +16,8 @@ pub struct Job {
     pub name: String,
     /// `host:port` of each target.
     pub targets: Vec<String>,
+    /// The path scraped (`/metrics` for Dynamo's frontends and engines).
+    pub path: &'static str,
     /// Labels added to every series of the targets.
     pub labels: Vec<(String, String)>,
 }
@@ -48,6 +50,7 @@ impl Prometheus {
         let job = Job {
             name: "dynamo-frontend".into(),
             targets: vec![target.into()],
+            path: "/metrics",
             labels: labels
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -69,8 +72,9 @@ impl Prometheus {
         for job in jobs {
             let targets: Vec<String> = job.targets.iter().map(|t| format!("\"{t}\"")).collect();
             config.push_str(&format!(
-                "  - job_name: {}\n    honor_labels: true\n    static_configs:\n      - targets: [{}]\n        labels:\n",
+                "  - job_name: {}\n    honor_labels: true\n    metrics_path: {}\n    static_configs:\n      - targets: [{}]\n        labels:\n",
                 job.name,
+                job.path,
                 targets.join(", ")
             ));
             for (k, v) in &job.labels {

@@ -29,12 +29,14 @@ fn jobs(bed: &Bed) -> Vec<Job> {
     let mut jobs = vec![Job {
         name: "dynamo-frontend".into(),
         targets: vec![bed.frontend_addr.clone()],
+        path: "/metrics",
         labels: vec![ns.clone()],
     }];
     for (i, (mode, target)) in bed.engine_targets().into_iter().enumerate() {
         jobs.push(Job {
             name: format!("dynamo-worker-{i}"),
             targets: vec![target],
+            path: "/metrics",
             labels: vec![ns.clone(), ("dynamo_component_type".into(), mode.as_str().into())],
         });
     }

@@ -13,7 +13,10 @@ use planner_operator::{
     sources::prometheus::{KvUsageSource, PrometheusClient, Reading, SeriesFilter},
 };
 
-use crate::{closed_loop::start_synthetic_frontend, prometheus::Prometheus};
+use crate::{
+    closed_loop::start_synthetic_frontend,
+    prometheus::{Job, Prometheus},
+};
 
 const SCRAPE_S: u32 = 15;
 const GRAPH: &str = "scrape-interval-llama";
@@ -23,8 +26,27 @@ const MODEL: &str = "llama-3.1-8b";
 #[tokio::test]
 async fn reads_hold_their_series_when_scrapes_are_sparser_than_the_window() -> Result<()> {
     let frontend = start_synthetic_frontend(&["--prefill", "2", "--decode", "2"])?;
-    let prometheus =
-        Prometheus::start_every(&frontend.control, &[("dynamo_namespace", GRAPH)], SCRAPE_S).await?;
+    // The frontend, and its decode engines' KV usage (on its /engine/metrics), as PodMonitors
+    // label them.
+    let graph = ("dynamo_namespace".to_string(), GRAPH.to_string());
+    let prometheus = Prometheus::start_jobs(
+        &[
+            Job {
+                name: "dynamo-frontend".into(),
+                targets: vec![frontend.control.clone()],
+                path: "/metrics",
+                labels: vec![graph.clone()],
+            },
+            Job {
+                name: "dynamo-worker".into(),
+                targets: vec![frontend.control.clone()],
+                path: "/engine/metrics",
+                labels: vec![graph, ("dynamo_component_type".into(), "decode".into())],
+            },
+        ],
+        SCRAPE_S,
+    )
+    .await?;
     let client = PrometheusClient::new(&prometheus.url, Duration::from_secs(10))?;
     let filter = SeriesFilter {
         dynamo_namespace: GRAPH.into(),

@@ -331,7 +331,7 @@ impl<P> Watch<P> {
         decision: Option<(u32, u32)>,
     ) -> Option<(u32, u32)> {
         if let Some(target) = decision.filter(|t| *t != ctx.target) {
-            let waiting = ctx.cluster.waiting_for_first_token_count() as f64;
+            let waiting = ctx.cluster.prefill_pending_count() as f64;
             let backlog = (waiting - f64::from(ctx.cluster.prefill_engines())).max(0.0);
             self.changes.push((ctx.now_s, ctx.target, target, backlog));
         }
@@ -453,7 +453,14 @@ fn observations_carry_arrivals_gauges_and_moments() {
     assert_eq!(first.arrivals, Some(120.0));
     assert_eq!(first.queued, Some(0.0));
     assert_eq!(first.prefill_engines, Some(1.0));
-    assert!(first.isl_second_moment.is_some_and(|m| (m - 1e6).abs() < 1.0));
+    // Every prompt is 1000 tokens, in the frontend's (870, 1800] bucket: the second moment is
+    // read from the buckets, at least the squared mean and at most the bucket's bound squared.
+    assert!(
+        first
+            .isl_second_moment
+            .is_some_and(|m| m >= 1e6 - 1.0 && m <= 1800.0 * 1800.0),
+        "{first:?}"
+    );
     // Every TTFT is 100 ms: histogram_quantile interpolates within the bucket holding it.
     assert!(
         first
