@@ -41,9 +41,10 @@ else
   log "warning: no prometheus installed and none built (make tools builds one): the closed-loop test will fail"
 fi
 # The closed-loop tests run NVIDIA Dynamo's real frontend and engines (the test bed of
-# `planner-sim dynamo-bed`): the virtual environment `make dynamo` installs (a no-op once cached),
-# named for the bed in DYNAMO_PYTHON and DYNAMO_MODEL_DIR.
-bash ./dynamo-venv.sh
+# `planner-sim dynamo-bed`), and the real-metrics and conformance tests run them directly: the
+# virtual environment `make dynamo` installs (a no-op once cached), named in DYNAMO_PYTHON and
+# DYNAMO_MODEL_DIR.
+bash "$TOOLS_SRC/dynamo-venv.sh"
 DYNAMO_PYTHON="$(dynamo_python)"
 DYNAMO_MODEL_DIR="$(dynamo_model_dir)"
 export DYNAMO_PYTHON DYNAMO_MODEL_DIR

@@ -29,6 +29,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 pub mod chart;
+pub mod dynamo;
 
 /// Errors of the helpers and of tests that use `?`.
 pub type Error = Box<dyn std::error::Error + Send + Sync>;
