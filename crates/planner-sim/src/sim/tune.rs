@@ -69,6 +69,10 @@ pub struct TuneArgs {
     /// Most hill-climbing rounds (each tries every one-knob change of the best so far).
     #[arg(long, default_value_t = 8)]
     rounds: usize,
+    /// Tune only this knob (repeatable, `group.field` as in the report; default: all); the
+    /// others stay at their defaults.
+    #[arg(long = "knob", value_name = "SETTING")]
+    knobs: Vec<String>,
     /// Threads (default: available cores).
     #[arg(long)]
     jobs: Option<usize>,
@@ -272,8 +276,24 @@ pub fn tune(args: &TuneArgs) -> Result<String, SimulateError> {
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);
+    let space: Vec<Knob> = if args.knobs.is_empty() {
+        SPACE.to_vec()
+    } else {
+        args.knobs
+            .iter()
+            .map(|name| {
+                SPACE.iter().find(|k| k.path == name).copied().ok_or_else(|| {
+                    let names: Vec<&str> = SPACE.iter().map(|k| k.path).collect();
+                    SimulateError::Input(format!(
+                        "--knob {name}: not a tuned setting; they are: {}",
+                        names.join(", ")
+                    ))
+                })
+            })
+            .collect::<Result<_, _>>()?
+    };
     let procedure = Procedure {
-        space: SPACE,
+        space: &space,
         samples: args.samples,
         seed: args.seed,
         rounds: args.rounds,
@@ -294,7 +314,7 @@ pub fn tune(args: &TuneArgs) -> Result<String, SimulateError> {
         .collect();
     let outcome = search(&runs, &latency, &config, procedure, jobs).map_err(SimulateError::Input)?;
     let mut text = format!(
-        "# `planner-sim tune`\n\n`planner-sim tune --suite {} --profile {} {}--jitter-s {} --samples {} --seed {} --rounds {}`: {} runs, {:.0} s on {jobs} threads.\n\n{}",
+        "# `planner-sim tune`\n\n`planner-sim tune --suite {} --profile {} {}--jitter-s {} {}--samples {} --seed {} --rounds {}`: {} runs, {:.0} s on {jobs} threads.\n\n{}",
         args.suite.display(),
         args.profile,
         args.rate_scales
@@ -302,6 +322,10 @@ pub fn tune(args: &TuneArgs) -> Result<String, SimulateError> {
             .map(|k| format!("--rate-scale {} ", k_label(*k)))
             .collect::<String>(),
         args.jitter_s,
+        args.knobs
+            .iter()
+            .map(|k| format!("--knob {k} "))
+            .collect::<String>(),
         args.samples,
         args.seed,
         args.rounds,
@@ -718,6 +742,60 @@ mod tests {
             let seen: std::collections::BTreeSet<usize> = a.iter().map(|p| p[j]).collect();
             assert_eq!(seen.len(), knob.values.len(), "{}", knob.path);
         }
+    }
+
+    fn tune_with(extra: &[&str]) -> Result<String, SimulateError> {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: TuneArgs,
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let suite = dir.path().join("suite.json");
+        let trace = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../planner-core/tests/fixtures/mooncake_tiny.jsonl"
+        );
+        std::fs::write(
+            &suite,
+            format!(r#"{{"traces": [{{"path": "{trace}", "ttft_ms": 2000, "itl_ms": 50}}]}}"#),
+        )
+        .unwrap();
+        let mut argv = vec![
+            "tune",
+            "--suite",
+            suite.to_str().unwrap(),
+            "--rate-scale",
+            "1",
+            "--jobs",
+            "2",
+        ];
+        argv.extend_from_slice(extra);
+        let cli = <Cli as clap::Parser>::try_parse_from(argv).unwrap();
+        tune(&cli.args)
+    }
+
+    #[test]
+    fn the_command_reports_each_stage_on_a_tiny_suite_and_names_bad_knobs() {
+        let text = tune_with(&["--knob", "margins.cold", "--samples", "1", "--rounds", "2"]).unwrap();
+        assert!(
+            text.contains("--knob margins.cold --samples 1 --seed 1 --rounds 2`: 1 runs"),
+            "{text}"
+        );
+        // One knob searched, all its values scored around the winner.
+        assert_eq!(
+            text.lines()
+                .filter(|l| l.starts_with("| `margins.cold` |"))
+                .count(),
+            1 + 5,
+            "{text}"
+        );
+        assert!(text.contains("| mooncake_tiny k=1 |"), "{text}");
+        let error = tune_with(&["--knob", "margins.colder"]).unwrap_err().to_string();
+        assert!(
+            error.contains("not a tuned setting") && error.contains("margins.cold,"),
+            "{error}"
+        );
     }
 
     /// A step load on the flat curves, where a larger cold-start margin only costs GPUs and a
