@@ -7,8 +7,9 @@
 # PlannerPolicy that plans every 10 s (config/demo/), and starts the test bed (`planner-sim
 # dynamo-bed`): NVIDIA Dynamo's real frontend for the frontend pod and a real mocker engine for
 # each Ready prefill and decode pod (installed by `make dynamo`), a load generator replaying a
-# generated trace (1 -> 8 -> 1 requests/s of long prompts over 5.5 min, looped) against the frontend, and a real
-# Prometheus scraping them as NVIDIA's PodMonitors would. Then it prints one line per planner
+# generated trace (1 -> 8 -> 1 requests/s of long prompts over 5.5 min, looped) against the
+# frontend, and a real Prometheus scraping them as the chart's dynamoPodMonitors would (what a
+# cluster without NVIDIA's Dynamo operator installs). Then it prints one line per planner
 # interval: what the planner observed, predicted and decided, and the engine processes running.
 # Runs until Ctrl-C, or for DEMO_SECONDS; then stops everything it started, removes what it
 # created, and prints what the Dynamo processes cost (CPU, memory).
@@ -276,8 +277,7 @@ step "starting the operator as system:serviceaccount:$NS:$SA (metrics on 127.0.0
 wait_for operator "operator ready" 60 curl -sf --max-time 2 "http://127.0.0.1:$METRICS_PORT/readyz"
 
 step "creating DGD $NS/$DGD (config/demo/dgd-demo.yaml); waiting for it to be Ready"
-# The pods' nvidia.com/dynamo-namespace label: <namespace>-<DGD>, for this namespace.
-sed "s/planner-demo-$DGD\$/$NS-$DGD/" "$REPO/config/demo/dgd-demo.yaml" | k create -n "$NS" -f - >/dev/null
+k create -n "$NS" -f "$REPO/config/demo/dgd-demo.yaml" >/dev/null
 wait_for operator "DGD Ready" 120 k wait -n "$NS" "dgd/$DGD" --for condition=Ready --timeout=2s
 
 # --- Trace, test bed, Prometheus ---------------------------------------------------------------
@@ -304,14 +304,18 @@ awk -v seed=7 -v period=330 -v low=1 -v high=8 -v up0=30 -v up1=120 -v dn0=180 -
     }
   }' >"$trace"
 
-# The bed writes Prometheus's configuration: NVIDIA's PodMonitors' scrape configurations (the
-# frontend's dynamo_namespace from its pod's nvidia.com/dynamo-namespace label), every 2 s, and
-# the operator's metrics.
+# The bed writes Prometheus's configuration: the scrape configurations of the chart's
+# dynamoPodMonitors (what a cluster without NVIDIA's Dynamo operator installs; the frontend's and
+# the engines' dynamo_namespace from their pods' nvidia.com/dynamo-namespace label, which the
+# operator renders), every 2 s, and the operator's metrics.
+"$HELM" template "$RELEASE" "$REPO/charts/planner-operator" --namespace "$NS" \
+  --set dynamoPodMonitors.enabled=true --set "dynamoPodMonitors.namespaces={$NS}" \
+  --show-only templates/dynamo-podmonitors.yaml >"$DEMO_DIR/podmonitors.yaml"
 step "starting the test bed: Dynamo's frontend and engines for the DGD's Ready pods, and the load ($(wc -l <"$trace") requests over 330 s, looped); status on 127.0.0.1:$BED_PORT"
 start bed "$SIM_BIN" dynamo-bed --dgd "$DGD" --namespace "$NS" --workdir "$DEMO_DIR/bed" \
   --python "$DYNAMO_PY" --model-dir "$DYNAMO_MODEL" --model "$MODEL_NAME" --profile "$PROFILE" \
   --system-ports "$ENGINE_PORTS" --trace "$trace" --loop --listen "127.0.0.1:$BED_PORT" \
-  --prometheus-config "$DEMO_DIR/prometheus.yml" --scrape-interval-s 2 \
+  --prometheus-config "$DEMO_DIR/prometheus.yml" --pod-monitors "$DEMO_DIR/podmonitors.yaml" --scrape-interval-s 2 \
   --prometheus-job "planner-operator=127.0.0.1:$METRICS_PORT" 2>/dev/null
 bed_started=$SECONDS
 wait_for bed "the Dynamo frontend serves $MODEL_NAME; the load starts" 120 \

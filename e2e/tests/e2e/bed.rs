@@ -1,9 +1,9 @@
 //! The test bed (`planner-sim dynamo-bed`) for the closed-loop tests: NVIDIA Dynamo's real
 //! frontend and one real mocker engine per Ready prefill and decode pod of the test's graph, a
 //! load generator replaying a request trace against the frontend, and the Prometheus
-//! configuration that scrapes them as NVIDIA's PodMonitors scrape the pods. `make e2e` installs
-//! Dynamo (`make dynamo`) and names its Python and model directory in `DYNAMO_PYTHON` and
-//! `DYNAMO_MODEL_DIR`, which the bed reads.
+//! configuration that scrapes them as the chart's `dynamoPodMonitors` scrape the pods. `make
+//! e2e` installs Dynamo (`make dynamo`) and names its Python and model directory in
+//! `DYNAMO_PYTHON` and `DYNAMO_MODEL_DIR`, which the bed reads.
 //!
 //! The bed's processes take CPU, and the closed-loop tests measure latency: one bed runs at a
 //! time ([`Bed::start`] waits for the previous one to stop).
@@ -72,22 +72,18 @@ pub(crate) fn write_trace(path: &Path, rate: f64, seconds: f64) -> Result<()> {
     Ok(())
 }
 
-/// The demo's graph (config/demo/dgd-demo.yaml) as `name` in the test's namespace: its pods
-/// carry the labels and ports NVIDIA's PodMonitors select, with the namespace label
-/// `<namespace>-<name>`.
-pub(crate) fn graph(ns: &TestNamespace, name: &str) -> Result<Value> {
+/// The demo's graph (config/demo/dgd-demo.yaml) as `name`: it sets nothing for metrics, so the
+/// bed scrapes what the operator renders.
+pub(crate) fn graph(name: &str) -> Result<Value> {
     let mut value: Value = serde_yaml::from_str(&std::fs::read_to_string(
         repo_root().join("config/demo/dgd-demo.yaml"),
     )?)?;
     value["metadata"]["name"] = json!(name);
-    for component in value["spec"]["components"].as_array_mut().ok_or("components")? {
-        let labels = &mut component["podTemplate"]["metadata"]["labels"];
-        if labels.get("nvidia.com/dynamo-namespace").is_some() {
-            labels["nvidia.com/dynamo-namespace"] = json!(format!("{}-{name}", ns.name));
-        }
-    }
     Ok(value)
 }
+
+/// The release name of the chart whose PodMonitors the bed scrapes as.
+pub(crate) const RELEASE: &str = "e2e";
 
 impl Bed {
     /// Starts the bed for graph `dgd` in the test's namespace, replaying `trace` in a loop from
@@ -113,6 +109,24 @@ impl Bed {
         std::fs::create_dir_all(&dir)?;
         let control = format!("127.0.0.1:{}", free_port());
         let prometheus_config = dir.join("prometheus.yml");
+        // The chart's dynamoPodMonitors, installed in the test's namespace for its pods: what a
+        // cluster without NVIDIA's Dynamo operator scrapes the operator's pods with.
+        let pod_monitors = dir.join("podmonitors.yaml");
+        let rendered = e2e::chart::helm(&[
+            "template",
+            RELEASE,
+            e2e::chart::chart_dir().to_str().ok_or("chart path")?,
+            "--namespace",
+            &ns.name,
+            "--set",
+            "dynamoPodMonitors.enabled=true",
+            "--set",
+            &format!("dynamoPodMonitors.namespaces={{{}}}", ns.name),
+            "--show-only",
+            "templates/dynamo-podmonitors.yaml",
+        ])
+        .await?;
+        std::fs::write(&pod_monitors, rendered)?;
         let log = std::fs::File::create(dir.join("bed.log"))?;
         let child = Command::new(sim_binary())
             .args([
@@ -133,6 +147,8 @@ impl Bed {
             .args(["--loop", "--listen", &control, "--stop-grace-s", "10"])
             .arg("--prometheus-config")
             .arg(&prometheus_config)
+            .arg("--pod-monitors")
+            .arg(&pod_monitors)
             .args(["--scrape-interval-s", &scrape_s.to_string()])
             .args(extra)
             .env("RUST_LOG", "planner_sim=info,warn")

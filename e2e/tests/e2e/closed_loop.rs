@@ -17,11 +17,11 @@ use kube::{
     Api,
     api::{ListParams, PostParams},
 };
-use planner_api::{DynamoGraphDeployment, PlannerPolicy};
+use planner_api::{DynamoGraphDeployment, KvUsageSource, PlannerPolicy};
 use serde_json::{Value, json};
 
 use crate::{
-    bed::{Bed, MODEL, PROFILE, graph, write_trace},
+    bed::{Bed, MODEL, PROFILE, RELEASE, graph, write_trace},
     faults::condition,
     operator::start,
     prometheus::Prometheus,
@@ -157,7 +157,7 @@ async fn replicas_follow_the_load_and_missing_metrics_never_scale_down() -> Resu
         install_crds(&ns.client).await?;
         let dgds: Api<DynamoGraphDeployment> = ns.api();
         let policies: Api<PlannerPolicy> = ns.api();
-        ns.accepts(&graph(&ns, "llama")?).await?;
+        ns.accepts(&graph("llama")?).await?;
         let dir = tempfile_dir(&ns.name)?;
         // The operator first: it renders the pods the bed plays.
         let operator = start(&ns, &["--webhook-disabled"]).await?;
@@ -180,19 +180,20 @@ async fn replicas_follow_the_load_and_missing_metrics_never_scale_down() -> Resu
                 .await?;
 
             // Metrics flow: the policy observes the trace's requests, from the real frontend's
-            // series, which get their dynamo_namespace from the PodMonitor's relabelling only.
-            poll_until("the policy to observe requests", WAIT, || async {
+            // series, which get their dynamo_namespace from the PodMonitor's relabelling only,
+            // and the decode KV usage from the engines (the mocker's gauge has no Dynamo labels:
+            // the worker PodMonitor adds the graph's namespace from the pod label the operator
+            // renders), not the KV router's estimate.
+            poll_until("the policy to observe requests and the engines' KV usage", WAIT, || async {
                 let policy = policies.get("llama-sla").await?;
-                Ok(policy
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.observed.as_ref())
-                    .and_then(|o| o.requests)
-                    .is_some_and(|r| r > 0.0))
+                let observed = policy.status.as_ref().and_then(|s| s.observed.as_ref());
+                Ok(observed.and_then(|o| o.requests).is_some_and(|r| r > 0.0)
+                    && observed.and_then(|o| o.decode_kv_usage_source) == Some(KvUsageSource::Engines))
             })
             .await?;
-            // The series as NVIDIA's PodMonitors label them: the frontend's dynamo_namespace from
-            // its pod's label, the engines' component type, and the pod of each.
+            // The series as the chart's PodMonitors label them: the frontend's dynamo_namespace
+            // from its pod's label, the engines' too (on the series that carry none of their own)
+            // with their component type, and the pod of each.
             let namespace = format!("{}-llama", ns.name);
             let frontend = prometheus
                 .query(&format!(
@@ -202,7 +203,8 @@ async fn replicas_follow_the_load_and_missing_metrics_never_scale_down() -> Resu
             let labels = &frontend
                 .first()
                 .ok_or("no frontend series with the dynamo_namespace")?["metric"];
-            assert_eq!(labels["job"], "dynamo-system/dynamo-frontend", "{labels}");
+            let job = |monitor: &str| format!("{}/{RELEASE}-planner-operator-dynamo-{monitor}", ns.name);
+            assert_eq!(labels["job"], job("frontend").as_str(), "{labels}");
             assert_eq!(labels["namespace"], ns.name.as_str(), "{labels}");
             // honorLabels: the frontend's own `endpoint` label is kept over the scrape's.
             assert_eq!(labels["endpoint"], "chat_completions", "{labels}");
@@ -213,26 +215,25 @@ async fn replicas_follow_the_load_and_missing_metrics_never_scale_down() -> Resu
                 "{labels}"
             );
             let engines_seen = prometheus
-                .query("count by (dynamo_component_type, job) (dynamo_component_uptime_seconds{job!=\"dynamo-system/dynamo-frontend\"})")
+                .query(&format!(
+                    "count by (dynamo_component_type, job, dynamo_namespace) (vllm:kv_cache_usage_perc or dynamo_component_uptime_seconds{{job=\"{}\"}})",
+                    job("worker")
+                ))
                 .await?;
-            let mut types: Vec<(String, String)> = engines_seen
+            let mut types: Vec<(String, String, String)> = engines_seen
                 .iter()
                 .map(|s| {
-                    (
-                        s["metric"]["dynamo_component_type"]
-                            .as_str()
-                            .unwrap_or("")
-                            .to_string(),
-                        s["metric"]["job"].as_str().unwrap_or("").to_string(),
-                    )
+                    let label = |name: &str| s["metric"][name].as_str().unwrap_or("").to_string();
+                    (label("dynamo_component_type"), label("job"), label("dynamo_namespace"))
                 })
                 .collect();
             types.sort();
+            types.dedup();
             assert_eq!(
                 types,
                 [
-                    ("decode".to_string(), "dynamo-system/dynamo-worker".to_string()),
-                    ("prefill".to_string(), "dynamo-system/dynamo-worker".to_string())
+                    ("decode".to_string(), job("worker"), namespace.clone()),
+                    ("prefill".to_string(), job("worker"), namespace.clone())
                 ]
             );
             let before = replicas(&dgds.get("llama").await?);
@@ -333,15 +334,22 @@ fn tempfile_dir(name: &str) -> Result<std::path::PathBuf> {
     Ok(dir)
 }
 
-/// A sample of a process's own metrics text (`name{labels} value`), summed over its series
-/// whose labels contain `matching` (e.g. `worker_type="prefill"`; empty: all).
-async fn process_metric(addr: std::net::SocketAddr, name: &str, matching: &str) -> Result<f64> {
-    let (_, body) = e2e::http_get(addr, "/metrics").await?;
-    Ok(body
-        .lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']) && l.contains(matching))
+/// A process's own metrics text.
+async fn metrics_text(addr: std::net::SocketAddr) -> Result<String> {
+    Ok(e2e::http_get(addr, "/metrics").await?.1)
+}
+
+/// A sample of metrics text (`name{labels} value`), summed over its series whose labels contain
+/// every one of `matching` (e.g. `worker_type="prefill"`; none: all).
+fn metric(body: &str, name: &str, matching: &[&str]) -> f64 {
+    body.lines()
+        .filter(|l| {
+            l.starts_with(name)
+                && l[name.len()..].starts_with(['{', ' '])
+                && matching.iter().all(|m| l.contains(m))
+        })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum())
+        .sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -350,7 +358,7 @@ async fn an_overload_is_scaled_out_of_and_no_pool_shrinks_while_a_backlog_remain
         install_crds(&ns.client).await?;
         let dgds: Api<DynamoGraphDeployment> = ns.api();
         let policies: Api<PlannerPolicy> = ns.api();
-        ns.accepts(&graph(&ns, "llama")?).await?;
+        ns.accepts(&graph("llama")?).await?;
         let dir = tempfile_dir(&ns.name)?;
         let operator = start(&ns, &["--webhook-disabled"]).await?;
         // Engines serve two seconds after their pod is Ready: the test is about how fast the
@@ -415,23 +423,40 @@ async fn an_overload_is_scaled_out_of_and_no_pool_shrinks_while_a_backlog_remain
             // than there are engines left.
             let frontend = bed.frontend().await?;
             let ttft = || async move {
+                let body = metrics_text(frontend).await?;
                 Ok::<_, e2e::Error>((
-                    process_metric(frontend, "dynamo_frontend_time_to_first_token_seconds_sum", "").await?,
-                    process_metric(frontend, "dynamo_frontend_time_to_first_token_seconds_count", "").await?,
+                    metric(&body, "dynamo_frontend_time_to_first_token_seconds_sum", &[]),
+                    metric(&body, "dynamo_frontend_time_to_first_token_seconds_count", &[]),
                 ))
             };
+            let mut most_queued = 0.0_f64;
             let mut last = replicas(&dgds.get("llama").await?);
             let mut recovered = None;
             let mut window_start = (std::time::Instant::now(), ttft().await?);
             let deadline = std::time::Instant::now() + Duration::from_secs(8 * INTERVAL_S);
             while std::time::Instant::now() < deadline {
                 let now = replicas(&dgds.get("llama").await?);
-                let queued = process_metric(
-                    frontend,
+                let body = metrics_text(frontend).await?;
+                let queued = metric(
+                    &body,
                     "dynamo_frontend_router_queue_pending_requests",
-                    "worker_type=\"prefill\"",
-                )
-                .await?;
+                    &["worker_type=\"prefill\""],
+                );
+                // The backlog the planner reads, the frontend's prefill stages (the router's
+                // queue is its `route` stage), holds every request the router's queue does.
+                let stages: f64 = ["preprocess", "route", "dispatch"]
+                    .iter()
+                    .map(|stage| {
+                        let stage = format!("stage=\"{stage}\"");
+                        metric(&body, "dynamo_frontend_stage_requests", &[&stage, "phase=\"prefill\""])
+                            + metric(&body, "dynamo_frontend_stage_requests", &[&stage, "phase=\"\""])
+                    })
+                    .sum();
+                assert!(
+                    stages >= queued,
+                    "the prefill stages show {stages} requests, the router's queue {queued}"
+                );
+                most_queued = most_queued.max(queued);
                 if queued > f64::from(now.0) {
                     assert!(
                         now.0 >= last.0 && now.1 >= last.1,
@@ -457,6 +482,7 @@ async fn an_overload_is_scaled_out_of_and_no_pool_shrinks_while_a_backlog_remain
                 }
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
+            assert!(most_queued > 0.0, "the step never queued a request in the router");
             let recovered = recovered.ok_or("TTFT never came back under the target after the step")?;
             eprintln!("TTFT back under the target {recovered:?} after the step; replicas {last:?}");
             assert!(

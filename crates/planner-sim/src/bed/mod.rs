@@ -8,8 +8,8 @@
 //! with a start-up time. A pod that goes has its process sent SIGTERM. The processes find each
 //! other through Dynamo's file discovery (no etcd, no NATS). A load generator replays a request
 //! trace against the frontend, and the bed writes the Prometheus targets and scrape
-//! configuration with which Prometheus scrapes the processes as NVIDIA's PodMonitors scrape the
-//! pods ([`scrape`]).
+//! configuration with which Prometheus scrapes the processes as PodMonitors (NVIDIA's, or this
+//! chart's) scrape the pods ([`scrape`]).
 //!
 //! Endpoints: `GET /status` (processes, engines, load, CPU and memory; JSON), `GET /healthz`,
 //! `GET /control/rate-scale` and `POST /control/rate-scale/{k}` (a load step, as the synthetic
@@ -117,10 +117,15 @@ pub struct DynamoBedArgs {
     #[arg(long, default_value_t = 30.0)]
     stop_grace_s: f64,
 
-    /// Write a Prometheus configuration here that scrapes the processes as NVIDIA's PodMonitors
-    /// scrape the pods.
+    /// Write a Prometheus configuration here that scrapes the processes as PodMonitors scrape
+    /// the pods: those of `--pod-monitors`, else NVIDIA's.
     #[arg(long, value_name = "FILE")]
     prometheus_config: Option<PathBuf>,
+    /// PodMonitor objects (YAML; e.g. `helm template` of this chart with
+    /// `dynamoPodMonitors.enabled=true`) to scrape as, instead of NVIDIA's `dynamo-frontend` and
+    /// `dynamo-worker`.
+    #[arg(long, value_name = "FILE", requires = "prometheus_config")]
+    pod_monitors: Option<PathBuf>,
     /// Scrape interval of that configuration (NVIDIA's PodMonitors: 5 s).
     #[arg(long, default_value_t = 5)]
     scrape_interval_s: u32,
@@ -378,9 +383,17 @@ pub async fn run(args: DynamoBedArgs) -> Result<(), BedError> {
     let targets_file = args.workdir.join("targets.json");
     write(&targets_file, "[]\n")?;
     if let Some(path) = &args.prometheus_config {
+        let monitors = match &args.pod_monitors {
+            Some(file) => std::fs::read_to_string(file)
+                .map_err(|e| e.to_string())
+                .and_then(|text| scrape::pod_monitors_from_yaml(&text))
+                .map_err(|e| BedError::Input(format!("--pod-monitors {}: {e}", file.display())))?,
+            None => scrape::nvidia_pod_monitors(),
+        };
         write(
             path,
             &scrape::prometheus_config(
+                &monitors,
                 &targets_file,
                 args.scrape_interval_s.max(1),
                 &args.prometheus_jobs,

@@ -1,6 +1,7 @@
 //! How Prometheus finds the bed's processes: as it would find the pods on a cluster where
-//! NVIDIA's Dynamo platform chart installed its `dynamo-frontend` and `dynamo-worker`
-//! PodMonitors and the Prometheus Operator turned them into scrape configurations.
+//! PodMonitors select them and the Prometheus Operator turns those into scrape configurations:
+//! NVIDIA's `dynamo-frontend` and `dynamo-worker` PodMonitors (its Dynamo platform chart), or
+//! the PodMonitors of a file (this chart's `dynamoPodMonitors`, rendered by `helm template`).
 //!
 //! Kubernetes service discovery (role `pod`) gives one target per container port of a pod, with
 //! the pod's metadata as `__meta_kubernetes_*` labels; the Prometheus Operator's scrape
@@ -9,73 +10,233 @@
 //! fake nodes and their processes on this host, so the bed plays the service discovery: it
 //! writes a `file_sd` file with the same labels, taken from the real pod objects, and the
 //! target address of the process that plays the container port. The scrape configurations are
-//! the Prometheus Operator's for NVIDIA's two PodMonitors, with `file_sd_configs` in place of
-//! `kubernetes_sd_configs`. So a pod that lacks the labels or the named port NVIDIA's
-//! PodMonitors select is not scraped here either, and the frontend's series get their
-//! `dynamo_namespace` only from the pod label `nvidia.com/dynamo-namespace`, as on a cluster.
+//! the Prometheus Operator's for the PodMonitors, with `file_sd_configs` in place of
+//! `kubernetes_sd_configs`. So a pod that lacks the labels or the named port the PodMonitors
+//! select is not scraped here either, and series get `dynamo_namespace` only where a relabeling
+//! copies it from the pod label `nvidia.com/dynamo-namespace` (or the process sets it), as on a
+//! cluster.
 
 use std::{collections::BTreeMap, path::Path};
 
 use k8s_openapi::api::core::v1::{Container, ContainerPort, Pod};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-/// Namespace of the PodMonitors in the job names (`<namespace>/<name>`); NVIDIA's platform
+/// Namespace of NVIDIA's PodMonitors in the job names (`<namespace>/<name>`); NVIDIA's platform
 /// chart is usually installed there.
 pub const PODMONITOR_NAMESPACE: &str = "dynamo-system";
 
-/// A selector term of a PodMonitor: a pod label and the values it may have.
+/// A selector term of a PodMonitor: a pod label and the values it may have (any value when
+/// empty: the label must exist).
+#[derive(Clone, Debug, PartialEq)]
 struct Selects {
-    label: &'static str,
-    values: &'static [&'static str],
+    label: String,
+    values: Vec<String>,
 }
 
-/// One `podMetricsEndpoints` entry of a PodMonitor and the PodMonitor's selector.
-struct PodMonitor {
-    name: &'static str,
-    selector: &'static [Selects],
-    port: &'static str,
+/// One `podMetricsEndpoints` entry of a PodMonitor, with the PodMonitor's selectors.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodMonitor {
+    /// `<namespace>/<name>` of the PodMonitor: the `job` label of its series.
+    job: String,
+    /// The entry's index in `podMetricsEndpoints` (the job name's last part).
+    index: usize,
+    selector: Vec<Selects>,
+    /// The namespaces whose pods it selects (`namespaceSelector.matchNames`); none: any.
+    namespaces: Option<Vec<String>>,
+    port: String,
+    path: String,
     honor_labels: bool,
-    /// Relabelings of the endpoint: (source pod label, target label).
-    relabel: &'static [(&'static str, &'static str)],
+    /// The endpoint's `relabelings`, as Prometheus relabel configurations.
+    relabel: Vec<Value>,
+}
+
+impl PodMonitor {
+    fn nvidia(name: &str, types: &[&str], port: &str, honor_labels: bool, relabel: (&str, &str)) -> Self {
+        let text = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        Self {
+            job: format!("{PODMONITOR_NAMESPACE}/{name}"),
+            index: 0,
+            selector: vec![
+                Selects {
+                    label: "nvidia.com/dynamo-component-type".into(),
+                    values: text(types),
+                },
+                Selects {
+                    label: "nvidia.com/metrics-enabled".into(),
+                    values: text(&["true"]),
+                },
+            ],
+            namespaces: None,
+            port: port.into(),
+            path: "/metrics".into(),
+            honor_labels,
+            relabel: vec![json!({
+                "action": "replace",
+                "source_labels": [format!("__meta_kubernetes_pod_label_{}", sanitize(relabel.0))],
+                "target_label": relabel.1,
+            })],
+        }
+    }
 }
 
 /// NVIDIA's PodMonitors (Dynamo platform chart, `templates/prometheus.yaml`), as far as the
 /// bed's pods can match them: the worker PodMonitor's extra endpoints for GPU-memory-service
-/// failover ports and frontend sidecars select ports the bed's pods do not have.
-const PODMONITORS: [PodMonitor; 2] = [
-    PodMonitor {
-        name: "dynamo-frontend",
-        selector: &[
-            Selects {
-                label: "nvidia.com/dynamo-component-type",
-                values: &["frontend"],
-            },
-            Selects {
-                label: "nvidia.com/metrics-enabled",
-                values: &["true"],
-            },
-        ],
-        port: "http",
-        honor_labels: true,
-        relabel: &[("nvidia.com/dynamo-namespace", "dynamo_namespace")],
-    },
-    PodMonitor {
-        name: "dynamo-worker",
-        selector: &[
-            Selects {
-                label: "nvidia.com/dynamo-component-type",
-                values: &["worker", "decode", "prefill"],
-            },
-            Selects {
-                label: "nvidia.com/metrics-enabled",
-                values: &["true"],
-            },
-        ],
-        port: "system",
-        honor_labels: false,
-        relabel: &[("nvidia.com/dynamo-component-type", "dynamo_component_type")],
-    },
-];
+/// failover ports and frontend sidecars select ports the bed's pods do not have. The frontend's
+/// `dynamo_namespace` comes from its pod label; the workers' series keep only the labels their
+/// processes set, plus the component type.
+pub fn nvidia_pod_monitors() -> Vec<PodMonitor> {
+    vec![
+        PodMonitor::nvidia(
+            "dynamo-frontend",
+            &["frontend"],
+            "http",
+            true,
+            ("nvidia.com/dynamo-namespace", "dynamo_namespace"),
+        ),
+        PodMonitor::nvidia(
+            "dynamo-worker",
+            &["worker", "decode", "prefill"],
+            "system",
+            false,
+            ("nvidia.com/dynamo-component-type", "dynamo_component_type"),
+        ),
+    ]
+}
+
+/// A `monitoring.coreos.com/v1` field name as Prometheus's relabel configuration spells it.
+fn relabel_key(key: &str) -> Option<&'static str> {
+    Some(match key {
+        "sourceLabels" => "source_labels",
+        "separator" => "separator",
+        "targetLabel" => "target_label",
+        "regex" => "regex",
+        "modulus" => "modulus",
+        "replacement" => "replacement",
+        "action" => "action",
+        _ => return None,
+    })
+}
+
+/// The PodMonitors of a YAML stream (e.g. `helm template` of this chart with
+/// `dynamoPodMonitors.enabled`), one entry per metrics endpoint. Only what the Prometheus
+/// Operator would turn into a scrape of a named port is accepted; anything else is an error
+/// naming the field.
+pub fn pod_monitors_from_yaml(text: &str) -> Result<Vec<PodMonitor>, String> {
+    let mut monitors = Vec::new();
+    for document in serde_yaml::Deserializer::from_str(text) {
+        let value = Value::deserialize(document).map_err(|e| format!("not YAML: {e}"))?;
+        if value.is_null() {
+            continue;
+        }
+        let name = value["metadata"]["name"].as_str().unwrap_or_default();
+        if value["kind"] != "PodMonitor" || name.is_empty() {
+            return Err(format!(
+                "expected PodMonitor objects with a metadata.name, got kind {} name `{name}`",
+                value["kind"]
+            ));
+        }
+        let error = |field: &str, what: &str| format!("PodMonitor {name}: {field}: {what}");
+        let namespace = value["metadata"]["namespace"].as_str().unwrap_or("default");
+        let spec = &value["spec"];
+        let mut selector = Vec::new();
+        for (label, v) in spec["selector"]["matchLabels"].as_object().into_iter().flatten() {
+            let v = v
+                .as_str()
+                .ok_or_else(|| error("spec.selector.matchLabels", "values must be strings"))?;
+            selector.push(Selects {
+                label: label.clone(),
+                values: vec![v.to_string()],
+            });
+        }
+        for expression in spec["selector"]["matchExpressions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let label = expression["key"]
+                .as_str()
+                .ok_or_else(|| error("spec.selector.matchExpressions[].key", "missing"))?;
+            let values: Vec<String> = expression["values"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect();
+            match expression["operator"].as_str() {
+                Some("In") if !values.is_empty() => {}
+                Some("Exists") if values.is_empty() => {}
+                other => {
+                    return Err(error(
+                        "spec.selector.matchExpressions[].operator",
+                        &format!("{other:?}: the bed plays `In` (with values) and `Exists` only"),
+                    ));
+                }
+            }
+            selector.push(Selects {
+                label: label.to_string(),
+                values,
+            });
+        }
+        let namespaces = if spec["namespaceSelector"]["any"] == true {
+            None
+        } else if let Some(names) = spec["namespaceSelector"]["matchNames"].as_array() {
+            Some(
+                names
+                    .iter()
+                    .filter_map(|n| n.as_str().map(str::to_string))
+                    .collect(),
+            )
+        } else {
+            // The Prometheus Operator's default: the PodMonitor's own namespace.
+            Some(vec![namespace.to_string()])
+        };
+        let endpoints = spec["podMetricsEndpoints"]
+            .as_array()
+            .ok_or_else(|| error("spec.podMetricsEndpoints", "missing"))?;
+        for (index, endpoint) in endpoints.iter().enumerate() {
+            let port = endpoint["port"].as_str().ok_or_else(|| {
+                error(
+                    "spec.podMetricsEndpoints[].port",
+                    "the bed scrapes named ports only",
+                )
+            })?;
+            let mut relabel = Vec::new();
+            for rule in endpoint["relabelings"].as_array().into_iter().flatten() {
+                let mut out = serde_json::Map::new();
+                for (key, v) in rule.as_object().into_iter().flatten() {
+                    let key = relabel_key(key).ok_or_else(|| {
+                        error(
+                            "spec.podMetricsEndpoints[].relabelings[]",
+                            &format!("unknown field {key}"),
+                        )
+                    })?;
+                    let v = if key == "action" {
+                        json!(v.as_str().unwrap_or_default().to_lowercase())
+                    } else {
+                        v.clone()
+                    };
+                    out.insert(key.into(), v);
+                }
+                relabel.push(Value::Object(out));
+            }
+            monitors.push(PodMonitor {
+                job: format!("{namespace}/{name}"),
+                index,
+                selector: selector.clone(),
+                namespaces: namespaces.clone(),
+                port: port.to_string(),
+                path: endpoint["path"].as_str().unwrap_or("/metrics").to_string(),
+                honor_labels: endpoint["honorLabels"] == true,
+                relabel,
+            });
+        }
+    }
+    if monitors.is_empty() {
+        return Err("no PodMonitor in the file".into());
+    }
+    Ok(monitors)
+}
 
 /// A label name as Prometheus's service discovery writes it: every character outside
 /// `[a-zA-Z0-9_]` becomes `_`.
@@ -183,10 +344,17 @@ pub fn target_group(pod: &Pod, container: &Container, port: &ContainerPort, addr
     json!({"targets": [address], "labels": labels})
 }
 
-/// A relabel rule that keeps targets whose pod has `label` with one of `values`, as the
-/// Prometheus Operator writes a PodMonitor's selector.
+/// A relabel rule that keeps targets whose pod has `label` with one of `values` (or at all), as
+/// the Prometheus Operator writes a PodMonitor's selector.
 fn keep_selected(selects: &Selects) -> Value {
-    let label = sanitize(selects.label);
+    let label = sanitize(&selects.label);
+    if selects.values.is_empty() {
+        return json!({
+            "action": "keep",
+            "source_labels": [format!("__meta_kubernetes_pod_labelpresent_{label}")],
+            "regex": "true",
+        });
+    }
     json!({
         "action": "keep",
         "source_labels": [
@@ -200,8 +368,15 @@ fn keep_selected(selects: &Selects) -> Value {
 /// The scrape configuration the Prometheus Operator generates for `monitor`, discovering
 /// targets from `targets_file` instead of the Kubernetes API.
 fn scrape_config(monitor: &PodMonitor, targets_file: &Path, interval_s: u32) -> Value {
-    let job = format!("{PODMONITOR_NAMESPACE}/{}", monitor.name);
+    let job = &monitor.job;
     let mut relabel = vec![json!({"source_labels": ["job"], "target_label": "__tmp_prometheus_job_name"})];
+    if let Some(namespaces) = &monitor.namespaces {
+        // Kubernetes service discovery asks only for these namespaces' pods.
+        relabel.push(
+            json!({"action": "keep", "source_labels": ["__meta_kubernetes_namespace"],
+                            "regex": format!("({})", namespaces.join("|"))}),
+        );
+    }
     relabel.extend(monitor.selector.iter().map(keep_selected));
     relabel.extend([
         json!({"action": "keep", "source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": monitor.port}),
@@ -212,28 +387,28 @@ fn scrape_config(monitor: &PodMonitor, targets_file: &Path, interval_s: u32) -> 
         json!({"target_label": "job", "replacement": job}),
         json!({"target_label": "endpoint", "replacement": monitor.port}),
     ]);
-    relabel.extend(monitor.relabel.iter().map(|(label, target)| {
-        json!({
-            "action": "replace",
-            "source_labels": [format!("__meta_kubernetes_pod_label_{}", sanitize(label))],
-            "target_label": target,
-        })
-    }));
+    relabel.extend(monitor.relabel.iter().cloned());
     json!({
-        "job_name": format!("podMonitor/{job}/0"),
+        "job_name": format!("podMonitor/{job}/{}", monitor.index),
         "honor_labels": monitor.honor_labels,
         "scrape_interval": format!("{interval_s}s"),
-        "metrics_path": "/metrics",
+        "metrics_path": monitor.path,
         "file_sd_configs": [{"files": [targets_file.display().to_string()], "refresh_interval": "5s"}],
         "relabel_configs": relabel,
     })
 }
 
 /// A Prometheus configuration that scrapes the bed's processes every `interval_s` seconds as
-/// NVIDIA's PodMonitors would scrape the pods (targets from `targets_file`), and the `extra`
-/// static targets (job name, host:port), e.g. the operator's metrics.
-pub fn prometheus_config(targets_file: &Path, interval_s: u32, extra: &[(String, String)]) -> String {
-    let mut jobs: Vec<Value> = PODMONITORS
+/// `monitors` would scrape the pods (targets from `targets_file`; the interval replaces the
+/// PodMonitors' own), and the `extra` static targets (job name, host:port), e.g. the operator's
+/// metrics.
+pub fn prometheus_config(
+    monitors: &[PodMonitor],
+    targets_file: &Path,
+    interval_s: u32,
+    extra: &[(String, String)],
+) -> String {
+    let mut jobs: Vec<Value> = monitors
         .iter()
         .map(|m| scrape_config(m, targets_file, interval_s))
         .collect();
@@ -250,8 +425,8 @@ pub fn prometheus_config(targets_file: &Path, interval_s: u32, extra: &[(String,
     let yaml = serde_yaml::to_string(&config).unwrap_or_default();
     format!(
         "# Written by `planner-sim dynamo-bed`: the scrape configurations the Prometheus Operator\n\
-         # generates for NVIDIA's dynamo-frontend and dynamo-worker PodMonitors, with file_sd in\n\
-         # place of Kubernetes service discovery (the bed writes the pods' labels to the file).\n{yaml}"
+         # generates for the PodMonitors that scrape Dynamo's pods, with file_sd in place of\n\
+         # Kubernetes service discovery (the bed writes the pods' labels to the file).\n{yaml}"
     )
 }
 
@@ -315,6 +490,7 @@ mod tests {
     #[test]
     fn the_scrape_keeps_what_nvidias_podmonitors_select_and_adds_their_labels() {
         let config: Value = serde_yaml::from_str(&prometheus_config(
+            &nvidia_pod_monitors(),
             Path::new("/b/targets.json"),
             2,
             &[("op".into(), "h:1".into())],
@@ -368,6 +544,126 @@ mod tests {
                                         "regex": "system"})
         ));
         assert_eq!(jobs[2]["static_configs"][0]["targets"][0], "h:1");
+    }
+
+    /// This chart's `dynamoPodMonitors` as `helm template` renders them (trimmed).
+    const CHART: &str = r#"
+---
+# Source: planner-operator/templates/dynamo-podmonitors.yaml
+apiVersion: monitoring.coreos.com/v1
+kind: PodMonitor
+metadata:
+  name: demo-planner-operator-dynamo-frontend
+  namespace: planner-demo
+spec:
+  namespaceSelector:
+    any: true
+  selector:
+    matchLabels:
+      nvidia.com/dynamo-component-type: frontend
+      nvidia.com/metrics-enabled: "true"
+  podMetricsEndpoints:
+    - port: http
+      path: /metrics
+      interval: 5s
+      honorLabels: true
+      relabelings:
+        - action: replace
+          sourceLabels: [__meta_kubernetes_pod_label_nvidia_com_dynamo_namespace]
+          targetLabel: dynamo_namespace
+---
+apiVersion: monitoring.coreos.com/v1
+kind: PodMonitor
+metadata:
+  name: demo-planner-operator-dynamo-worker
+  namespace: planner-demo
+spec:
+  namespaceSelector:
+    matchNames: [planner-demo]
+  selector:
+    matchLabels:
+      nvidia.com/metrics-enabled: "true"
+    matchExpressions:
+      - key: nvidia.com/dynamo-component-type
+        operator: In
+        values: [worker, prefill, decode]
+  podMetricsEndpoints:
+    - port: system
+      path: /metrics
+      honorLabels: true
+      relabelings:
+        - action: Replace
+          sourceLabels: [__meta_kubernetes_pod_label_nvidia_com_dynamo_namespace]
+          targetLabel: dynamo_namespace
+"#;
+
+    #[test]
+    fn podmonitors_from_a_file_scrape_as_the_prometheus_operator_would() {
+        let monitors = pod_monitors_from_yaml(CHART).unwrap();
+        assert_eq!(monitors.len(), 2);
+        let config: Value = serde_yaml::from_str(&prometheus_config(
+            &monitors,
+            Path::new("/b/targets.json"),
+            1,
+            &[],
+        ))
+        .unwrap();
+        let jobs = config["scrape_configs"].as_array().unwrap();
+        assert_eq!(
+            jobs[0]["job_name"],
+            "podMonitor/planner-demo/demo-planner-operator-dynamo-frontend/0"
+        );
+        assert_eq!(jobs[1]["honor_labels"], true);
+        let rules = jobs[1]["relabel_configs"].as_array().unwrap();
+        // Only the named namespaces' pods, the selector's label and values, the named port, and
+        // the endpoint's relabeling last (its action as Prometheus spells it).
+        assert!(rules.contains(
+            &json!({"action": "keep", "source_labels": ["__meta_kubernetes_namespace"],
+                                       "regex": "(planner-demo)"})
+        ));
+        assert!(rules.contains(&json!({"action": "keep", "source_labels": [
+            "__meta_kubernetes_pod_label_nvidia_com_dynamo_component_type",
+            "__meta_kubernetes_pod_labelpresent_nvidia_com_dynamo_component_type"],
+            "regex": "(worker|prefill|decode);true"})));
+        assert!(rules.contains(&json!({"action": "keep", "source_labels": [
+            "__meta_kubernetes_pod_label_nvidia_com_metrics_enabled",
+            "__meta_kubernetes_pod_labelpresent_nvidia_com_metrics_enabled"],
+            "regex": "(true);true"})));
+        assert!(rules.contains(&json!({"target_label": "job",
+                                       "replacement": "planner-demo/demo-planner-operator-dynamo-worker"})));
+        assert_eq!(
+            rules.last().unwrap(),
+            &json!({"action": "replace", "source_labels": ["__meta_kubernetes_pod_label_nvidia_com_dynamo_namespace"],
+                    "target_label": "dynamo_namespace"})
+        );
+        // The frontend's selects any namespace.
+        let frontend = jobs[0]["relabel_configs"].as_array().unwrap();
+        assert!(
+            !frontend
+                .iter()
+                .any(|r| r["source_labels"][0] == "__meta_kubernetes_namespace" && r["action"] == "keep")
+        );
+    }
+
+    #[test]
+    fn podmonitors_the_bed_cannot_play_are_named() {
+        let not_in = CHART.replace("operator: In", "operator: NotIn");
+        let error = pod_monitors_from_yaml(&not_in).unwrap_err();
+        assert!(
+            error.contains("demo-planner-operator-dynamo-worker") && error.contains("operator"),
+            "{error}"
+        );
+        let numbered = CHART.replace("- port: system", "- portNumber: 9090");
+        let error = pod_monitors_from_yaml(&numbered).unwrap_err();
+        assert!(error.contains("podMetricsEndpoints[].port"), "{error}");
+        let unknown = format!("{CHART}          foo: bar\n");
+        assert!(
+            pod_monitors_from_yaml(&unknown)
+                .unwrap_err()
+                .contains("unknown field foo")
+        );
+        assert!(pod_monitors_from_yaml("kind: Service\nmetadata: {name: x}\n").is_err());
+        assert!(pod_monitors_from_yaml("").unwrap_err().contains("no PodMonitor"));
     }
 
     #[test]
