@@ -519,9 +519,10 @@ async fn exercise(
         .await?;
     check(!workers.items.is_empty(), || "no worker pods".into())?;
     for pod in &workers.items {
-        check(pod.labels().contains_key("grove.io/topology.zone"), || {
-            format!("pod {} has no zone label", pod.name_any())
-        })?;
+        check(
+            pod.labels().contains_key("nvidia.com/dynamo-topology.zone"),
+            || format!("pod {} has no zone label", pod.name_any()),
+        )?;
     }
 
     // PlannerPolicy reconcile: profile from a ConfigMap, metrics from the fake Prometheus, the

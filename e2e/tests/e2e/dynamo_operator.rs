@@ -725,7 +725,7 @@ async fn binding(ns: &TestNamespace) -> Result<()> {
                 .flatten()
                 .any(|m| m["name"] == "topology-labels" && m["mountPath"] == "/etc/dynamo/topology");
             let copied = template["metadata"]["annotations"]["planner.dynamo.io/topology-labels"]
-                == "grove.io/topology.zone=topology.kubernetes.io/zone,grove.io/topology.host=kubernetes.io/hostname";
+                == "nvidia.com/dynamo-topology.zone=topology.kubernetes.io/zone,nvidia.com/dynamo-topology.host=kubernetes.io/hostname";
             Ok(has("DYN_TOPOLOGY_ENABLED", "true")
                 && has("DYN_TOPOLOGY_MOUNT_PATH", "/etc/dynamo/topology")
                 && has("DYN_KV_TRANSFER_DOMAIN", "zone")

@@ -266,10 +266,21 @@ async fn workers_get_zone_and_rack_of_their_node_from_the_cluster_topology() -> 
         let outcome = async {
             let kv = json!({"level": "zone", "mismatchPolicy": "fallback", "kvTransferWeight": 2.5});
             ns.accepts(&graph(Some(&topology_name), kv, 2)).await?;
-            wait_for_labelled_workers(&ns, 2, &["grove.io/topology.zone", "grove.io/topology.rack"]).await?;
+            wait_for_labelled_workers(
+                &ns,
+                2,
+                &[
+                    "nvidia.com/dynamo-topology.zone",
+                    "nvidia.com/dynamo-topology.rack",
+                ],
+            )
+            .await?;
             let zones = check_labels_match_nodes(
                 &ns,
-                &[("grove.io/topology.zone", ZONE), ("grove.io/topology.rack", RACK)],
+                &[
+                    ("nvidia.com/dynamo-topology.zone", ZONE),
+                    ("nvidia.com/dynamo-topology.rack", RACK),
+                ],
             )
             .await?;
             for (pool, zones) in &zones {
@@ -278,8 +289,8 @@ async fn workers_get_zone_and_rack_of_their_node_from_the_cluster_topology() -> 
             check_pod_specs(
                 &ns,
                 &[
-                    ("zone", "grove.io/topology.zone"),
-                    ("rack", "grove.io/topology.rack"),
+                    ("zone", "nvidia.com/dynamo-topology.zone"),
+                    ("rack", "nvidia.com/dynamo-topology.rack"),
                 ],
                 &[
                     ("DYN_ROUTER_KV_TRANSFER_TOPOLOGY_LEVEL", "zone"),
@@ -376,7 +387,7 @@ async fn a_node_without_the_label_gets_a_warning_and_the_pod_no_label() -> Resul
         let outcome = async {
             ns.accepts(&graph(Some(&topology_name), json!({"level": "zone"}), 1))
                 .await?;
-            wait_for_labelled_workers(&ns, 1, &["grove.io/topology.zone"]).await?;
+            wait_for_labelled_workers(&ns, 1, &["nvidia.com/dynamo-topology.zone"]).await?;
             let events: Api<Event> = ns.api();
             poll_until(
                 "TopologyLabelMissing events on the pods and the DGD",
@@ -401,7 +412,7 @@ async fn a_node_without_the_label_gets_a_warning_and_the_pod_no_label() -> Resul
             for kind in ["prefill", "decode"] {
                 for pod in pods(&ns, kind).await? {
                     assert!(
-                        !labels(&pod).contains_key("grove.io/topology.block"),
+                        !labels(&pod).contains_key("nvidia.com/dynamo-topology.block"),
                         "{:?}",
                         pod.metadata.name
                     );

@@ -370,20 +370,19 @@ mod tests {
         }
     }
 
-    const ANNOTATION: &str =
-        "grove.io/topology.zone=topology.kubernetes.io/zone,grove.io/topology.rack=nvidia.com/rack";
+    const ANNOTATION: &str = "nvidia.com/dynamo-topology.zone=topology.kubernetes.io/zone,nvidia.com/dynamo-topology.rack=nvidia.com/rack";
 
     #[test]
     fn labels_grove_already_set_are_kept() {
         let pod = pod(
             Some("n1"),
-            &[("grove.io/topology.zone", "zone-a")],
+            &[("nvidia.com/dynamo-topology.zone", "zone-a")],
             Some(ANNOTATION),
         );
         assert_eq!(
             missing_labels(&pod),
             [(
-                "grove.io/topology.rack".to_string(),
+                "nvidia.com/dynamo-topology.rack".to_string(),
                 "nvidia.com/rack".to_string()
             )]
         );
@@ -395,10 +394,10 @@ mod tests {
     fn node_labels_are_copied_and_absent_ones_reported() {
         let missing = vec![
             (
-                "grove.io/topology.zone".to_string(),
+                "nvidia.com/dynamo-topology.zone".to_string(),
                 "topology.kubernetes.io/zone".to_string(),
             ),
-            ("grove.io/topology.rack".into(), "nvidia.com/rack".into()),
+            ("nvidia.com/dynamo-topology.rack".into(), "nvidia.com/rack".into()),
         ];
         let node = BTreeMap::from([
             ("topology.kubernetes.io/zone".to_string(), "zone-b".to_string()),
@@ -407,12 +406,15 @@ mod tests {
         let (patch, absent) = labels_from_node(&missing, &node);
         assert_eq!(
             patch,
-            BTreeMap::from([("grove.io/topology.zone".to_string(), "zone-b".to_string())])
+            BTreeMap::from([(
+                "nvidia.com/dynamo-topology.zone".to_string(),
+                "zone-b".to_string()
+            )])
         );
         assert_eq!(
             absent,
             [(
-                "grove.io/topology.rack".to_string(),
+                "nvidia.com/dynamo-topology.rack".to_string(),
                 "nvidia.com/rack".to_string()
             )]
         );
@@ -471,8 +473,8 @@ mod tests {
         let labelled = Arc::new(pod(
             Some("n1"),
             &[
-                ("grove.io/topology.zone", "zone-a"),
-                ("grove.io/topology.rack", "a1"),
+                ("nvidia.com/dynamo-topology.zone", "zone-a"),
+                ("nvidia.com/dynamo-topology.rack", "a1"),
                 ("unrelated", "x"),
             ],
             Some(ANNOTATION),
@@ -480,8 +482,8 @@ mod tests {
         let other_label = Arc::new(pod(
             Some("n1"),
             &[
-                ("grove.io/topology.zone", "zone-a"),
-                ("grove.io/topology.rack", "a1"),
+                ("nvidia.com/dynamo-topology.zone", "zone-a"),
+                ("nvidia.com/dynamo-topology.rack", "a1"),
                 ("unrelated", "y"),
             ],
             Some(ANNOTATION),

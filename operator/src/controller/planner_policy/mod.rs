@@ -336,14 +336,16 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
         TargetLookup::NotFound => None,
         TargetLookup::Unreadable(error) => {
             let errors = validation::validate_unreadable(&policy.spec, &namespace, error, &ctx.tenancy);
-            return report_invalid(policy, ctx, &errors).await;
+            return report_invalid(policy, ctx, &errors, None).await;
         }
     };
+    // Where the graph keeps its KV-cache transfers: reported, never rendered by the planner.
+    let kv_transfer = dgd.map(|graph| graph.kv_transfer.clone());
 
     // 2. Validate, with the webhook's rules.
     let validated = match validation::validate(&policy.spec, &namespace, dgd, &ctx.tenancy) {
         Ok(validated) => validated,
-        Err(errors) => return report_invalid(policy, ctx, &errors).await,
+        Err(errors) => return report_invalid(policy, ctx, &errors, kv_transfer).await,
     };
     let Some(dgd) = dgd else {
         // validate() reports a missing target; this is not reached.
@@ -368,7 +370,10 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
     } else {
         Adapters::new()
     };
-    let mut outcome = Outcome::default();
+    let mut outcome = Outcome {
+        kv_transfer,
+        ..Outcome::default()
+    };
     outcome.conditions.push(DesiredCondition::met(
         TARGET_RESOLVED,
         "Resolved",
@@ -836,6 +841,7 @@ async fn report_invalid(
     policy: &PlannerPolicy,
     ctx: &PlannerContext,
     errors: &[PolicyError],
+    kv_transfer: Option<Option<planner_api::KvTransferStatus>>,
 ) -> Result<Action, Error> {
     let message = validation::describe(errors);
     let condition = match errors.iter().find(|e| e.is_about_target()) {
@@ -846,7 +852,7 @@ async fn report_invalid(
             &message,
         ),
     };
-    report_blocked(policy, ctx, condition).await
+    report_with(policy, ctx, condition, kv_transfer).await
 }
 
 /// Reports what keeps the planner from running, with a Warning Event when the status changes.
@@ -855,10 +861,21 @@ async fn report_blocked(
     ctx: &PlannerContext,
     condition: DesiredCondition,
 ) -> Result<Action, Error> {
+    report_with(policy, ctx, condition, None).await
+}
+
+/// [`report_blocked`], with the target's KV-transfer topology when it was read.
+async fn report_with(
+    policy: &PlannerPolicy,
+    ctx: &PlannerContext,
+    condition: DesiredCondition,
+    kv_transfer: Option<Option<planner_api::KvTransferStatus>>,
+) -> Result<Action, Error> {
     let message = condition.message.clone();
     let outcome = Outcome {
         conditions: vec![condition],
         message: message.clone(),
+        kv_transfer,
         ..Outcome::default()
     };
     if write_status(policy, ctx, &outcome).await? {
