@@ -71,12 +71,12 @@ impl Lookups for World {
         if let Some(message) = &self.failing {
             return Err(message.clone());
         }
-        // Both of Grove's topology CRDs served, as in the e2e cluster.
+        // Today's Grove: the ClusterTopologyBinding CRD served, as in the e2e cluster.
         Ok(if !self.grove_installed {
             ClusterTopologyLookup::GroveNotInstalled
         } else {
             self.topologies.get(name).cloned().map_or(
-                ClusterTopologyLookup::BindingNotFound { legacy_served: true },
+                ClusterTopologyLookup::BindingNotFound { legacy_served: false },
                 ClusterTopologyLookup::FoundBinding,
             )
         })
@@ -425,7 +425,7 @@ async fn updates_check_lookups_only_when_their_fields_change() {
     moved["spec"]["components"][0]["kvCacheTransferTopology"]["level"] = json!("rack");
     let response = admit(gone, &moved, Some(&dgd)).await;
     assert_eq!(response["allowed"], false);
-    assert!(message(&response).contains("ClusterTopology \"gpu-cluster\" not found"));
+    assert!(message(&response).contains("ClusterTopologyBinding \"gpu-cluster\" not found"));
     // A policy whose target was deleted can still be edited, unless it retargets.
     let policy = load_yaml(&repo_root().join("config/samples/plannerpolicy-sla.yaml"));
     let mut no_dgds = world();

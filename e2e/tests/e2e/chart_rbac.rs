@@ -637,7 +637,7 @@ fn names(manifest: &[Value]) -> Result<Names> {
 fn cluster_topology(name: &str) -> Result<Value> {
     let [mut topology] = load_yaml(&repo_root().join("config/samples/cluster-topology.yaml"))?
         .try_into()
-        .map_err(|_| "one ClusterTopology in the sample")?;
+        .map_err(|_| "one ClusterTopologyBinding in the sample")?;
     topology["metadata"]["name"] = json!(name);
     Ok(topology)
 }

@@ -1,6 +1,7 @@
-//! The generated CRDs against a real API server: they install, and the server's own schema
-//! validation and CEL rules agree with the offline schema tests (`operator/tests/crd_schema.rs`)
-//! on every sample and every bad fixture.
+//! The generated CRDs against a real API server: they install (with Grove's own
+//! ClusterTopologyBinding CRD, which the tests install beside them), and the server's own schema validation and CEL rules
+//! agree with the offline schema tests (`operator/tests/crd_schema.rs`) on every sample and every
+//! bad fixture; the sample ClusterTopologyBinding is valid on Grove's own CRD.
 
 use std::time::Duration;
 
@@ -19,7 +20,8 @@ async fn crds_install_and_become_established() -> Result<()> {
     let client = client().await?;
     let names = install_crds(&client).await?;
     let mut expected = vec![
-        "clustertopologies.grove.io",
+        // Grove's own (../shared/upstream/grove/), not this project's.
+        "clustertopologybindings.grove.io",
         "dynamographdeployments.nvidia.com",
         "plannerpolicies.planner.dynamo.io",
     ];

@@ -330,7 +330,10 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
     let client = &ctx.base.client;
 
     // 1. Dereference the target (a DGD of either served version).
-    let target = dereference::target(client, policy).await?;
+    let target = match dereference::target(client, policy).await {
+        Ok(target) => target,
+        Err(error) => return report_unavailable(policy, ctx, error).await,
+    };
     let dgd = match &target {
         TargetLookup::Found(graph) => Some(graph),
         TargetLookup::NotFound => None,
@@ -360,7 +363,7 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
         match kubernetes::adapters(client, dgd, &pools).await {
             Ok(adapters) => adapters,
             Err(ScaleError::Api { action, source }) => {
-                return Err(Error::Kube(common::KubeError { action, source }));
+                return report_unavailable(policy, ctx, common::KubeError { action, source }).await;
             }
             Err(other) => {
                 warn!(error = %common::chain(&other), "cannot read the scaling adapters");
@@ -853,6 +856,31 @@ async fn report_invalid(
         ),
     };
     report_with(policy, ctx, condition, kv_transfer).await
+}
+
+/// Reports that the target or its scaling adapters could not be read (the API server's error,
+/// e.g. NVIDIA's conversion webhook down: never taken as "not found"): `TargetResolved` Unknown,
+/// the replicas left as they are; the reconcile still fails, so it is retried with back-off.
+async fn report_unavailable(
+    policy: &PlannerPolicy,
+    ctx: &PlannerContext,
+    error: KubeError,
+) -> Result<Action, Error> {
+    let message = format!(
+        "{}; the replicas are left as they are until the target can be read again",
+        common::chain(&error)
+    );
+    let outcome = Outcome {
+        conditions: vec![DesiredCondition::unknown(
+            TARGET_RESOLVED,
+            "TargetUnavailable",
+            &message,
+        )],
+        message,
+        ..Outcome::default()
+    };
+    write_status(policy, ctx, &outcome).await?;
+    Err(Error::Kube(error))
 }
 
 /// Reports what keeps the planner from running, with a Warning Event when the status changes.
