@@ -202,8 +202,8 @@ pub async fn topology_kinds_served(
 /// What looking a PlannerPolicy's target up found.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TargetLookup {
-    /// The DGD, read at either served version.
-    Found(TargetGraph),
+    /// The DGD, read at either served version (boxed: it is much larger than the others).
+    Found(Box<TargetGraph>),
     /// No DGD has the name (or no version of the DGD CRD is served).
     NotFound,
     /// The object exists but is not a DGD of either layout.
@@ -220,7 +220,7 @@ pub async fn target_graph(client: &Client, namespace: &str, name: &str) -> Resul
         match api.get(name).await {
             Ok(object) => {
                 return Ok(match TargetGraph::from_object(&object) {
-                    Ok(graph) => TargetLookup::Found(graph),
+                    Ok(graph) => TargetLookup::Found(Box::new(graph)),
                     Err(error) => TargetLookup::Unreadable(error),
                 });
             }

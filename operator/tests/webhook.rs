@@ -89,7 +89,7 @@ impl Lookups for World {
         }
         Ok(match self.dgds.get(&(namespace.into(), name.into())) {
             Some(dgd) => match TargetGraph::try_from(dgd) {
-                Ok(graph) => TargetLookup::Found(graph),
+                Ok(graph) => TargetLookup::Found(Box::new(graph)),
                 Err(error) => TargetLookup::Unreadable(error),
             },
             None => TargetLookup::NotFound,

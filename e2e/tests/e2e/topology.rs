@@ -549,14 +549,14 @@ async fn legacy_cluster_topology(ns: &TestNamespace) -> Result<()> {
         ),
     )
     .await?;
-    let operator = start(&ns, &["--webhook-disabled"]).await?;
+    let operator = start(ns, &["--webhook-disabled"]).await?;
     let outcome = async {
         let policy = json!({"clusterTopologyName": topology_name, "domain": "rack"});
         ns.accepts(&policy_graph(policy, 2)).await?;
-        wait_for_labelled_workers(&ns, 2, &[POD_ZONE, POD_RACK]).await?;
-        check_labels_match_nodes(&ns, &[(POD_ZONE, ZONE), (POD_RACK, RACK)]).await?;
+        wait_for_labelled_workers(ns, 2, &[POD_ZONE, POD_RACK]).await?;
+        check_labels_match_nodes(ns, &[(POD_ZONE, ZONE), (POD_RACK, RACK)]).await?;
         check_pod_specs(
-            &ns,
+            ns,
             &dynamo_env(
                 &[
                     ("DYN_TOPOLOGY_ENABLED", "true"),
@@ -568,14 +568,14 @@ async fn legacy_cluster_topology(ns: &TestNamespace) -> Result<()> {
         )
         .await?;
         check_the_released_runtime_starts(
-            &ns,
+            ns,
             &[("zone", POD_ZONE), ("rack", POD_RACK)],
             "rack",
             "required",
             None,
         )
         .await?;
-        let message = wait_for_condition(&ns, "True", "Resolved", "worker pods per rack").await?;
+        let message = wait_for_condition(ns, "True", "Resolved", "worker pods per rack").await?;
         assert!(
             message.contains(&format!("level rack of ClusterTopology {topology_name}")),
             "{message}"

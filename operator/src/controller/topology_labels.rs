@@ -1,16 +1,16 @@
-//! The topology label controller (for the explicit `label` field, and for pods Grove has not
-//! labelled): once a worker pod of a DGD with `kvCacheTransferTopology` is
-//! scheduled, copy its node's topology labels onto the pod, so that the Downward API files under
-//! `/etc/podinfo/topology/` get their values.
+//! The topology label controller: once a worker pod of a DGD with a KV-transfer topology is
+//! scheduled, copy its node's topology labels onto the pod (Grove never labels pods with
+//! topology), so that the Downward API files of the worker (under the env contract's mount path)
+//! get their values.
 //!
 //! Which labels to copy: the DGD reconciler renders the annotation [`topology::LABELS_ANNOTATION`]
 //! (`<pod label>=<node label>,...`) into worker pod templates, and this controller copies the
-//! pairs of the annotation that the pod's DGD resolves to (the levels of its ClusterTopology, or
-//! its explicit `label`), checked against the DGD each time: anyone who can create a pod with the
+//! pairs of the annotation that the pod's DGD resolves to (the levels of its
+//! ClusterTopologyBinding, or its node label key), checked against the DGD each time: anyone who can create a pod with the
 //! graph label and the annotation could otherwise have any node label copied onto it (node
 //! names, instance types, anything an admin put on nodes). Pairs it does not resolve are ignored
-//! with a log line. A label the pod already has (set by Grove, or earlier by this controller) is
-//! left alone. A node without a label gets a Warning Event `TopologyLabelMissing` on the pod and
+//! with a log line. A label the pod already has (set earlier by this controller, or by whoever
+//! created the pod) is left alone. A node without a label gets a Warning Event `TopologyLabelMissing` on the pod and
 //! the DGD, and the pod gets no label.
 //!
 //! Runs on the leader only, like the DGD reconciler, which reads the same pod cache to report the

@@ -335,7 +335,7 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
         Err(error) => return report_unavailable(policy, ctx, error).await,
     };
     let dgd = match &target {
-        TargetLookup::Found(graph) => Some(graph),
+        TargetLookup::Found(graph) => Some(graph.as_ref()),
         TargetLookup::NotFound => None,
         TargetLookup::Unreadable(error) => {
             let errors = validation::validate_unreadable(&policy.spec, &namespace, error, &ctx.tenancy);
