@@ -4,9 +4,12 @@
 
 pub mod case;
 pub mod clough_tocher;
+pub mod decision;
+pub mod erlang;
 pub mod interpolation;
 pub mod latency;
 pub mod load;
+pub mod mocker;
 pub mod predictor;
 pub mod profile;
 pub mod queueing;
@@ -14,3 +17,4 @@ pub mod sizing;
 pub mod sla;
 pub mod state;
 pub mod trace;
+pub mod upstream;

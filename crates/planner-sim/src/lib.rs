@@ -4,8 +4,10 @@
 //!   runs the planner core the operator runs, against the latency model of `planner_core`.
 //! - [`frontend`]: a synthetic Dynamo frontend that replays a trace in real time against the
 //!   Ready prefill and decode pods and serves Dynamo's frontend metrics, for closed-loop tests.
+//! - [`mocker_profile`]: a profile as the timing tables of Dynamo's mocker engine.
 
 pub mod frontend;
+pub mod mocker_profile;
 pub mod sim;
 
 use std::path::Path;

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use planner_sim::{frontend, sim};
+use planner_sim::{frontend, mocker_profile, sim};
 
 /// Test tools of planner-operator: the trace-driven simulator and a synthetic Dynamo frontend.
 #[derive(Debug, Parser)]
@@ -23,6 +23,9 @@ enum Command {
     /// real time against the prefill and decode pods that are Ready (or fixed counts), with
     /// TTFT and ITL from a profile.
     SyntheticFrontend(Box<frontend::SyntheticFrontendArgs>),
+    /// Write a profile's latencies as the NPZ file Dynamo's mocker engine times itself by
+    /// (`python -m dynamo.mocker --planner-profile-data FILE`, and its offline replay).
+    MockerProfile(mocker_profile::MockerProfileArgs),
 }
 
 /// Exit code for bad input files (profile, trace or suite).
@@ -41,6 +44,16 @@ fn main() -> ExitCode {
             }
         },
         Command::SyntheticFrontend(args) => synthetic_frontend(*args),
+        Command::MockerProfile(args) => match mocker_profile::mocker_profile(&args) {
+            Ok(summary) => write_stdout(&summary),
+            Err(error) => {
+                eprintln!("planner-sim mocker-profile: {error}");
+                match error {
+                    mocker_profile::MockerProfileError::Input(_) => ExitCode::from(EXIT_BAD_INPUT),
+                    mocker_profile::MockerProfileError::Output { .. } => ExitCode::FAILURE,
+                }
+            }
+        },
     }
 }
 
