@@ -503,11 +503,14 @@ async fn exercise(
         })
         .await?;
     }
+    // The reconcile applies the Services after the Deployments: wait for them too.
     for service in ["frontend", "frontend-b"] {
-        check(
-            services.get_opt(&format!("{GRAPH}-{service}")).await?.is_some(),
-            || format!("no Service {GRAPH}-{service}"),
-        )?;
+        let name = format!("{GRAPH}-{service}");
+        poll_until(&format!("Service {name}"), WAIT, || {
+            let (services, name) = (services.clone(), name.clone());
+            async move { Ok(services.get_opt(&name).await?.is_some()) }
+        })
+        .await?;
     }
     wait_condition(&dgds, GRAPH, "Ready", "True").await?;
     let topology = wait_condition(&dgds, GRAPH, "TopologyResolved", "True").await?;
