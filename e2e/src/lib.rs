@@ -219,6 +219,36 @@ pub async fn apply_crd_objects(client: &Client, crds: &[(String, Value)]) -> Res
         )
         .await?;
     }
+    // Established is not yet served: after a CRD of the same name was deleted and created again,
+    // API discovery lags for a moment. Wait until every served version lists the resource.
+    for (_, crd) in crds {
+        let (Some(group), Some(plural)) = (
+            crd["spec"]["group"].as_str(),
+            crd["spec"]["names"]["plural"].as_str(),
+        ) else {
+            continue;
+        };
+        let served = crd["spec"]["versions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|v| v["served"] == true)
+            .filter_map(|v| v["name"].as_str());
+        for version in served {
+            let group_version = format!("{group}/{version}");
+            poll_until(
+                &format!("{plural} to be served at {group_version}"),
+                Duration::from_secs(60),
+                || async {
+                    Ok(match client.list_api_group_resources(&group_version).await {
+                        Ok(list) => list.resources.iter().any(|r| r.name == plural),
+                        Err(_) => false,
+                    })
+                },
+            )
+            .await?;
+        }
+    }
     Ok(names)
 }
 

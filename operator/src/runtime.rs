@@ -117,7 +117,7 @@ pub struct RunArgs {
     /// operator's first names, DYN_ROUTER_KV_TRANSFER_*, files at /etc/podinfo/topology, for
     /// runtimes built to read them: a stock worker exits at start-up under it). A DGD's
     /// planner.dynamo.io/topology-env annotation overrides it.
-    #[arg(long, env = "TOPOLOGY_ENV", value_enum, default_value = "dynamo")]
+    #[arg(long, env = "TOPOLOGY_ENV", value_enum, default_value_t = EnvContract::default())]
     pub topology_env: EnvContract,
     /// Do not serve the admission webhook (e.g. when another replica set serves it).
     #[arg(long, env = "WEBHOOK_DISABLED")]
