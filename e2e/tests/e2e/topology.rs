@@ -387,7 +387,16 @@ async fn workers_get_zone_and_rack_of_their_node_from_the_cluster_topology_bindi
             for (pool, zones) in &zones {
                 assert_eq!(zones.len(), 2, "{pool} pods should span both zones: {zones:?}");
             }
-            // The default contract: the released runtime's names.
+            // The default contract: a stock Dynamo runtime starts on what each worker gets...
+            check_the_released_runtime_starts(
+                &ns,
+                &[("zone", POD_ZONE), ("rack", POD_RACK)],
+                "zone",
+                "preferred",
+                Some(0.5),
+            )
+            .await?;
+            // ...under the released runtime's names.
             check_pod_specs(
                 &ns,
                 &dynamo_env(
@@ -400,14 +409,6 @@ async fn workers_get_zone_and_rack_of_their_node_from_the_cluster_topology_bindi
                     ],
                     &[("zone", POD_ZONE), ("rack", POD_RACK)],
                 ),
-            )
-            .await?;
-            check_the_released_runtime_starts(
-                &ns,
-                &[("zone", POD_ZONE), ("rack", POD_RACK)],
-                "zone",
-                "preferred",
-                Some(0.5),
             )
             .await?;
             let message = wait_for_condition(
