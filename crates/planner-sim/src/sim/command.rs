@@ -98,8 +98,8 @@ pub struct SimulateArgs {
     #[arg(long)]
     jobs: Option<usize>,
     /// JSON object of queueing-model settings for the `sla-*` policies (planner-core's
-    /// `QueueingConfig` field names; unnamed ones keep their defaults), to compare settings
-    /// against the defaults.
+    /// `QueueingConfig` fields, by group: `{"margins": {"cold": 1.3}}`; unnamed ones keep their
+    /// defaults), to compare settings against the defaults.
     #[arg(long, value_name = "FILE")]
     queueing_config: Option<PathBuf>,
     /// Also write every policy's per-interval records (replicas, cohort latencies, whether the
@@ -135,29 +135,60 @@ struct SuiteTrace {
     itl_ms: Option<f64>,
 }
 
-/// Reads queueing-model settings: a JSON object whose fields override the defaults. A field
-/// the model does not have is an error (a misspelt setting would otherwise compare the
-/// defaults against themselves).
+/// Reads queueing-model settings: a JSON object whose fields override the defaults (groups
+/// field by field, as [`overlay_queueing`]).
 fn read_queueing_config(path: &Path) -> Result<QueueingConfig, SimulateError> {
     let input = |e: String| SimulateError::Input(format!("{}: {e}", path.display()));
     let text = std::fs::read_to_string(path).map_err(|e| input(format!("cannot read: {e}")))?;
     let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| input(e.to_string()))?;
-    let serde_json::Value::Object(fields) = &value else {
-        return Err(input("expected a JSON object of settings".into()));
+    overlay_queueing(&QueueingConfig::default(), &value).map_err(input)
+}
+
+/// `base` with the settings `overlay` names replaced: a JSON object of `QueueingConfig`'s
+/// fields, whose groups (`margins`, `burstiness`, ...) are merged field by field. A setting the
+/// model does not have is an error that names it and the valid ones (a misspelt setting would
+/// otherwise compare the defaults against themselves).
+pub fn overlay_queueing(
+    base: &QueueingConfig,
+    overlay: &serde_json::Value,
+) -> Result<QueueingConfig, String> {
+    let mut merged = serde_json::to_value(base).map_err(|e| e.to_string())?;
+    merge_settings(&mut merged, overlay, "")?;
+    serde_json::from_value(merged).map_err(|e| e.to_string())
+}
+
+fn merge_settings(into: &mut serde_json::Value, from: &serde_json::Value, group: &str) -> Result<(), String> {
+    let (serde_json::Value::Object(into), serde_json::Value::Object(from)) = (into, from) else {
+        return Err(format!(
+            "expected a JSON object of settings{}",
+            if group.is_empty() {
+                String::new()
+            } else {
+                format!(" for {}", group.trim_end_matches('.'))
+            }
+        ));
     };
-    let known = serde_json::to_value(QueueingConfig::default()).map_err(|e| input(e.to_string()))?;
-    if let Some(unknown) = fields.keys().find(|k| known.get(k.as_str()).is_none()) {
-        let mut names: Vec<&str> = known
-            .as_object()
-            .map(|o| o.keys().map(String::as_str).collect())
-            .unwrap_or_default();
-        names.sort_unstable();
-        return Err(input(format!(
-            "unknown setting {unknown:?}; the settings are: {}",
-            names.join(", ")
-        )));
+    for (name, value) in from {
+        let Some(slot) = into.get_mut(name) else {
+            let mut names: Vec<String> = into.keys().map(|k| format!("{group}{k}")).collect();
+            names.sort_unstable();
+            return Err(format!(
+                "unknown setting \"{group}{name}\"; the settings{} are: {}",
+                if group.is_empty() {
+                    String::new()
+                } else {
+                    format!(" of {}", group.trim_end_matches('.'))
+                },
+                names.join(", ")
+            ));
+        };
+        if slot.is_object() {
+            merge_settings(slot, value, &format!("{group}{name}."))?;
+        } else {
+            *slot = value.clone();
+        }
     }
-    serde_json::from_value(value).map_err(|e| input(e.to_string()))
+    Ok(())
 }
 
 /// One trace to run, with its targets.
@@ -707,23 +738,35 @@ mod tests {
     fn queueing_settings_override_the_defaults_and_unknown_ones_are_named() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("q.json");
-        std::fs::write(&path, r#"{"stabilisation_s": 120, "kv_sigmas": 1.0}"#).unwrap();
+        std::fs::write(
+            &path,
+            r#"{"stabilisation": {"window_s": 120}, "decode_kv": {"sigmas": 1.0}}"#,
+        )
+        .unwrap();
         let read = read_queueing_config(&path).unwrap();
-        assert_eq!(read.stabilisation_s, 120.0);
-        assert_eq!(read.kv_sigmas, 1.0);
-        assert_eq!(
-            read.forecast_quantile,
-            QueueingConfig::default().forecast_quantile
-        );
+        let defaults = QueueingConfig::default();
+        assert_eq!(read.stabilisation.window_s, 120.0);
+        assert_eq!(read.stabilisation.quantile, defaults.stabilisation.quantile);
+        assert_eq!(read.decode_kv.sigmas, 1.0);
+        assert_eq!(read.margins, defaults.margins);
 
-        std::fs::write(&path, r#"{"stabilization_s": 120}"#).unwrap();
+        std::fs::write(&path, r#"{"stabilisation": {"window": 120}}"#).unwrap();
         let error = read_queueing_config(&path).unwrap_err().to_string();
-        assert!(error.contains("unknown setting \"stabilization_s\""), "{error}");
-        assert!(error.contains("stabilisation_s"), "{error}");
+        assert!(
+            error.contains("unknown setting \"stabilisation.window\""),
+            "{error}"
+        );
+        assert!(error.contains("stabilisation.window_s"), "{error}");
+        std::fs::write(&path, r#"{"kv_sigmas": 1.0}"#).unwrap();
+        let error = read_queueing_config(&path).unwrap_err().to_string();
+        assert!(error.contains("decode_kv, fast_path"), "{error}");
         std::fs::write(&path, "[1]").unwrap();
         let error = read_queueing_config(&path).unwrap_err().to_string();
         assert!(error.contains("expected a JSON object"), "{error}");
-        std::fs::write(&path, r#"{"kv_sigmas": "many"}"#).unwrap();
+        std::fs::write(&path, r#"{"margins": 2}"#).unwrap();
+        let error = read_queueing_config(&path).unwrap_err().to_string();
+        assert!(error.contains("for margins"), "{error}");
+        std::fs::write(&path, r#"{"decode_kv": {"sigmas": "many"}}"#).unwrap();
         assert!(read_queueing_config(&path).is_err());
     }
 
@@ -761,7 +804,7 @@ mod tests {
         assert_eq!(rows[0][14], "1", "{defaults}");
         // A decode pool sized for ten standard deviations of KV demand is larger: the settings
         // reach the planner.
-        let wide = run(Some(r#"{"kv_sigmas": 10.0}"#));
+        let wide = run(Some(r#"{"decode_kv": {"sigmas": 10.0}}"#));
         let decode = |csv: &str| -> f64 {
             csv.lines()
                 .skip(1)

@@ -9,6 +9,8 @@
 //! - [`policy`]: SLA planner per predictor with and without correction, load-based planner,
 //!   HPA, fixed peak deployment, perfect prediction and the oracle.
 //! - [`report`] and [`plot`]: the comparison table, the Markdown report and the figures.
+//! - [`scenario`]: hand-computable workloads and the overload recovery the queueing planner
+//!   must pass.
 
 pub mod command;
 pub use planner_core::latency;
@@ -17,6 +19,7 @@ pub mod plot;
 pub mod policy;
 pub mod report;
 pub mod run;
+pub mod scenario;
 pub mod trace;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
