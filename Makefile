@@ -5,7 +5,7 @@ CARGO ?= cargo
 # Two cores on our machines: one job per core, no incremental cache in CI.
 export CARGO_BUILD_JOBS ?= 2
 
-.PHONY: build test lint fmt manifests check-manifests tools dynamo image cluster-up cluster-down e2e e2e-kind chart-test demo bench help
+.PHONY: build test lint fmt manifests check-manifests tools dynamo image cluster-up cluster-down e2e e2e-kind chart-test demo bench tune help
 
 ## build: compile the operator and crd-gen (debug)
 build:
@@ -81,6 +81,12 @@ bench:
 	$(CARGO) run --release --locked -p planner-sim -- simulate --suite bench/suite.json \
 		--profile h100-llama3.3-70b-tp4 --rate-scale 1 --rate-scale 4 \
 		--out bench/figures --report bench/results.md
+
+## tune: the search the queueing planner's defaults come from (release build), on the runs of make bench: prints
+##       what each stage found and what every value of every tuned setting scores around the winner (about a
+##       minute on 2 cores once built; planner-sim tune --help for the budget, seed and knobs)
+tune:
+	$(CARGO) run --release --locked -p planner-sim -- tune --suite bench/suite.json --profile h100-llama3.3-70b-tp4
 
 ## help: list the targets
 help:

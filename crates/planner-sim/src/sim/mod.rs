@@ -11,6 +11,7 @@
 //! - [`report`] and [`plot`]: the comparison table, the Markdown report and the figures.
 //! - [`scenario`]: hand-computable workloads and the overload recovery the queueing planner
 //!   must pass.
+//! - [`tune`]: the search the queueing planner's defaults come from.
 
 pub mod command;
 pub use planner_core::latency;
@@ -21,6 +22,7 @@ pub mod report;
 pub mod run;
 pub mod scenario;
 pub mod trace;
+pub mod tune;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
