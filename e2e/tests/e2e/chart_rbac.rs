@@ -580,12 +580,21 @@ async fn exercise(
     .await?;
 
     // Stale workloads: the removed components' Deployments and Service are deleted.
-    let mut dgd = dgds.get(GRAPH).await?;
-    dgd.spec
-        .components
-        .retain(|c| c.name != "frontend-b" && c.name != "aux");
-    dgd.metadata.managed_fields = None;
-    dgds.replace(GRAPH, &PostParams::default(), &dgd).await?;
+    // The planner (replicas) and the DGD controller (status) write the DGD meanwhile: a replace
+    // that lost the race (409) is read and tried again.
+    poll_until("the DGD without frontend-b and aux", WAIT, || async {
+        let mut dgd = dgds.get(GRAPH).await?;
+        dgd.spec
+            .components
+            .retain(|c| c.name != "frontend-b" && c.name != "aux");
+        dgd.metadata.managed_fields = None;
+        match dgds.replace(GRAPH, &PostParams::default(), &dgd).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+            Err(error) => Err(error.into()),
+        }
+    })
+    .await?;
     poll_until(
         "the removed components' workloads to be deleted",
         WAIT,
