@@ -9,6 +9,7 @@ mod chart_rbac;
 mod closed_loop;
 mod cluster;
 mod conformance;
+mod conversion;
 mod crd_race;
 mod crds;
 mod dgd;
