@@ -13,5 +13,6 @@ pub mod profile;
 pub mod queueing;
 pub mod sizing;
 pub mod sla;
+pub mod startup;
 pub mod state;
 pub mod trace;

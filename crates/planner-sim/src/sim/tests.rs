@@ -361,6 +361,9 @@ impl<C: PerformanceCurves, P: Policy<C>> Policy<C> for Watch<P> {
         let decision = self.inner.fast_decide(ctx, signals);
         self.record(ctx, decision)
     }
+    fn replicas_changed(&mut self, now_s: f64, asked: (u32, u32), serving: (u32, u32)) {
+        self.inner.replicas_changed(now_s, asked, serving);
+    }
 }
 
 fn queueing_policy(config: &SimConfig) -> SlaPolicy {
@@ -418,6 +421,36 @@ fn overload_recovery_scales_out_fast_and_never_down_with_a_backlog() {
             );
         }
     }
+}
+
+#[test]
+fn the_sla_policy_plans_with_the_scale_up_delay_it_measures() {
+    // A step the pool cannot serve: the planner scales out, and the replicas it asked for serve
+    // 180 s later; it measures that, as the operator does on a cluster, instead of being told.
+    let mut requests = constant(2.0, 0.0, 300.0);
+    requests.extend(constant(25.0, 300.0, 900.0));
+    let config = SimConfig {
+        scale_up_delay_s: 180.0,
+        ..config()
+    };
+    let mut policy = queueing_policy(&config);
+    assert_eq!(policy.measured_delay(), None);
+    let result = run(&requests, &model(), &config, &mut policy, Some((1, 1)));
+    assert!(result.summary.max_prefill >= 2, "{:?}", result.decisions);
+    assert_eq!(
+        policy.measured_delay(),
+        Some(std::time::Duration::from_secs(180)),
+        "{:?}",
+        result.decisions
+    );
+    // Replicas that serve at once are measured as such.
+    let at_once = SimConfig {
+        scale_up_delay_s: 0.0,
+        ..config.clone()
+    };
+    let mut policy = queueing_policy(&at_once);
+    run(&requests, &model(), &at_once, &mut policy, Some((1, 1)));
+    assert_eq!(policy.measured_delay(), Some(std::time::Duration::ZERO));
 }
 
 #[test]
