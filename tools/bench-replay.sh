@@ -14,7 +14,9 @@
 # REPLAY_MAX_S (keep only the first seconds of each trace; the whole trace by default),
 # REPLAY_STARTUP_S (scale-up delay of new workers, 60), REPLAY_POLICIES (all by default),
 # REPLAY_DIR (work directory, target/bench-replay), REPLAY_REPORT (bench/replay.md),
-# REPLAY_COMMAND (the command named in the report's header).
+# REPLAY_COMMAND (the command named in the report's header), REPLAY_EXPECT_SCALING (policies
+# that must change the replicas in every run, else the report fails), REPLAY_CARGO_PROFILE
+# (release; `dev` reuses the debug build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/env.sh
@@ -29,9 +31,11 @@ profile=h100-llama3.3-70b-tp4
 
 bash tools/dynamo-venv.sh
 python="$(dynamo_python)"
-log "building planner-sim (release) ..."
-"${CARGO:-cargo}" build --release --locked -p planner-sim
-sim="$(pwd)/target/release/planner-sim"
+# The release build by default; CI's short replay uses the debug build `make test` leaves.
+cargo_profile="${REPLAY_CARGO_PROFILE:-release}"
+log "building planner-sim ($cargo_profile) ..."
+"${CARGO:-cargo}" build --profile "$cargo_profile" --locked -p planner-sim
+sim="$(pwd)/target/$([[ "$cargo_profile" == dev ]] && echo debug || echo "$cargo_profile")/planner-sim"
 
 rm -rf "$dir"
 trace_args=(--suite "$suite" --profile "$profile" --out "$dir")
@@ -51,5 +55,8 @@ start=$SECONDS
 "$python" tools/replay/bench_replay.py "${replay_args[@]}"
 log "replays took $((SECONDS - start)) s"
 
-"$sim" replay-report --manifest "$dir/manifest.json" --out "$report" \
-  --intervals-csv "$dir/intervals.csv" --command "$command"
+report_args=(--manifest "$dir/manifest.json" --out "$report" --intervals-csv "$dir/intervals.csv" --command "$command")
+for policy in ${REPLAY_EXPECT_SCALING:-}; do
+  report_args+=(--expect-scaling "$policy")
+done
+"$sim" replay-report "${report_args[@]}"

@@ -27,6 +27,8 @@ import time
 from importlib import metadata
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# Dynamo's engines and planner log every tick at INFO; keep warnings and errors.
+os.environ.setdefault("DYN_LOG", "warn")
 import standin  # noqa: E402
 
 standin.install()
@@ -40,6 +42,8 @@ DYNAMO_MODES = {"dynamo-throughput": "throughput", "dynamo-latency": "latency"}
 # The bridge's sample: the simulator's step (1 s), fine enough for the fast checks (10 s) and
 # the HPA's period (15 s).
 SAMPLE_MS = 1000.0
+# The replay's telemetry (the schedulers' gauges) for the bridge: five per sample.
+GAUGE_MS = 200.0
 
 
 class BridgeError(RuntimeError):
@@ -49,25 +53,46 @@ class BridgeError(RuntimeError):
 class BridgePolicy:
     """A `scaling_policy` for Dynamo's replay that asks `planner-sim bridge` every second.
 
-    Each tick's snapshot (the traffic of the window since the last tick, every worker's last
-    forward pass in it, the workers by state) becomes one sample: counters over the window,
-    gauges at its end. The prompt lengths of the window's arrivals come from the trace, as a
-    frontend sees each prompt on arrival.
+    Each tick becomes one sample: the traffic counters of the tick's snapshot (the window since
+    the last tick), and gauges from the replay's telemetry (`telemetry`, every
+    `GAUGE_MS`): the requests waiting for a first token and in flight, the decode pool's KV
+    usage at the tick, and the share of the prefill workers busy, averaged over the window's
+    gauge samples (a sample taken at a random instant is busy with the probability the worker
+    is, as a GPU's utilisation counter reads). The prompt lengths of the window's arrivals
+    come from the trace, as a frontend sees each prompt on arrival.
     """
 
-    def __init__(self, command, arrivals, kv_capacity):
+    def __init__(self, command, arrivals):
         self.command = command
         self.proc = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
         )
         self.arrival_ms = [a[0] for a in arrivals]
         self.arrival_isl = [a[1] for a in arrivals]
-        self.kv_capacity = float(kv_capacity)
         self.last_ms = 0.0
-        self.answers = 0
+        self.gauges = None
+        self.busy = []
 
     def initial_tick_ms(self):
         return SAMPLE_MS
+
+    def telemetry(self, sample):
+        """The replay's periodic telemetry: the schedulers' state at `sampled_at_ms`."""
+        prefill = [m for m in sample["prefill_scheduler_metrics"] if m["worker_id"] in set(sample["active_prefill_ids"])]
+        decode = [m for m in sample["decode_scheduler_metrics"] if m["worker_id"] in set(sample["active_decode_ids"])]
+        waiting = sum(m["running_requests"] + m["waiting_requests"] for m in prefill)
+        waiting += sum(m["waiting_requests"] for m in decode)
+        waiting += sample["router_pending_prefill_requests"] + sample["router_pending_decode_requests"]
+        decoding = sum(m["running_requests"] for m in decode)
+        self.gauges = {
+            "queued": float(waiting),
+            "inflight": float(waiting + decoding),
+            "decode_kv_usage": (
+                sum(m["active_cache_usage"] for m in decode) / len(decode) if decode else None
+            ),
+        }
+        if prefill:
+            self.busy.append(sum(1 for m in prefill if m["running_requests"] > 0) / len(prefill))
 
     def on_tick(self, snapshot):
         now = float(snapshot["now_ms"])
@@ -78,7 +103,6 @@ class BridgePolicy:
         if not line:
             raise BridgeError(f"{' '.join(self.command)} stopped (exit {self.proc.poll()})")
         answer = json.loads(line)
-        self.answers += 1
         self.last_ms = now
         return {
             "target_prefill": answer.get("prefill"),
@@ -95,23 +119,6 @@ class BridgePolicy:
 
         first = bisect.bisect_left(self.arrival_ms, self.last_ms)
         last = bisect.bisect_left(self.arrival_ms, now)
-        active = {
-            "prefill": set(snapshot["active_prefill_ids"]),
-            "decode": set(snapshot["active_decode_ids"]),
-        }
-
-        def passes(role):
-            return [
-                f
-                for f in snapshot[f"{role}_fpm_snapshots"]
-                if f["worker_id"] in active[role]
-            ]
-
-        prefill, decode = passes("prefill"), passes("decode")
-        waiting = sum(f["num_prefill_requests"] + f["num_queued_prefill"] for f in prefill)
-        waiting += sum(f["num_queued_decode"] for f in decode)
-        decoding = sum(f["num_decode_requests"] for f in decode)
-        serving = [snapshot["active_prefill_count"], snapshot["active_decode_count"]]
         shapes, ttfts, itls = number("shape_count"), number("ttft_count"), number("itl_count")
         sample = {
             "t_s": now / 1000.0,
@@ -119,7 +126,7 @@ class BridgePolicy:
                 snapshot["non_draining_prefill_count"],
                 snapshot["non_draining_decode_count"],
             ],
-            "serving": serving,
+            "serving": [snapshot["active_prefill_count"], snapshot["active_decode_count"]],
             "arrivals": number("num_req"),
             "arrival_isl": self.arrival_isl[first:last],
             "completed": shapes,
@@ -128,15 +135,12 @@ class BridgePolicy:
             "ttft_sum_ms": number("avg_ttft_ms") * ttfts,
             "itl_count": itls,
             "itl_sum_ms": number("avg_itl_ms") * itls,
-            "queued": float(waiting),
-            "inflight": float(waiting + decoding),
         }
-        if serving[1] > 0 and self.kv_capacity > 0:
-            kv = sum(f["sum_decode_kv_tokens"] for f in decode)
-            sample["decode_kv_usage"] = kv / (serving[1] * self.kv_capacity)
-        if serving[0] > 0:
-            busy = sum(1 for f in prefill if f["num_prefill_requests"] > 0)
-            sample["prefill_busy"] = busy / serving[0]
+        if self.gauges is not None:
+            sample.update({k: v for k, v in self.gauges.items() if v is not None})
+        if self.busy:
+            sample["prefill_busy"] = sum(self.busy) / len(self.busy)
+            self.busy = []
         return sample
 
     def close(self):
@@ -223,10 +227,15 @@ def replay(manifest, base, run, policy, args):
             "--interval-s",
             str(manifest["interval_s"]),
         ]
-        capacity = manifest["engine"]["num_gpu_blocks"] * manifest["engine"]["block_size"]
-        bridge = BridgePolicy(command, read_arrivals(trace), capacity)
+        bridge = BridgePolicy(command, read_arrivals(trace))
         try:
-            native = run_mocker_trace_replay([trace], scaling_policy=bridge, **common)
+            native = run_mocker_trace_replay(
+                [trace],
+                scaling_policy=bridge,
+                telemetry_sample_interval_ms=GAUGE_MS,
+                telemetry_callback=bridge.telemetry,
+                **common,
+            )
         finally:
             bridge.close()
         description = " ".join(os.path.basename(c) if i == 0 else c for i, c in enumerate(command))

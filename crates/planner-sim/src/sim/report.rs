@@ -119,8 +119,16 @@ fn rows_against(results: &[RunResult], reference: &str) -> Vec<[String; 14]> {
 
 /// An aligned plain-text table.
 pub fn text_table(results: &[RunResult]) -> String {
-    let rows = rows(results);
-    let mut widths: Vec<usize> = HEADERS.iter().map(|h| h.len()).collect();
+    text_table_against(results, "oracle")
+}
+
+/// An aligned plain-text table with GPU-hours relative to the run named `reference`.
+pub fn text_table_against(results: &[RunResult], reference: &str) -> String {
+    let rows = rows_against(results, reference);
+    let versus = format!("vs {reference}");
+    let mut headers: [&str; 14] = HEADERS;
+    headers[2] = &versus;
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.len());
@@ -143,7 +151,7 @@ pub fn text_table(results: &[RunResult]) -> String {
             .trim_end()
             .to_string()
     };
-    let mut out = line(HEADERS.to_vec());
+    let mut out = line(headers.to_vec());
     out.push('\n');
     out.push_str(&line(
         widths

@@ -676,13 +676,15 @@ pub fn run<C: PerformanceCurves>(
                     max_prefill = max_prefill.max(p);
                     max_decode = max_decode.max(d);
                 }
-                if prefill.activate(t1) || changed_p {
+                let activated_p = prefill.activate(t1);
+                if activated_p || changed_p {
                     cluster.set_prefill_engines(prefill.serving);
                 }
-                if decode.activate(t1) || changed_d {
+                let activated_d = decode.activate(t1);
+                if activated_d || changed_d {
                     cluster.set_decode_engines(decode.serving);
                 }
-                if changed_p || changed_d {
+                if changed_p || changed_d || activated_p || activated_d {
                     policy.replicas_changed(
                         t1,
                         (prefill.target, decode.target),
@@ -731,13 +733,15 @@ pub fn run<C: PerformanceCurves>(
                     max_decode = max_decode.max(d);
                 }
                 // Scale-downs are immediate; a zero delay activates at once as well.
-                if prefill.activate(t1) || changed_p {
+                let activated_p = prefill.activate(t1);
+                if activated_p || changed_p {
                     cluster.set_prefill_engines(prefill.serving);
                 }
-                if decode.activate(t1) || changed_d {
+                let activated_d = decode.activate(t1);
+                if activated_d || changed_d {
                     cluster.set_decode_engines(decode.serving);
                 }
-                if changed_p || changed_d {
+                if changed_p || changed_d || activated_p || activated_d {
                     policy.replicas_changed(
                         t1,
                         (prefill.target, decode.target),
