@@ -4,6 +4,8 @@
 
 pub mod case;
 pub mod clough_tocher;
+pub mod decision;
+pub mod erlang;
 pub mod interpolation;
 pub mod latency;
 pub mod load;
@@ -16,3 +18,4 @@ pub mod sla;
 pub mod startup;
 pub mod state;
 pub mod trace;
+pub mod upstream;

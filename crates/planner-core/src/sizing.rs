@@ -38,8 +38,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::{
+    erlang::{Queue, erlang_c, erlang_c_from_b},
     interpolation::PerformanceCurves,
-    queueing::{Queue, erlang_c, erlang_c_from_b},
 };
 
 /// Mean and second moment of a length distribution (tokens).

@@ -129,7 +129,7 @@ pub fn decide_fast(state: &mut PlannerState, signals: &FastSignals, replicas: Re
     Some(Decision {
         target: tick.target(),
         conditions: tick
-            .plan
+            .upstream()
             .is_some()
             .then(|| scaling_limited(tick.limits()))
             .into_iter()
@@ -229,7 +229,7 @@ fn report_tick(tick: &SlaDecision, origin: &MetricsOrigin) -> Decision {
         message: tick.explanation(),
         ..Decision::default()
     };
-    decision.conditions.push(match &tick.hold {
+    decision.conditions.push(match tick.hold() {
         Some(Hold::MetricsUnavailable { reason }) => {
             DesiredCondition::unmet(METRICS_AVAILABLE, "MetricsUnavailable", reason.clone())
         }
@@ -247,7 +247,7 @@ fn report_tick(tick: &SlaDecision, origin: &MetricsOrigin) -> Decision {
             ),
         ),
     });
-    if tick.plan.is_some() {
+    if tick.upstream().is_some() {
         decision.conditions.push(scaling_limited(tick.limits()));
     }
     decision.observed = tick.observed.as_ref().map(|o| ObservedLoad {
