@@ -27,8 +27,8 @@ import time
 from importlib import metadata
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-# Dynamo's engines and planner log every tick at INFO; keep warnings and errors.
-os.environ.setdefault("DYN_LOG", "warn")
+# Dynamo's engines and planner log every tick (and warn at every scale-up while a worker starts); keep errors.
+os.environ.setdefault("DYN_LOG", "error")
 import standin  # noqa: E402
 
 standin.install()
