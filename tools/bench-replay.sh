@@ -12,7 +12,8 @@
 #
 # Settings (environment): REPLAY_SUITE (default bench/suite.json), REPLAY_RATE_SCALES ("1 4"),
 # REPLAY_MAX_S (keep only the first seconds of each trace; the whole trace by default),
-# REPLAY_STARTUP_S (scale-up delay of new workers, 60), REPLAY_POLICIES (all by default),
+# REPLAY_STARTUP_S (scale-up delay of new workers, 60), REPLAY_ROUTER (Dynamo's router:
+# kv_router, its KV- and load-aware router, or round_robin), REPLAY_POLICIES (all by default),
 # REPLAY_DIR (work directory, target/bench-replay), REPLAY_REPORT (bench/replay.md),
 # REPLAY_COMMAND (the command named in the report's header), REPLAY_EXPECT_SCALING (policies
 # that must change the replicas in every run, else the report fails), REPLAY_CARGO_PROFILE
@@ -47,7 +48,7 @@ if [[ -n "${REPLAY_MAX_S:-}" ]]; then
 fi
 "$sim" replay-traces "${trace_args[@]}"
 
-replay_args=(--manifest "$dir/manifest.json" --bridge "$sim" --startup-s "$startup")
+replay_args=(--manifest "$dir/manifest.json" --bridge "$sim" --startup-s "$startup" --router "${REPLAY_ROUTER:-kv_router}")
 for policy in ${REPLAY_POLICIES:-}; do
   replay_args+=(--policy "$policy")
 done

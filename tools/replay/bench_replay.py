@@ -210,6 +210,7 @@ def replay(manifest, base, run, policy, args):
         sla_ttft_ms=run["ttft_ms"],
         sla_itl_ms=run["itl_ms"],
         capture_per_request=True,
+        router_mode=args.router,
     )
     started = time.monotonic()
     if policy in BRIDGED:
@@ -227,6 +228,10 @@ def replay(manifest, base, run, policy, args):
             "--interval-s",
             str(manifest["interval_s"]),
         ]
+        if args.bridge_log:
+            os.makedirs(args.bridge_log, exist_ok=True)
+            stem = run["file"].removesuffix(".jsonl")
+            command += ["--log", os.path.join(args.bridge_log, f"{stem}-{policy}.jsonl")]
         bridge = BridgePolicy(command, read_arrivals(trace))
         try:
             native = run_mocker_trace_replay(
@@ -261,6 +266,7 @@ def replay(manifest, base, run, policy, args):
         "description": description,
         "dynamo_version": metadata.version("ai-dynamo"),
         "startup_s": args.startup_s,
+        "router": args.router,
         "wall_s": wall,
         "requests": [request_row(r) for r in native.per_request],
         "timeline": timeline(initial, native.lifecycle_operations),
@@ -308,7 +314,14 @@ def main():
     parser.add_argument("--bridge", required=True, help="the planner-sim binary")
     parser.add_argument("--results", help="output directory (default: results beside the manifest)")
     parser.add_argument("--startup-s", type=float, default=60.0, help="scale-up delay of new workers (s)")
+    parser.add_argument(
+        "--router",
+        choices=("kv_router", "round_robin"),
+        default="kv_router",
+        help="Dynamo's router: its KV- and load-aware router (default), or round robin",
+    )
     parser.add_argument("--policy", action="append", choices=POLICIES, help="policies (default: all)")
+    parser.add_argument("--bridge-log", help="directory for the bridge's log of every check (planner-sim bridge --log)")
     parser.add_argument("--run", action="append", help="runs by name, e.g. 'azure2023_code k=1' (default: all)")
     args = parser.parse_args()
 

@@ -30,7 +30,7 @@ use planner_core::{
     interpolation::PerformanceModel,
     load::LoadSamples,
     profile::{Profile, builtin_names},
-    sla::{Limits, SlaTargets},
+    sla::{Limits, Observation, SlaTargets},
     state::{FastSignals, QueueingConfig},
 };
 
@@ -85,6 +85,24 @@ pub struct BridgeArgs {
     /// for `simulate`.
     #[arg(long, value_name = "FILE")]
     queueing_config: Option<PathBuf>,
+    /// Also write, for every check, what the policy was shown (the interval's observation or
+    /// the fast path's signals) and what it answered, one JSON line each.
+    #[arg(long, value_name = "FILE")]
+    log: Option<PathBuf>,
+}
+
+/// One check in the `--log` file.
+#[derive(Serialize)]
+struct Logged<'a> {
+    t_s: f64,
+    check: &'a str,
+    asked: (u32, u32),
+    serving: (u32, u32),
+    #[serde(skip_serializing_if = "Option::is_none")]
+    observation: Option<&'a Observation>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    signals: Option<&'a FastSignals>,
+    target: Option<(u32, u32)>,
 }
 
 /// One window of observations: counters over the window, gauges at its end. Replicas are
@@ -214,6 +232,11 @@ pub fn bridge(args: &BridgeArgs, input: impl BufRead, mut output: impl Write) ->
     };
     let mut policy = build_policy::<PerformanceModel>(spec, &config, (1, 1));
     let mut loop_ = BridgeLoop::new(policy.as_ref(), &config);
+    if let Some(path) = &args.log {
+        let file = std::fs::File::create(path)
+            .map_err(|e| input_error(format!("cannot write {}: {e}", path.display())))?;
+        loop_.log = Some(std::io::BufWriter::new(file));
+    }
     let mut answered = 0;
     for (index, line) in input.lines().enumerate() {
         let line = line?;
@@ -252,6 +275,8 @@ struct BridgeLoop {
     busy_samples: f64,
     /// The replicas the policy was last told about (asked, serving).
     told: Option<((u32, u32), (u32, u32))>,
+    /// Where every check is logged (`--log`).
+    log: Option<std::io::BufWriter<std::fs::File>>,
 }
 
 /// Slack for period boundaries given in floating-point seconds.
@@ -284,6 +309,7 @@ impl BridgeLoop {
             busy_sum: 0.0,
             busy_samples: 0.0,
             told: None,
+            log: None,
         }
     }
 
@@ -360,6 +386,15 @@ impl BridgeLoop {
                 config,
             };
             let decision = policy.decide(&ctx);
+            self.log(Logged {
+                t_s: t,
+                check: "interval",
+                asked,
+                serving,
+                observation: Some(&ctx.window),
+                signals: None,
+                target: decision,
+            });
             self.window = fresh_window();
             self.fast_arrivals = 0.0;
             self.fast_completions = 0.0;
@@ -401,7 +436,17 @@ impl BridgeLoop {
                 model,
                 config,
             };
-            (Some("fast"), policy.fast_decide(&ctx, &signals))
+            let decision = policy.fast_decide(&ctx, &signals);
+            self.log(Logged {
+                t_s: t,
+                check: "fast",
+                asked,
+                serving,
+                observation: None,
+                signals: Some(&signals),
+                target: decision,
+            });
+            (Some("fast"), decision)
         } else {
             (None, None)
         };
@@ -416,6 +461,19 @@ impl BridgeLoop {
             prefill: changed.map(|(p, _)| p).filter(|p| *p != asked.0),
             decode: changed.map(|(_, d)| d).filter(|d| *d != asked.1),
         })
+    }
+
+    /// Writes one check to the `--log` file; a failed write stops the logging, not the bridge.
+    fn log(&mut self, entry: Logged<'_>) {
+        use std::io::Write as _;
+        if let Some(log) = &mut self.log {
+            let written = serde_json::to_writer(&mut *log, &entry)
+                .map_err(std::io::Error::from)
+                .and_then(|()| log.write_all(b"\n"));
+            if written.is_err() {
+                self.log = None;
+            }
+        }
     }
 
     /// Adds one sample to the windows.
@@ -474,6 +532,7 @@ mod tests {
             prefill_gpus: None,
             decode_gpus: None,
             queueing_config: None,
+            log: None,
         }
     }
 
