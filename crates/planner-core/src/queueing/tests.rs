@@ -47,6 +47,7 @@ fn observed(num_req: f64) -> Observation {
         prefill_engines: None,
         decode_kv_usage: None,
         decode_kv_usage_peak: None,
+        decode_engines: None,
         num_req,
         isl: 3000.0,
         osl: 300.0,

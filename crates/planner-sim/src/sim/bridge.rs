@@ -492,6 +492,7 @@ impl BridgeLoop {
         w.tokens += sample.itl_count;
         w.itl_sum += sample.itl_sum_ms / 1000.0;
         w.prefill_engine_s += f64::from(sample.serving[0]) * span_s;
+        w.decode_engine_s += f64::from(sample.serving[1]) * span_s;
         w.span_s += span_s;
         if let Some(usage) = sample.decode_kv_usage.filter(|u| u.is_finite()) {
             w.kv_usage_sum += usage;

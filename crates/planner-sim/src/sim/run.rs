@@ -340,8 +340,9 @@ pub(crate) struct Window {
     pub(crate) isl: Histogram,
     pub(crate) osl: Histogram,
     pub(crate) ttft: Histogram,
-    /// Prefill engine-seconds serving, and the seconds covered.
+    /// Prefill and decode engine-seconds serving, and the seconds covered.
     pub(crate) prefill_engine_s: f64,
+    pub(crate) decode_engine_s: f64,
     pub(crate) span_s: f64,
     /// Sum of the decode pool's KV-cache usage at each step, the steps, and the highest usage.
     pub(crate) kv_usage_sum: f64,
@@ -366,6 +367,7 @@ impl Default for Window {
             osl: Histogram::new(&OSL_BOUNDS),
             ttft: Histogram::new(&TTFT_BOUNDS),
             prefill_engine_s: 0.0,
+            decode_engine_s: 0.0,
             span_s: 0.0,
             kv_usage_sum: 0.0,
             kv_samples: 0.0,
@@ -413,6 +415,7 @@ impl Window {
             osl_second_moment: self.osl.moments().map(|m| m.second),
             ttft_quantile_ms: ttft_quantile,
             prefill_engines: (self.span_s > 0.0).then(|| self.prefill_engine_s / self.span_s),
+            decode_engines: (self.span_s > 0.0).then(|| self.decode_engine_s / self.span_s),
             decode_kv_usage: (self.kv_samples > 0.0).then(|| self.kv_usage_sum / self.kv_samples),
             decode_kv_usage_peak: (self.kv_samples > 0.0).then_some(self.kv_usage_peak),
         }
@@ -620,6 +623,7 @@ pub fn run<C: PerformanceCurves>(
             next += 1;
         }
         recorder.window.prefill_engine_s += f64::from(cluster.prefill_engines()) * step;
+        recorder.window.decode_engine_s += f64::from(cluster.decode_engines()) * step;
         recorder.window.span_s += step;
         cluster.advance(model, t1, &mut recorder);
         let snapshot = cluster.snapshot();

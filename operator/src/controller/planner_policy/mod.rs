@@ -445,6 +445,7 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
             .ttft_percentile
             .map_or(DEFAULT_TTFT_QUANTILE, |p| p / 100.0),
         prefill_engines: current.serving.0,
+        decode_engines: current.serving.1,
     };
     let origin = MetricsOrigin {
         dynamo_namespace: validated.dynamo_namespace.clone(),
