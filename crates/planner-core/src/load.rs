@@ -5,6 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::sla::Limits;
+
 /// Thresholds and limits of the load-based planner.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LoadConfig {
@@ -136,6 +138,19 @@ pub struct LoadPlanner {
     decode_grace_remaining: u32,
 }
 
+impl LoadConfig {
+    /// The replica bounds and the GPU budget.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            min_replicas: self.min_replicas,
+            max_replicas: self.max_replicas,
+            max_gpu_budget: self.max_gpu_budget,
+            prefill_gpus_per_engine: self.prefill_gpus_per_engine,
+            decode_gpus_per_engine: self.decode_gpus_per_engine,
+        }
+    }
+}
+
 fn mean(values: &[f64]) -> Option<f64> {
     let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
     (!finite.is_empty()).then(|| finite.iter().sum::<f64>() / finite.len() as f64)
@@ -177,10 +192,18 @@ impl LoadPlanner {
         if matches!(decode_reason, LoadReason::ScaleUp { .. }) {
             self.decode_grace_remaining = config.decode_grace_intervals;
         }
-        // Below the minimum (e.g. after a manual edit) comes back up first.
+        // Bounded as every planner's decision is: a pool outside its bounds (after a manual
+        // edit, say) comes back within them first. The budget is the steps' own (a step that
+        // does not fit is not taken), not a scaling of what runs.
+        let (prefill, decode) = Limits {
+            max_gpu_budget: None,
+            ..config.limits()
+        }
+        .apply((new_prefill, new_decode))
+        .replicas;
         LoadDecision {
-            prefill: new_prefill.max(config.min_replicas),
-            decode: new_decode.max(config.min_replicas),
+            prefill,
+            decode,
             prefill_reason,
             decode_reason,
             skipped: None,
@@ -407,6 +430,20 @@ mod tests {
         let decision = planner.tick(&config, 2, 1, &samples(&[5.0, 5.0], &[0.99]));
         assert_eq!(decision.prefill_reason, LoadReason::AtBound { bound: 2 });
         assert_eq!(decision.decode, 2);
+    }
+
+    #[test]
+    fn pools_outside_their_bounds_come_back_within_them() {
+        let config = LoadConfig {
+            min_replicas: 2,
+            max_replicas: Some(8),
+            ..LoadConfig::default()
+        };
+        // Steady load on pools edited to 10 prefill and 1 decode replicas.
+        let steady = samples(&[3.0], &[0.7]);
+        let decision = LoadPlanner::default().tick(&config, 10, 1, &steady);
+        assert_eq!((decision.prefill, decision.decode), (8, 2));
+        assert_eq!(decision.prefill_reason, LoadReason::Steady);
     }
 
     #[test]

@@ -15,7 +15,10 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::{
     decision::{Hold, IntervalMetrics, Outcome, SlaDecision},
-    queueing::{FastSignals, QueueingConfig, QueueingPlan, ScaleReason},
+    queueing::{
+        Burstiness, DecodeKv, FastPath, FastSignals, Margins, QueueingConfig, QueueingPlan, ScaleReason,
+        Stabilisation,
+    },
 };
 use crate::{
     interpolation::PerformanceCurves,
@@ -196,7 +199,7 @@ impl SlaPlanner {
         decision
     }
 
-    /// The fast path, between intervals (every [`QueueingConfig::fast_period_s`]): `Some`
+    /// The fast path, between intervals (every [`FastPath::period_s`]): `Some`
     /// when the SLA is at risk or arrivals surged and more replicas are needed at once (never
     /// fewer). `None` when nothing needs to change or the model is upstream's, which has none.
     /// `current` is the replicas asked for.

@@ -7,16 +7,15 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    config::QueueingConfig,
+    config::{QueueingConfig, UNKNOWN_LENGTH_SCV},
     demand::{Demand, backlogged, growth},
     learn::Learned,
     plan::ScaleReason,
-    size::Sizer,
     stats::{median, push_bounded},
 };
 use crate::{
     interpolation::PerformanceCurves,
-    sizing::{self, LengthMoments, ServiceMoments},
+    sizing::{self, LengthMoments, MIN_BURSTINESS, ServiceMoments},
     sla::SlaTargets,
 };
 
@@ -55,7 +54,7 @@ pub(super) struct FastBasis {
     /// Prefill service time.
     pub service: ServiceMoments,
     /// Arrival burstiness.
-    pub burst: f64,
+    pub burstiness: f64,
     /// Prompt-length mix.
     pub isl: LengthMoments,
     /// Output-length mix.
@@ -70,7 +69,7 @@ impl FastBasis {
         Self {
             rate: demand.rate,
             service: demand.service,
-            burst: demand.burstiness,
+            burstiness: demand.burstiness,
             isl: demand.isl,
             osl: demand.osl,
             kv_scale: demand.kv_scale,
@@ -127,8 +126,8 @@ impl Trigger {
             service,
             burstiness: learned
                 .burstiness_at(settings, rate)
-                .map_or(self.basis.burst, |b| {
-                    settings.bounded_burst(b).max(self.basis.burst)
+                .map_or(self.basis.burstiness, |b| {
+                    settings.bounded_burstiness(b).max(self.basis.burstiness)
                 }),
             serving: self.serving,
             backlog: self.backlog,
@@ -139,13 +138,12 @@ impl Trigger {
         }
     }
 
-    /// How long the scale-up is held (s): a backlog's for `fast_hold_s`, a surge's for
-    /// `surge_hold_s`.
+    /// How long the scale-up is held (s).
     pub fn hold_s(&self, settings: &QueueingConfig) -> f64 {
         if self.at_risk {
-            settings.fast_hold_s
+            settings.fast_path.backlog_hold_s
         } else {
-            settings.surge_hold_s.unwrap_or(settings.stabilisation_s.max(0.0))
+            settings.fast_path.surge_hold_s
         }
     }
 
@@ -167,29 +165,25 @@ impl Trigger {
 }
 
 impl FastState {
-    /// Takes an interval's plan as the new basis.
-    pub fn replan(&mut self, basis: FastBasis, keep_rates: bool) {
+    /// Takes an interval's plan as the new basis. The recent rates are kept: one busy window
+    /// right after an interval's decision is not a surge.
+    pub fn replan(&mut self, basis: FastBasis) {
         self.basis = Some(basis);
-        if !keep_rates {
-            self.rates.clear();
-        }
     }
 
     /// Reads one check's signals: `Some` when the SLA is at risk (the backlog would outlast the
     /// scale-up delay) or arrivals run above the rate the last plan provided for. Before the
     /// first interval's plan, the lengths seen so far stand in for it. `cold` is the margin on
     /// the measured rate while forecast errors are too few to know better.
-    #[allow(clippy::too_many_arguments)]
     pub fn check(
         &mut self,
         curves: &impl PerformanceCurves,
         signals: &FastSignals,
         settings: &QueueingConfig,
         sla: &SlaTargets,
-        sizer: &Sizer<'_, impl PerformanceCurves>,
         cold: f64,
-        asked: u32,
     ) -> Option<Trigger> {
+        let fast = &settings.fast_path;
         let window = signals.window_s.max(1e-3);
         let arrivals = match (signals.arrivals, signals.inflight, self.inflight) {
             (Some(arrivals), _, _) if arrivals.is_finite() => arrivals.max(0.0),
@@ -199,12 +193,12 @@ impl FastState {
             _ => signals.completions.max(0.0),
         };
         self.inflight = signals.inflight.filter(|v| v.is_finite());
-        push_bounded(&mut self.rates, arrivals / window, settings.fast_rate_samples);
+        push_bounded(&mut self.rates, arrivals / window, fast.rate_samples);
         // A surge needs the rate sustained over all the samples kept.
         let recent = median(self.rates.iter().copied()).unwrap_or(0.0) * cold;
         let basis = match self.basis {
             Some(basis) => basis,
-            None => Self::first_basis(curves, signals, settings)?,
+            None => Self::first_basis(curves, signals)?,
         };
         let queued = signals.queued.filter(|v| v.is_finite()).unwrap_or(0.0);
         let serving = signals.prefill_engines.max(0.0);
@@ -216,7 +210,7 @@ impl FastState {
         // A backlog is harm already: judged on the last few samples (with three, a step shows
         // within 20 s), or the longer median if higher.
         let latest = if backlog > 0.0 {
-            let last = settings.backlog_rate_samples.max(1);
+            let last = fast.backlog_rate_samples.max(1);
             let short = median(self.rates.iter().rev().take(last).copied()).unwrap_or(0.0);
             (short * cold).max(recent)
         } else {
@@ -230,44 +224,30 @@ impl FastState {
         } else {
             0.0
         };
-        let trigger = Trigger {
-            at_risk: false,
+        // A backlog the serving engines clear within the TTFT target puts nothing at risk (the
+        // interval tick's test for holding scale-downs).
+        let negligible = serving > 0.0 && !backlogged(backlog, service.mean_s, serving, sla.ttft_ms);
+        let at_risk = drain_s > settings.scale_up_delay_s && !negligible;
+        let surge = recent > basis.rate * (1.0 + fast.surge_tolerance.max(0.0));
+        (at_risk || surge).then_some(Trigger {
+            at_risk,
             recent,
             latest,
             drain_s,
             basis,
             serving,
             backlog,
-        };
-        // The engines the recent rate needs, with the queue wait, against those asked for.
-        let short = settings.fast_sizing && {
-            let at_margin = Demand {
-                rate: latest * settings.fast_margin,
-                backlog,
-                growth: 0.0,
-                burstiness: basis.burst,
-                ..trigger.demand(&Learned::default(), settings)
-            };
-            sizer.prefill(&at_margin, backlog).replicas > asked
-        };
-        // A backlog the serving engines clear within the TTFT target puts nothing at risk (the
-        // interval tick's test for holding scale-downs).
-        let negligible = serving > 0.0 && !backlogged(backlog, service.mean_s, serving, sla.ttft_ms);
-        let at_risk = drain_s > settings.scale_up_delay_s && !negligible || short;
-        let surge = recent > basis.rate * (1.0 + settings.surge_tolerance.max(0.0));
-        (at_risk || surge).then_some(Trigger { at_risk, ..trigger })
+        })
     }
 
     /// The basis before any interval's plan: the lengths seen so far, Poisson arrivals.
-    fn first_basis(
-        curves: &impl PerformanceCurves,
-        signals: &FastSignals,
-        settings: &QueueingConfig,
-    ) -> Option<FastBasis> {
+    fn first_basis(curves: &impl PerformanceCurves, signals: &FastSignals) -> Option<FastBasis> {
         let moments = |mean: f64, second: Option<f64>| {
-            (mean.is_finite() && mean > 0.0).then(|| LengthMoments {
-                mean,
-                second: second.filter(|v| v.is_finite()).unwrap_or(2.0 * mean * mean),
+            (mean.is_finite() && mean > 0.0).then(|| {
+                second.filter(|v| v.is_finite()).map_or_else(
+                    || LengthMoments::with_scv(mean, UNKNOWN_LENGTH_SCV),
+                    |second| LengthMoments { mean, second },
+                )
             })
         };
         let isl = moments(signals.isl, signals.isl_second_moment)?;
@@ -275,7 +255,7 @@ impl FastState {
         Some(FastBasis {
             rate: 0.0,
             service: sizing::prefill_service(curves, &isl),
-            burst: settings.arrival_scv.max(1.0),
+            burstiness: MIN_BURSTINESS,
             isl,
             osl,
             kv_scale: 1.0,

@@ -1,7 +1,7 @@
 //! Stage 2, **forecast**: the next interval's arrivals from the policy's predictor, with the
 //! prompt and output length mixes the plan is made for.
 
-use super::{config::QueueingConfig, learn::Work};
+use super::{config::UNKNOWN_LENGTH_SCV, learn::Work};
 use crate::{
     interpolation::PerformanceCurves,
     predictor::{Fallback, LoadPredictors},
@@ -32,14 +32,15 @@ impl Forecast {
 }
 
 /// Feeds the interval's arrivals and mean lengths to the predictors and forecasts the next
-/// interval. `lengths` are the smoothed mixes learned so far (prompt, output).
+/// interval's arrivals. The plan keeps the length mixes learned so far (prompt, output),
+/// smoothed over the recent intervals (the forecast errors correct the prefill time); the
+/// predicted mean lengths stand in until a mix is known.
 pub(super) fn forecast(
     predictors: &mut LoadPredictors,
     curves: &impl PerformanceCurves,
     observation: &Observation,
     arrivals: f64,
     lengths: (Option<LengthMoments>, Option<LengthMoments>),
-    settings: &QueueingConfig,
 ) -> Forecast {
     // Lengths are learned only from intervals that measured them: an idle interval's NaN
     // means are no evidence of zero-length requests.
@@ -57,24 +58,17 @@ pub(super) fn forecast(
             fallbacks.push((series.to_string(), fallback.clone()));
         }
     }
-    // Prompt and output mixes at the forecast means.
-    let isl_shape = lengths.0.unwrap_or(LengthMoments::with_scv(isl.value, 1.0));
-    let osl_shape = lengths.1.unwrap_or(LengthMoments::with_scv(osl.value, 1.0));
-    let isl_moments = if settings.predict_lengths && isl.value > 0.0 {
-        isl_shape.rescaled(isl.value)
-    } else {
-        isl_shape
-    };
-    let osl_moments = if settings.predict_lengths && osl.value > 0.0 {
-        osl_shape.rescaled(osl.value)
-    } else {
-        osl_shape
-    };
+    let isl = lengths
+        .0
+        .unwrap_or(LengthMoments::with_scv(isl.value, UNKNOWN_LENGTH_SCV));
+    let osl = lengths
+        .1
+        .unwrap_or(LengthMoments::with_scv(osl.value, UNKNOWN_LENGTH_SCV));
     Forecast {
         requests: requests.value,
-        service: sizing::prefill_service(curves, &isl_moments),
-        isl: isl_moments,
-        osl: osl_moments,
+        service: sizing::prefill_service(curves, &isl),
+        isl,
+        osl,
         fallbacks,
     }
 }

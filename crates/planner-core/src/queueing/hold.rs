@@ -1,7 +1,7 @@
 //! Stage 5, **hold**: what the recommendations of the last stabilisation window allow. A pool
 //! scales up at once; it scales down only to a quantile of the window's recommendations, and
-//! not at all while a backlog remains. [`Window`] is the one writer of the window and of the
-//! time the decode pool last settled.
+//! not at all while a backlog remains; a scale-up between intervals is held for a while. The
+//! window and the time the decode pool last settled are written here only.
 
 use std::collections::VecDeque;
 
@@ -14,28 +14,7 @@ use super::{
     size::Sizing,
     stats::quantile,
 };
-use crate::sla::{Limit, Observation};
-
-/// What an interval's sizing recommends, and what the hold stage weighs it with.
-pub(super) struct Recommended<'a> {
-    /// The demand sized for.
-    pub demand: &'a Demand,
-    /// Both pools, the backlog drained.
-    pub sizing: &'a Sizing,
-    /// What the arrivals alone need (no backlog to drain).
-    pub sustained: (u32, u32),
-    /// The fewest replicas a search returns.
-    pub min: u32,
-    /// The most replicas a search returns.
-    pub max: u32,
-    /// The arrival rate the interval showed (requests/s).
-    pub observed_rate: f64,
-    /// Prefill engines that served the whole interval from no backlog and missed the TTFT
-    /// target, with the TTFT they gave.
-    pub missed: Option<(u32, f64)>,
-    /// The interval's observation.
-    pub evidence: &'a Observation,
-}
+use crate::sla::Limit;
 
 /// The replicas a decision asks for, and why.
 #[derive(Clone, Debug, PartialEq)]
@@ -50,82 +29,40 @@ pub(super) struct Held {
     pub limits: Vec<Limit>,
 }
 
-/// Holds an interval's recommendation in the window, then bounds it; records a change of the
-/// decode replicas. `now` is the planner clock.
+/// Holds an interval's sizing in the window, then bounds it ([`crate::sla::Limits::apply`]);
+/// records a change of the decode replicas. `sustained` is what the arrivals alone need (no
+/// backlog to drain); `now` is the planner clock.
 pub(super) fn hold(
     window: &mut Window,
     ctx: Context<'_>,
     now: f64,
-    recommended: Recommended<'_>,
+    demand: &Demand,
+    sizing: &Sizing,
+    sustained: (u32, u32),
     current: (u32, u32),
 ) -> Held {
-    let (settings, sla) = (ctx.settings, ctx.sla);
-    let Recommended {
-        demand,
-        sizing,
-        sustained: alone,
-        min,
-        max,
-        observed_rate,
-        missed,
-        evidence: observation,
-    } = recommended;
-    let mut desired = (sizing.prefill.replicas, sizing.decode.replicas);
-    // What the last interval showed: a pool that served at least the planned rate within
-    // the target (with slack) needs no more engines than it had.
-    let slack = settings.evidence_slack;
-    if slack > 0.0 && observed_rate > 0.0 && demand.backlog <= 0.0 {
-        let ttft_seen = match (settings.targets(sla).ttft_quantile, observation.ttft_quantile_ms) {
-            (Some(p), Some((at, ms))) if (at - p).abs() < 1e-6 => ms,
-            _ => observation.ttft_ms,
-        };
-        if demand.rate <= observed_rate
-            && ttft_seen.is_finite()
-            && ttft_seen <= slack * sla.ttft_ms
-            && demand.serving >= 1.0
-        {
-            desired.0 = desired.0.min((demand.serving.round() as u32).max(min));
-        }
-        let kv_ok = observation
-            .decode_kv_usage
-            .is_some_and(|u| u <= slack * settings.kv_fill);
-        if demand.decode_rate <= observed_rate
-            && kv_ok
-            && observation.itl_ms.is_finite()
-            && observation.itl_ms <= slack * sla.itl_ms
-            && current.1 >= 1
-        {
-            desired.1 = desired.1.min(current.1.max(min));
-        }
-    }
+    let settings = ctx.settings;
+    let desired = (sizing.prefill.replicas, sizing.decode.replicas);
     // A backlog is what the prefill engines serving would take longer than the TTFT target
     // to clear: no pool scales down while one remains.
-    let backlogged = backlogged(demand.backlog, demand.service.mean_s, demand.serving, sla.ttft_ms);
-    let mut sustained = (desired.0.min(alone.0.max(min)), desired.1.min(alone.1));
-    // Evidence over the model, upwards: the engines that missed the target last interval are
-    // too few for a plan at least that interval's rate; one more is held like any plan.
-    let mut missed_reason = None;
-    if settings.miss_step
-        && let Some((engines, ttft_ms)) = missed
-        && demand.rate >= observed_rate
-    {
-        let floor = engines.saturating_add(1).min(max);
-        if floor > desired.0 {
-            missed_reason = Some(ScaleReason::MissedTarget { engines, ttft_ms });
-        }
-        desired.0 = desired.0.max(floor);
-        sustained.0 = sustained.0.max(floor);
-    }
-    let (replicas, held) = window.stabilise(settings, now, desired, sustained, current, backlogged);
+    let backlogged = backlogged(
+        demand.backlog,
+        demand.service.mean_s,
+        demand.serving,
+        ctx.sla.ttft_ms,
+    );
+    let remembered = (
+        desired.0.min(sustained.0.max(ctx.limits.min_replicas)),
+        desired.1.min(sustained.1),
+    );
+    let (replicas, held) = window.stabilise(settings, now, desired, remembered, current, backlogged);
     let reason = if held && backlogged {
         ScaleReason::BacklogHold {
             backlog: demand.backlog,
         }
     } else if held {
         ScaleReason::Stabilising
-    } else if let Some(reason) = missed_reason {
-        reason
-    } else if sizing.prefill.replicas > alone.0 {
+    } else if sizing.prefill.replicas > sustained.0 {
         ScaleReason::Backlog {
             backlog: demand.backlog,
             growth: demand.growth,
@@ -141,6 +78,40 @@ pub(super) fn hold(
         reason,
         limits: bounded.limits,
     }
+}
+
+/// Holds a scale-up made between intervals for `hold_s` (at most the window) and bounds it;
+/// `None` when the bounded replicas add nothing to `current` (never fewer). `now` is the
+/// planner clock.
+pub(super) fn hold_scale_up(
+    window: &mut Window,
+    ctx: Context<'_>,
+    now: f64,
+    sizing: &Sizing,
+    current: (u32, u32),
+    hold_s: f64,
+    reason: ScaleReason,
+) -> Option<Held> {
+    let desired = (sizing.prefill.replicas, sizing.decode.replicas);
+    let bounded = ctx
+        .limits
+        .apply((desired.0.max(current.0), desired.1.max(current.1)));
+    let replicas = bounded.replicas;
+    if replicas.0 <= current.0 && replicas.1 <= current.1 {
+        return None;
+    }
+    let replicas = (replicas.0.max(current.0), replicas.1.max(current.1));
+    let span = ctx.settings.stabilisation.window_s.max(0.0);
+    // It enters the window as if recommended `span − hold_s` earlier.
+    let held_from = now - span + hold_s.clamp(0.0, span);
+    window.desired.push_back((held_from, replicas.0, replicas.1));
+    window.decode_changed(now, current.1, replicas.1, ctx.settings.scale_up_delay_s);
+    Some(Held {
+        desired,
+        replicas,
+        reason,
+        limits: bounded.limits,
+    })
 }
 
 /// The stabilisation window's recommendations and when the decode pool last settled.
@@ -175,14 +146,14 @@ impl Window {
         }
         self.desired
             .push_back((now, sustained.0.min(desired.0), sustained.1.min(desired.1)));
-        let window = settings.stabilisation_s.max(0.0);
+        let window = settings.stabilisation.window_s.max(0.0);
         // The window is (now − window, now], as Kubernetes keeps recommendations newer than the
         // cutoff: a recommendation made a full window ago no longer holds.
         self.desired.retain(|(t, _, _)| *t > now - window + 1e-9);
         let of_window = |pool: fn(&(f64, u32, u32)) -> u32| {
             quantile(
                 self.desired.iter().map(|r| f64::from(pool(r))),
-                settings.stabilisation_quantile,
+                settings.stabilisation.quantile,
             )
             .map_or(0, |v| v.ceil() as u32)
         };
@@ -202,14 +173,6 @@ impl Window {
             hold(desired.1, current.1, floor.1),
         );
         (replicas, replicas.0 > desired.0 || replicas.1 > desired.1)
-    }
-
-    /// Keeps a scale-up made between intervals for `hold_s` (at most the window): it enters the
-    /// window as if recommended `window − hold_s` earlier.
-    pub fn hold_scale_up(&mut self, settings: &QueueingConfig, now: f64, replicas: (u32, u32), hold_s: f64) {
-        let window = settings.stabilisation_s.max(0.0);
-        let held_from = now - window + hold_s.clamp(0.0, window);
-        self.desired.push_back((held_from, replicas.0, replicas.1));
     }
 
     /// Records a change of the decode replicas from `before` to `after` at `now`: it settles
@@ -243,17 +206,13 @@ mod tests {
                 .collect(),
             ..Window::default()
         };
-        let highest = QueueingConfig {
-            stabilisation_quantile: 1.0,
-            ..QueueingConfig::default()
-        };
+        let mut highest = QueueingConfig::default();
+        highest.stabilisation.quantile = 1.0;
         let (replicas, held) = window().stabilise(&highest, 240.0, (5, 4), (5, 4), (9, 6), false);
         assert_eq!((replicas, held), ((9, 6), true));
         // The upper quartile of [5, 5, 5, 5, 9] is 5.
-        let quartile = QueueingConfig {
-            stabilisation_quantile: 0.75,
-            ..highest
-        };
+        let mut quartile = highest.clone();
+        quartile.stabilisation.quantile = 0.75;
         let (replicas, held) = window().stabilise(&quartile, 240.0, (5, 4), (5, 4), (9, 6), false);
         assert_eq!((replicas, held), ((5, 4), false));
         // Two high recommendations of five are not an outlier.

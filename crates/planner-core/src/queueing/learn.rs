@@ -13,15 +13,16 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     config::{
-        Context, DECODE_BOUND_KV_USAGE, DECODE_FULL_KV_USAGE, KV_LEARN_AFTER, KV_LEARN_MAX_USAGE,
-        KV_RATIO_SAMPLES, MAX_KV_SCALE, QueueingConfig,
+        Context, DECODE_BOUND_KV_USAGE, DECODE_FULL_KV_USAGE, FORECAST_HORIZONS, KV_LEARN_AFTER,
+        KV_LEARN_MAX_USAGE, KV_RATIO_SAMPLES, MAX_KV_SCALE, QueueingConfig, UNKNOWN_LENGTH_SCV,
+        WHOLE_ENGINES,
     },
     stats::{log_error, median, push_bounded, quantile},
 };
 use crate::{
     interpolation::PerformanceCurves,
     sizing::{self, DecodeModel, LengthMoments, ServiceMoments},
-    sla::{Observation, SlaTargets},
+    sla::Observation,
 };
 
 /// What an interval asks of each pool: requests, their mean prefill time, and the decode KV
@@ -88,9 +89,9 @@ pub(super) struct Learned {
     /// The same for the decode KV-cache demand.
     decode_errors: VecDeque<f64>,
     /// Arrival burstiness learned from observed TTFT, newest last.
-    bursts: VecDeque<f64>,
-    /// The arrival rate each of `bursts` was learned at (req/s), newest last.
-    burst_rates: VecDeque<f64>,
+    burstiness: VecDeque<f64>,
+    /// The arrival rate each of `burstiness` was learned at (req/s), newest last.
+    burstiness_rates: VecDeque<f64>,
     /// Prompt-length moments (smoothed).
     isl: Option<LengthMoments>,
     /// Output-length moments (smoothed).
@@ -137,7 +138,7 @@ impl Learned {
         let measured = |mean: f64, second: Option<f64>, seen: Option<LengthMoments>| {
             (mean.is_finite() && mean > 0.0).then(|| {
                 second.filter(|v| v.is_finite()).map_or_else(
-                    || LengthMoments::with_scv(mean, seen.map_or(1.0, |m| m.scv())),
+                    || LengthMoments::with_scv(mean, seen.map_or(UNKNOWN_LENGTH_SCV, |m| m.scv())),
                     |second| LengthMoments {
                         mean,
                         second: second.max(mean * mean),
@@ -181,9 +182,7 @@ impl Learned {
         }
     }
 
-    /// Learns from the interval read by [`Self::read`]. Returns the prefill engines that served
-    /// the whole interval from no backlog and still missed the TTFT target, with the TTFT they
-    /// gave.
+    /// Learns from the interval read by [`Self::read`].
     pub fn learn(
         &mut self,
         curves: &impl PerformanceCurves,
@@ -191,25 +190,19 @@ impl Learned {
         seen: &Interval,
         ctx: Context<'_>,
         kv: KvLearning,
-    ) -> Option<(u32, f64)> {
-        let (settings, sla) = (ctx.settings, ctx.sla);
+    ) {
+        let settings = ctx.settings;
         let interval_s = ctx.interval_s.max(1e-3);
         self.learn_errors(curves, seen, settings);
-        let missed = match (seen.isl, seen.service) {
-            (Some(moments), Some(service)) => {
-                let missed =
-                    self.learn_burstiness(observation, seen.arrivals, service, settings, sla, interval_s);
-                self.isl = Some(blend(self.isl, moments));
-                missed
-            }
-            _ => None,
-        };
+        if let (Some(moments), Some(service)) = (seen.isl, seen.service) {
+            self.learn_burstiness(observation, seen.arrivals / interval_s, service, settings);
+            self.isl = Some(blend(self.isl, moments));
+        }
         if let Some(moments) = seen.osl {
             self.osl = Some(blend(self.osl, moments));
         }
-        self.learn_kv(curves, observation, seen, settings, sla, interval_s, kv);
+        self.learn_kv(curves, observation, seen, ctx, kv);
         self.last_backlog = observation.queued.map(|_| seen.backlog);
-        missed
     }
 
     /// Forecast errors: the work this interval brought (prefill seconds, decode KV demand)
@@ -231,28 +224,27 @@ impl Learned {
                 forecast.requests * forecast.service_s,
                 forecast.service_s.max(1e-3),
             );
-            push_bounded(&mut self.errors, prefill, settings.forecast_errors);
+            push_bounded(&mut self.errors, prefill, settings.margins.errors_kept);
             if seen.isl.is_some() {
                 let service = log_error(work.service_s, forecast.service_s, 1e-3);
-                push_bounded(&mut self.service_errors, service, settings.forecast_errors);
+                push_bounded(&mut self.service_errors, service, settings.margins.errors_kept);
             }
             let unit = (forecast.decode.max(work.decode) * 1e-3).max(1.0);
             let decode = log_error(work.decode, forecast.decode, unit);
-            push_bounded(&mut self.decode_errors, decode, settings.forecast_errors);
+            push_bounded(&mut self.decode_errors, decode, settings.margins.errors_kept);
         }
     }
 
     /// Arrival burstiness: when the interval began without a backlog and the prefill engines
-    /// did not change, the TTFT beyond the M/G/c wait is burst wait.
+    /// did not change, the TTFT beyond the M/G/c wait is burst wait. `rate` is the interval's
+    /// arrival rate.
     fn learn_burstiness(
         &mut self,
         observation: &Observation,
-        arrivals: f64,
+        rate: f64,
         service: ServiceMoments,
         settings: &QueueingConfig,
-        sla: &SlaTargets,
-        interval_s: f64,
-    ) -> Option<(u32, f64)> {
+    ) {
         let serving = observation.prefill_engines.filter(|c| c.is_finite() && *c >= 1.0);
         let backlog_now = observation
             .queued
@@ -266,57 +258,37 @@ impl Learned {
                 .decode_kv_usage_peak
                 .is_some_and(|peak| peak >= DECODE_FULL_KV_USAGE);
         let (Some(engines), Some(_), Some(before)) = (serving, backlog_now, self.last_backlog) else {
-            return None;
+            return;
         };
-        let unchanged = (engines - engines.round()).abs() < 0.05
+        let unchanged = (engines - engines.round()).abs() < WHOLE_ENGINES
             && before <= engines
             && !decode_bound
             && observation.ttft_ms.is_finite();
         if !unchanged {
-            return None;
+            return;
         }
-        // Engines that served the whole interval, from no backlog, and still missed the TTFT
-        // target: too few for arrivals at that rate.
-        let ttft_seen = match (settings.targets(sla).ttft_quantile, observation.ttft_quantile_ms) {
-            (Some(p), Some((at, ms))) if (at - p).abs() < 1e-6 => ms,
-            _ => observation.ttft_ms,
-        };
-        let missed = (ttft_seen > sla.ttft_ms).then_some((engines.round() as u32, ttft_seen));
-        let measured = (service, arrivals / interval_s);
-        let (service, rate) = if settings.calibrate_on_forecast {
-            self.forecasts
-                .front()
-                .map_or(measured, |f| (f.service, f.requests / interval_s))
-        } else {
-            measured
-        };
-        if let Some(burstiness) = sizing::implied_arrival_scv(
+        if let Some(burstiness) = sizing::implied_burstiness(
             &service,
             rate,
-            &settings.queue_model(settings.arrival_scv),
             engines.round() as u32,
             observation.ttft_ms / 1000.0,
-            settings.min_burstiness,
         ) {
-            push_bounded(&mut self.bursts, burstiness, settings.burst_samples);
-            push_bounded(&mut self.burst_rates, rate, settings.burst_samples);
+            let kept = settings.burstiness.kept;
+            push_bounded(&mut self.burstiness, burstiness, kept);
+            push_bounded(&mut self.burstiness_rates, rate, kept);
         }
-        missed
     }
 
     /// The decode pool's KV usage against what the model says the interval's arrivals hold
     /// (Little's law over the same engines): the ratio corrects the tokens per running
     /// request. Only while the decode replicas were settled for the whole interval and the
     /// cache was not saturated (admission waits cap what a full cache shows).
-    #[allow(clippy::too_many_arguments)]
     fn learn_kv(
         &mut self,
         curves: &impl PerformanceCurves,
         observation: &Observation,
         seen: &Interval,
-        settings: &QueueingConfig,
-        sla: &SlaTargets,
-        interval_s: f64,
+        ctx: Context<'_>,
         kv: KvLearning,
     ) {
         // The engines the usage is of: once the replicas asked for have settled (by the
@@ -327,7 +299,7 @@ impl Learned {
             Some(engines) => ((engines - engines.round()).abs() < 0.05).then(|| engines.round() as u32),
             None => Some(kv.decode),
         };
-        let steady = settings.kv_correction && kv.intervals > KV_LEARN_AFTER && kv.settled;
+        let steady = kv.intervals > KV_LEARN_AFTER && kv.settled;
         let Some(engines) = engines.filter(|e| steady && *e >= 1) else {
             return;
         };
@@ -349,7 +321,7 @@ impl Learned {
         }
         let modelled = sizing::size_decode(
             curves,
-            seen.arrivals / interval_s,
+            seen.arrivals / ctx.interval_s.max(1e-3),
             &isl_now,
             &osl_now,
             &DecodeModel {
@@ -357,7 +329,7 @@ impl Learned {
                 kv_fill: 1.0,
                 kv_scale: 1.0,
             },
-            &settings.targets(sla),
+            &ctx.settings.targets(ctx.sla),
             engines,
             engines,
         );
@@ -376,8 +348,7 @@ impl Learned {
     /// Remembers the work forecast for the next interval (its errors are learned then).
     pub fn remember_forecast(&mut self, work: Work) {
         self.forecasts.push_front(work);
-        // Horizons one and two: a replica asked for now serves only after the scale-up delay.
-        self.forecasts.truncate(2);
+        self.forecasts.truncate(FORECAST_HORIZONS);
     }
 
     /// The smoothed prompt and output length mixes, once measured.
@@ -399,24 +370,21 @@ impl Learned {
     }
 
     /// The burstiness to plan arrivals at `rate` with: the quantile of the estimates learned at
-    /// rates up to `burst_rate_ratio` times it when there are enough of them, else of all;
-    /// `None` before any is learned.
+    /// rates up to `rate_ratio` times it when there are enough of them, else of all; `None`
+    /// before any is learned.
     pub fn burstiness_at(&self, settings: &QueueingConfig, rate: f64) -> Option<f64> {
-        let all = || quantile(self.bursts.iter().copied(), settings.burst_quantile);
-        let Some(ratio) = settings.burst_rate_ratio.filter(|r| r.is_finite() && *r > 0.0) else {
-            return all();
-        };
-        // Newest last in both: pair them from the end (state from before rates were kept has
-        // fewer rates than estimates).
+        let settings = &settings.burstiness;
+        let all = || quantile(self.burstiness.iter().copied(), settings.quantile);
+        // Newest last in both: pair them from the end.
         let comparable = self
-            .bursts
+            .burstiness
             .iter()
             .rev()
-            .zip(self.burst_rates.iter().rev())
-            .filter(|(_, learned_at)| **learned_at <= rate * ratio)
-            .map(|(burst, _)| *burst);
-        if comparable.clone().count() >= settings.burst_min_samples.max(1) {
-            quantile(comparable, settings.burst_quantile)
+            .zip(self.burstiness_rates.iter().rev())
+            .filter(|(_, learned_at)| **learned_at <= rate * settings.rate_ratio)
+            .map(|(burstiness, _)| *burstiness);
+        if comparable.clone().count() >= settings.min_comparable.max(1) {
+            quantile(comparable, settings.quantile)
         } else {
             all()
         }
@@ -430,36 +398,24 @@ mod tests {
     #[test]
     fn burstiness_is_planned_from_estimates_learned_at_comparable_rates() {
         let settings = QueueingConfig::default();
-        assert_eq!(settings.burst_rate_ratio, Some(2.5));
-        assert_eq!(settings.burst_min_samples, 5);
+        assert_eq!(settings.burstiness.rate_ratio, 2.5);
+        assert_eq!(settings.burstiness.min_comparable, 5);
         // Five calm intervals (2 requests/s) implied a burstiness of 1.5; then five busy ones
         // (40 requests/s), 12.
         let mut learned = Learned::default();
-        for (burst, rate) in [(1.5, 2.0); 5].into_iter().chain([(12.0, 40.0); 5]) {
-            learned.bursts.push_back(burst);
-            learned.burst_rates.push_back(rate);
+        for (burstiness, rate) in [(1.5, 2.0); 5].into_iter().chain([(12.0, 40.0); 5]) {
+            learned.burstiness.push_back(burstiness);
+            learned.burstiness_rates.push_back(rate);
         }
-        let all = quantile(learned.bursts.iter().copied(), settings.burst_quantile);
+        let all = quantile(learned.burstiness.iter().copied(), settings.burstiness.quantile);
         assert!(all.is_some_and(|b| b > 10.0), "{all:?}");
         // A calm plan takes the calm estimates; one within 2.5x of the busy rate takes all.
         assert_eq!(learned.burstiness_at(&settings, 3.0), Some(1.5));
         assert_eq!(learned.burstiness_at(&settings, 16.0), all);
-        // Too few comparable estimates, or no ratio: all of them.
-        let strict = QueueingConfig {
-            burst_min_samples: 6,
-            ..settings.clone()
-        };
+        // Too few comparable estimates: all of them.
+        let mut strict = settings.clone();
+        strict.burstiness.min_comparable = 6;
         assert_eq!(learned.burstiness_at(&strict, 3.0), all);
-        let unset = QueueingConfig {
-            burst_rate_ratio: None,
-            ..settings.clone()
-        };
-        assert_eq!(learned.burstiness_at(&unset, 3.0), all);
-        // State saved before rates were kept has fewer rates than estimates: the rates belong
-        // to the newest estimates.
-        let mut older = learned.clone();
-        older.burst_rates.drain(..5);
-        assert_eq!(older.burstiness_at(&settings, 16.0), Some(12.0));
-        assert_eq!(older.burstiness_at(&settings, 3.0), all);
+        assert_eq!(Learned::default().burstiness_at(&settings, 3.0), None);
     }
 }

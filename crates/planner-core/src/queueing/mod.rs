@@ -7,12 +7,12 @@
 //! 2. [`forecast`]: the next interval's arrivals and lengths from the predictor;
 //! 3. [`demand`]: the forecast raised by its margins to the rates planned for, and the backlog;
 //! 4. [`size`]: the fewest engines per pool that meet the targets for that demand;
-//! 5. [`hold`]: the stabilisation window and the backlog hold (the one writer of the window);
+//! 5. [`hold`]: the stabilisation window and the backlog hold (the one writer of the window),
+//!    then the bounds and the GPU budget ([`crate::sla::Limits::apply`]).
 //!
-//! then the bounds and the GPU budget ([`crate::sla::Limits::apply`]). Between intervals the
-//! [`fast`] path decides whether to act and at what rate, then reuses stages 3 to 5. [`config`]
-//! holds the settings, [`plan`] what a decision reports and [`stats`] the statistics the
-//! stages share.
+//! Between intervals the [`fast`] path decides whether to act and at what rate, then reuses
+//! stages 3 to 5. [`config`] holds the settings, [`plan`] what a decision reports and [`stats`]
+//! the statistics the stages share.
 
 mod config;
 mod demand;
@@ -36,7 +36,7 @@ use self::{
     size::Sizer,
 };
 pub use self::{
-    config::QueueingConfig,
+    config::{Burstiness, DecodeKv, FastPath, Margins, QueueingConfig, Stabilisation},
     fast::FastSignals,
     plan::{QueueingPlan, ScaleReason},
 };
@@ -74,8 +74,8 @@ impl QueueingState {
         self.clock_s += interval_s;
     }
 
-    /// One interval: learn, forecast, demand, size, hold, bound. `current` is the replicas
-    /// asked for; `intervals` counts the planner's ticks, this one included.
+    /// One interval: learn, forecast, demand, size, hold. `current` is the replicas asked for;
+    /// `intervals` counts the planner's ticks, this one included.
     pub fn tick(
         &mut self,
         ctx: Context<'_>,
@@ -85,7 +85,6 @@ impl QueueingState {
         current: (u32, u32),
         intervals: u64,
     ) -> Decided {
-        let settings = ctx.settings;
         let interval_s = ctx.interval_s.max(1e-3);
         // 1. Learn.
         let seen = self.learned.read(curves, observation, current.0);
@@ -94,7 +93,7 @@ impl QueueingState {
             settled: self.window.decode_settled_by(self.clock_s - interval_s),
             decode: current.1,
         };
-        let missed = self.learned.learn(curves, observation, &seen, ctx, kv);
+        self.learned.learn(curves, observation, &seen, ctx, kv);
         // 2. Forecast.
         let forecast = forecast::forecast(
             predictors,
@@ -102,31 +101,23 @@ impl QueueingState {
             observation,
             seen.arrivals,
             self.learned.lengths(),
-            settings,
         );
         self.learned.remember_forecast(forecast.work());
         // 3. Demand.
-        let (demand, multipliers) = demand::plan(&forecast, &self.learned, &seen, settings, interval_s);
+        let (demand, multipliers) = demand::plan(&forecast, &self.learned, &seen, ctx.settings, interval_s);
+        self.fast.replan(FastBasis::of(&demand));
         // 4. Size.
-        let sizer = Sizer::new(curves, settings, ctx.sla, ctx.limits, interval_s);
+        let sizer = Sizer::new(curves, ctx.settings, ctx.sla, ctx.limits, interval_s);
         let sizing = sizer.size(&demand);
         let sustained = sizer.sustained(&demand, &sizing);
-        self.fast.replan(FastBasis::of(&demand), settings.keep_fast_rates);
-        // 5. Hold, then bound.
+        // 5. Hold, and bound.
         let held = hold::hold(
             &mut self.window,
             ctx,
             self.clock_s,
-            hold::Recommended {
-                demand: &demand,
-                sizing: &sizing,
-                sustained,
-                min: sizer.min(),
-                max: sizer.max(),
-                observed_rate: seen.arrivals / interval_s,
-                missed,
-                evidence: observation,
-            },
+            &demand,
+            &sizing,
+            sustained,
             current,
         );
         Decided {
@@ -141,7 +132,8 @@ impl QueueingState {
     }
 
     /// The fast path, between intervals: `Some` when the SLA is at risk or arrivals surged
-    /// and more replicas are needed at once (never fewer).
+    /// and more replicas are needed at once (never fewer). Stages 3 to 5 as for an interval,
+    /// at the rate that triggered it.
     pub fn fast_check(
         &mut self,
         ctx: Context<'_>,
@@ -151,50 +143,32 @@ impl QueueingState {
     ) -> Option<Decided> {
         let settings = ctx.settings;
         let interval_s = ctx.interval_s.max(1e-3);
-        let sizer = Sizer::new(curves, settings, ctx.sla, ctx.limits, interval_s);
-        // Until forecast errors are known, the recent rate gets the cold-start margin too.
-        let cold = if settings.fast_cold_margin && self.learned.errors().0.len() < MIN_FORECAST_ERRORS {
-            settings.cold_margin.max(1.0)
+        // Until forecast errors are known, the measured rate gets the cold-start margin too.
+        let cold = if self.learned.errors().0.len() < MIN_FORECAST_ERRORS {
+            settings.margins.cold.max(1.0)
         } else {
             1.0
         };
-        let trigger = self
-            .fast
-            .check(curves, signals, settings, ctx.sla, &sizer, cold, current.0)?;
-        // 3. Demand, at the rate that triggered.
+        let trigger = self.fast.check(curves, signals, settings, ctx.sla, cold)?;
+        // 3. Demand.
         let demand = trigger.demand(&self.learned, settings);
         // 4. Size.
-        let sizing = sizer.size(&demand);
+        let sizing = Sizer::new(curves, settings, ctx.sla, ctx.limits, interval_s).size(&demand);
         // 5. Hold: up only.
-        let needed = (
-            sizing.prefill.replicas.max(current.0),
-            sizing.decode.replicas.max(current.1),
-        );
-        let bounded = ctx.limits.apply(needed);
-        let replicas = bounded.replicas;
-        if replicas.0 <= current.0 && replicas.1 <= current.1 {
-            return None;
-        }
-        let replicas = (replicas.0.max(current.0), replicas.1.max(current.1));
         let now = self.clock_s + signals.elapsed_s.max(0.0);
-        self.window
-            .hold_scale_up(settings, now, replicas, trigger.hold_s(settings));
-        self.window
-            .decode_changed(now, current.1, replicas.1, settings.scale_up_delay_s);
-        let held = hold::Held {
-            desired: (sizing.prefill.replicas, sizing.decode.replicas),
-            replicas,
-            reason: trigger.reason(),
-            limits: bounded.limits,
-        };
+        let held = hold::hold_scale_up(
+            &mut self.window,
+            ctx,
+            now,
+            &sizing,
+            current,
+            trigger.hold_s(settings),
+            trigger.reason(),
+        )?;
         let no_margin = Multipliers {
             forecast: 1.0,
             service: 1.0,
             decode: 1.0,
-        };
-        let reported = demand::Demand {
-            burstiness: trigger.basis.burst,
-            ..demand
         };
         Some(Decided {
             predicted: Load {
@@ -202,7 +176,7 @@ impl QueueingState {
                 isl: demand.isl.mean,
                 osl: demand.osl.mean,
             },
-            plan: report(&reported, &sizing, trigger.recent * interval_s, no_margin, held),
+            plan: report(&demand, &sizing, trigger.recent * interval_s, no_margin, held),
             fallbacks: Vec::new(),
         })
     }
@@ -222,7 +196,7 @@ fn report(
         service_multiplier: multipliers.service,
         decode_multiplier: multipliers.decode,
         planned_rate: demand.rate,
-        burst: demand.burstiness,
+        burstiness: demand.burstiness,
         backlog: demand.backlog,
         isl: demand.isl,
         osl: demand.osl,

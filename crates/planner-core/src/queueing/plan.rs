@@ -38,15 +38,7 @@ pub enum ScaleReason {
         /// The rate the last plan provided for (requests/s).
         planned_rate: f64,
     },
-    /// The prefill engines that served the last interval, from no backlog, missed the TTFT
-    /// target: one more than they were, whatever the model says.
-    MissedTarget {
-        /// Engines that served the interval.
-        engines: u32,
-        /// The TTFT they gave (ms, at the target's statistic).
-        ttft_ms: f64,
-    },
-    /// A scale-down is deferred: the stabilisation window still has a higher recommendation.
+    /// A scale-down is deferred: the stabilisation window's quantile is still higher.
     Stabilising,
     /// A scale-down is refused while a backlog remains.
     BacklogHold {
@@ -85,10 +77,6 @@ impl std::fmt::Display for ScaleReason {
                 f,
                 "arrivals at {arrival_rate:.1} req/s exceed the {planned_rate:.1} req/s planned for"
             ),
-            Self::MissedTarget { engines, ttft_ms } => write!(
-                f,
-                "{engines} prefill engines gave a TTFT of {ttft_ms:.0} ms last interval with no backlog: one more"
-            ),
             Self::Stabilising => write!(f, "scale-down deferred by the stabilisation window"),
             Self::BacklogHold { backlog } => {
                 write!(f, "no scale-down while {backlog:.0} requests are waiting")
@@ -110,8 +98,8 @@ pub struct QueueingPlan {
     pub decode_multiplier: f64,
     /// Arrival rate planned for (requests/s).
     pub planned_rate: f64,
-    /// Arrival burstiness used.
-    pub burst: f64,
+    /// Arrival burstiness planned for.
+    pub burstiness: f64,
     /// Requests waiting beyond those being prefilled.
     pub backlog: f64,
     /// Prompt-length moments planned for.

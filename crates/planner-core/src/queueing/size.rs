@@ -28,7 +28,9 @@ pub(super) struct Sizer<'a, C> {
 }
 
 impl<'a, C: PerformanceCurves> Sizer<'a, C> {
-    /// Searches within `limits`' minimum and maximum (or [`SEARCH_LIMIT`] without one).
+    /// Searches from `limits`' minimum to [`SEARCH_LIMIT`]: a search answers what the load
+    /// needs, and the maximum and the budget bound that afterwards ([`Limits::apply`]), which
+    /// records what they cut.
     pub fn new(
         curves: &'a C,
         settings: &'a QueueingConfig,
@@ -42,19 +44,9 @@ impl<'a, C: PerformanceCurves> Sizer<'a, C> {
             settings,
             targets: settings.targets(sla),
             min,
-            max: limits.max_replicas.unwrap_or(SEARCH_LIMIT).max(min),
+            max: SEARCH_LIMIT.max(min),
             interval_s,
         }
-    }
-
-    /// The fewest replicas a search returns.
-    pub fn min(&self) -> u32 {
-        self.min
-    }
-
-    /// The most replicas a search returns.
-    pub fn max(&self) -> u32 {
-        self.max
     }
 
     /// Both pools, sized for the demand with its backlog (and its growth) drained within one
@@ -84,13 +76,13 @@ impl<'a, C: PerformanceCurves> Sizer<'a, C> {
     }
 
     /// Prefill for the demand's arrivals and `backlog` requests drained within one interval.
-    pub fn prefill(&self, demand: &Demand, backlog: f64) -> PrefillSizing {
+    fn prefill(&self, demand: &Demand, backlog: f64) -> PrefillSizing {
         sizing::size_prefill(
             &demand.service,
             demand.rate,
             backlog,
             self.interval_s,
-            &self.settings.queue_model(demand.burstiness),
+            demand.burstiness,
             &self.targets,
             self.min,
             self.max,
@@ -104,8 +96,8 @@ impl<'a, C: PerformanceCurves> Sizer<'a, C> {
             &demand.isl,
             &demand.osl,
             &DecodeModel {
-                kv_sigmas: self.settings.kv_sigmas,
-                kv_fill: self.settings.kv_fill,
+                kv_sigmas: self.settings.decode_kv.sigmas,
+                kv_fill: self.settings.decode_kv.fill,
                 kv_scale: demand.kv_scale,
             },
             &self.targets,

@@ -134,13 +134,8 @@ fn queueing_counts_arrivals_or_completions_plus_inflight_growth() {
 #[test]
 fn queueing_scale_down_waits_for_the_stabilisation_window_and_the_backlog() {
     // Held at the window's highest recommendation, as Kubernetes' HPA does.
-    let config = SlaPlannerConfig {
-        queueing: QueueingConfig {
-            stabilisation_quantile: 1.0,
-            ..QueueingConfig::default()
-        },
-        ..queueing_config()
-    };
+    let mut config = queueing_config();
+    config.queueing.stabilisation.quantile = 1.0;
     let mut planner = SlaPlanner::new(&config);
     let busy = tick(&mut planner, &config, seen(12_000.0, 0.0, 1.0), (1, 1));
     let high = busy.target().unwrap();
@@ -205,52 +200,37 @@ fn a_backlog_scale_up_is_not_held_once_the_backlog_is_gone() {
 }
 
 #[test]
-fn observed_kv_usage_corrects_the_decode_model_when_enabled() {
-    let on = SlaPlannerConfig {
-        queueing: QueueingConfig {
-            kv_correction: true,
-            ..QueueingConfig::default()
-        },
-        ..queueing_config()
-    };
-    let off = SlaPlannerConfig {
-        queueing: QueueingConfig {
-            kv_correction: false,
-            ..QueueingConfig::default()
-        },
-        ..queueing_config()
-    };
+fn observed_kv_usage_corrects_the_decode_model() {
+    let config = queueing_config();
     // The pool holds far more KV than the model says 3000 requests a minute hold (long
     // outputs on long prompts, say): the corrected plan asks for more decode engines.
-    let run = |config: &SlaPlannerConfig, usage: f64| {
-        let mut planner = SlaPlanner::new(config);
+    let run = |usage: Option<f64>| {
+        let mut planner = SlaPlanner::new(&config);
         let mut last = None;
         for _ in 0..8 {
             let o = Observation {
-                decode_kv_usage: Some(usage),
+                decode_kv_usage: usage,
                 ..seen(3000.0, 0.0, 4.0)
             };
-            last = tick(&mut planner, config, o, (4, 4)).target();
+            last = tick(&mut planner, &config, o, (4, 4)).target();
         }
         last.unwrap().1
     };
-    let plain = run(&off, 0.8);
-    assert_eq!(run(&off, 0.1), plain, "off: usage is not read");
-    assert!(run(&on, 0.8) > plain, "{} vs {plain}", run(&on, 0.8));
-    assert!(run(&on, 0.02) <= plain);
+    // Without a usage reading, the model as it is.
+    let plain = run(None);
+    assert!(run(Some(0.8)) > plain, "{} vs {plain}", run(Some(0.8)));
+    assert!(run(Some(0.02)) <= plain);
     // A saturated cache says nothing (admission waits cap what it shows).
-    assert_eq!(run(&on, 0.95), plain);
+    assert_eq!(run(Some(0.95)), plain);
 }
 
 #[test]
 fn decode_has_its_own_cold_start_margin() {
-    let with = |decode_cold_margin: Option<f64>| SlaPlannerConfig {
-        queueing: QueueingConfig {
-            cold_margin: 1.4,
-            decode_cold_margin,
-            ..QueueingConfig::default()
-        },
-        ..queueing_config()
+    let with = |decode_cold: f64| {
+        let mut config = queueing_config();
+        config.queueing.margins.cold = 1.4;
+        config.queueing.margins.decode_cold = decode_cold;
+        config
     };
     // The first interval: no forecast errors known yet, so both margins are the cold ones.
     let first = |config: &SlaPlannerConfig| {
@@ -260,8 +240,8 @@ fn decode_has_its_own_cold_start_margin() {
             .cloned()
             .unwrap()
     };
-    let shared = first(&with(None));
-    let own = first(&with(Some(1.1)));
+    let shared = first(&with(1.4));
+    let own = first(&with(1.1));
     assert_eq!(shared.forecast_multiplier, 1.4);
     assert_eq!(shared.decode_multiplier, 1.4);
     assert_eq!(own.forecast_multiplier, 1.4, "prefill keeps the cold margin");
@@ -271,80 +251,6 @@ fn decode_has_its_own_cold_start_margin() {
         "{own:?} vs {shared:?}"
     );
     assert_eq!(own.prefill_sizing.replicas, shared.prefill_sizing.replicas);
-}
-
-#[test]
-fn a_pool_that_missed_the_target_from_no_backlog_gets_one_more_engine() {
-    let mut config = queueing_config();
-    // Arrivals pinned to Poisson: only the observed miss can add an engine.
-    config.queueing.max_burstiness = 1.0;
-    // A planner that has seen four calm intervals served by `engines`.
-    let warmed = |miss_step: bool, engines: u32| {
-        let config = SlaPlannerConfig {
-            queueing: QueueingConfig {
-                miss_step,
-                ..config.queueing.clone()
-            },
-            ..config.clone()
-        };
-        let mut planner = SlaPlanner::new(&config);
-        for _ in 0..4 {
-            tick(
-                &mut planner,
-                &config,
-                seen(600.0, 0.0, f64::from(engines)),
-                (engines, 1),
-            );
-        }
-        (planner, config)
-    };
-    let plan = |miss_step: bool, engines: u32, last: Observation| {
-        let (mut planner, config) = warmed(miss_step, engines);
-        tick(&mut planner, &config, last, (engines, 1))
-            .queueing()
-            .cloned()
-            .unwrap()
-    };
-    // The engines the model asks for at this load, served within the target.
-    let engines = plan(true, 4, seen(600.0, 0.0, 4.0)).desired.0;
-    let met = plan(true, engines, seen(600.0, 0.0, f64::from(engines)));
-    assert_eq!(met.desired.0, engines, "{met:?}");
-    // The same interval missing the TTFT target with those engines, from no backlog.
-    let missed = Observation {
-        ttft_ms: 1500.0,
-        ..seen(600.0, 0.0, f64::from(engines))
-    };
-    assert_eq!(plan(false, engines, missed).desired.0, engines);
-    let stepped = plan(true, engines, missed);
-    assert_eq!(stepped.desired.0, engines + 1, "{stepped:?}");
-    assert_eq!(
-        stepped.reason,
-        ScaleReason::MissedTarget {
-            engines,
-            ttft_ms: 1500.0
-        }
-    );
-    assert!(
-        stepped
-            .reason
-            .to_string()
-            .contains("prefill engines gave a TTFT of 1500 ms last interval with no backlog: one more"),
-        "{}",
-        stepped.reason
-    );
-    // Held by the stabilisation window like any plan: a calm interval next does not undo it.
-    let (mut planner, stepped_config) = warmed(true, engines);
-    let up = tick(&mut planner, &stepped_config, missed, (engines, 1))
-        .target()
-        .unwrap();
-    assert_eq!(up.0, engines + 1);
-    let next = tick(
-        &mut planner,
-        &stepped_config,
-        seen(600.0, 0.0, f64::from(engines + 1)),
-        up,
-    );
-    assert_eq!(next.target().unwrap().0, engines + 1);
 }
 
 #[test]
@@ -360,7 +266,7 @@ fn a_decode_cache_that_filled_teaches_no_prefill_burstiness() {
             .queueing()
             .cloned()
             .unwrap()
-            .burst;
+            .burstiness;
         let slow = Observation {
             ttft_ms: 1500.0,
             decode_kv_usage: Some(0.5),
@@ -371,7 +277,7 @@ fn a_decode_cache_that_filled_teaches_no_prefill_burstiness() {
             .queueing()
             .cloned()
             .unwrap()
-            .burst;
+            .burstiness;
         (before, after)
     };
     // With room in the cache throughout, the wait was the prefill queue's: bursts.
@@ -466,13 +372,8 @@ fn fast_check_scales_up_on_overload_never_down() {
 #[test]
 fn percentile_targets_need_at_least_the_mean_targets_replicas() {
     let config = queueing_config();
-    let p95 = SlaPlannerConfig {
-        queueing: QueueingConfig {
-            ttft_percentile: Some(95.0),
-            ..QueueingConfig::default()
-        },
-        ..queueing_config()
-    };
+    let mut p95 = queueing_config();
+    p95.queueing.ttft_percentile = Some(95.0);
     let mean = tick(
         &mut SlaPlanner::new(&config),
         &config,
@@ -553,15 +454,13 @@ fn window(elapsed_s: f64, arrivals: f64, engines: u32) -> FastSignals {
 
 #[test]
 fn a_busy_window_right_after_a_tick_is_judged_with_the_windows_before_it() {
-    // Three calm windows at the planned 10 requests/s, then the tick, then one window at 2.5
-    // times the rate.
-    let busy_after_tick = |keep_fast_rates: bool| {
-        let (mut planner, config, replicas) = steady(QueueingConfig {
-            keep_fast_rates,
-            fast_rate_samples: 3,
-            ..QueueingConfig::default()
-        });
-        for i in 1..=3 {
+    // Three calm windows at the planned 10 requests/s (or none), then the tick, then one
+    // window at 2.5 times the rate.
+    let busy_after_tick = |calm_windows: u32| {
+        let mut settings = QueueingConfig::default();
+        settings.fast_path.rate_samples = 3;
+        let (mut planner, config, replicas) = steady(settings);
+        for i in 1..=calm_windows {
             let calm = window(10.0 * f64::from(i), 100.0, replicas.0);
             assert!(planner.fast_check(&config, &model(), &calm, replicas).is_none());
         }
@@ -574,10 +473,10 @@ fn a_busy_window_right_after_a_tick_is_judged_with_the_windows_before_it() {
         let busy = window(10.0, 250.0, replicas.0);
         planner.fast_check(&config, &model(), &busy, replicas)
     };
-    // The median of the last three is still calm.
-    assert!(busy_after_tick(true).is_none());
-    // Forgetting the windows at each tick makes the same window a surge on its own.
-    let up = busy_after_tick(false).expect("a surge");
+    // The median of the last three, kept across the tick, is still calm.
+    assert!(busy_after_tick(3).is_none());
+    // The same window on its own is a surge.
+    let up = busy_after_tick(0).expect("a surge");
     assert!(matches!(
         up.queueing().cloned().unwrap().reason,
         ScaleReason::Surge { .. }
@@ -586,14 +485,12 @@ fn a_busy_window_right_after_a_tick_is_judged_with_the_windows_before_it() {
 
 #[test]
 fn a_surge_is_held_for_its_hold_time_not_the_whole_window() {
-    for (hold, kept) in [(Some(60.0), false), (None, true)] {
-        let (mut planner, config, calm) = steady(QueueingConfig {
-            surge_hold_s: hold,
-            keep_fast_rates: true,
-            fast_rate_samples: 3,
-            stabilisation_quantile: 1.0,
-            ..QueueingConfig::default()
-        });
+    for (hold, kept) in [(60.0, false), (300.0, true)] {
+        let mut settings = QueueingConfig::default();
+        settings.fast_path.surge_hold_s = hold;
+        settings.fast_path.rate_samples = 3;
+        settings.stabilisation.quantile = 1.0;
+        let (mut planner, config, calm) = steady(settings);
         // A minute of twice the planned rate, all prompts served at once (no backlog).
         let mut up = calm;
         for i in 1..=5 {
@@ -613,7 +510,7 @@ fn a_surge_is_held_for_its_hold_time_not_the_whole_window() {
         assert_eq!(
             replicas.0 == up.0,
             kept,
-            "hold {hold:?}: {replicas:?} after {up:?}, calm {calm:?}"
+            "hold {hold}: {replicas:?} after {up:?}, calm {calm:?}"
         );
     }
 }

@@ -11,6 +11,9 @@
 //! - [`report`] and [`plot`]: the comparison table, the Markdown report and the figures.
 //! - [`bridge`]: the same policies driven by observations from another engine model, one JSON
 //!   line at a time (Dynamo's offline replay); [`replay`]: that replay's traces and report.
+//! - [`scenario`]: hand-computable workloads and the overload recovery the queueing planner
+//!   must pass.
+//! - [`tune`]: the search the queueing planner's defaults come from.
 
 pub mod bridge;
 pub mod command;
@@ -21,7 +24,9 @@ pub mod policy;
 pub mod replay;
 pub mod report;
 pub mod run;
+pub mod scenario;
 pub mod trace;
+pub mod tune;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
