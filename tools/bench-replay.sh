@@ -17,7 +17,8 @@
 # REPLAY_DIR (work directory, target/bench-replay), REPLAY_REPORT (bench/replay.md),
 # REPLAY_COMMAND (the command named in the report's header), REPLAY_EXPECT_SCALING (policies
 # that must change the replicas in every run, else the report fails), REPLAY_CARGO_PROFILE
-# (release; `dev` reuses the debug build).
+# (release; `dev` reuses the debug build), REPLAY_BRIDGE_LOG (a directory for the bridge's log of
+# every check, per run and policy).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/env.sh
@@ -52,6 +53,9 @@ replay_args=(--manifest "$dir/manifest.json" --bridge "$sim" --startup-s "$start
 for policy in ${REPLAY_POLICIES:-}; do
   replay_args+=(--policy "$policy")
 done
+if [[ -n "${REPLAY_BRIDGE_LOG:-}" ]]; then
+  replay_args+=(--bridge-log "$REPLAY_BRIDGE_LOG")
+fi
 start=$SECONDS
 "$python" tools/replay/bench_replay.py "${replay_args[@]}"
 log "replays took $((SECONDS - start)) s"
