@@ -44,6 +44,11 @@ DYNAMO_MODES = {"dynamo-throughput": "throughput", "dynamo-latency": "latency"}
 SAMPLE_MS = 1000.0
 # The replay's telemetry (the schedulers' gauges) for the bridge: five per sample.
 GAUGE_MS = 200.0
+# Policies stop ticking this long after the trace's last arrival. The replay can run as long as
+# a policy asks for ticks: Mooncake conversation at k=4 was still ticking at 1.6 million virtual
+# seconds with nothing in flight. A request still unfinished then counts as missing the SLA in
+# its arrival's interval.
+END_GRACE_MS = 600_000.0
 
 
 class BridgeError(RuntimeError):
@@ -64,6 +69,7 @@ class BridgePolicy:
 
     def __init__(self, command, arrivals):
         self.command = command
+        self.end_ms = (arrivals[-1][0] if arrivals else 0.0) + END_GRACE_MS
         self.proc = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
         )
@@ -107,7 +113,7 @@ class BridgePolicy:
         return {
             "target_prefill": answer.get("prefill"),
             "target_decode": answer.get("decode"),
-            "next_tick_ms": now + SAMPLE_MS,
+            "next_tick_ms": now + SAMPLE_MS if now < self.end_ms else None,
         }
 
     def sample(self, snapshot, now):
@@ -149,6 +155,26 @@ class BridgePolicy:
         code = self.proc.wait()
         if code != 0:
             raise BridgeError(f"{' '.join(self.command)} exited with {code}")
+
+
+class Bounded:
+    """Dynamo's planner adapter, ticking until `end_ms` (`END_GRACE_MS`)."""
+
+    def __init__(self, adapter, end_ms):
+        self.adapter = adapter
+        self.end_ms = end_ms
+
+    def initial_tick_ms(self):
+        return self.adapter.initial_tick_ms()
+
+    def on_tick(self, snapshot):
+        answer = dict(self.adapter.on_tick(snapshot))
+        if float(snapshot["now_ms"]) >= self.end_ms:
+            answer["next_tick_ms"] = None
+        return answer
+
+    def __getattr__(self, name):
+        return getattr(self.adapter, name)
 
 
 def engine_args(manifest, base, role, startup_s):
@@ -253,7 +279,9 @@ def replay(manifest, base, run, policy, args):
             planner_config_arg=json.dumps(config),
             capture_details=False,
         ) as adapter:
-            native = run_mocker_trace_replay([trace], scaling_policy=adapter, **common)
+            arrivals = read_arrivals(trace)
+            end_ms = (arrivals[-1][0] if arrivals else 0.0) + END_GRACE_MS
+            native = run_mocker_trace_replay([trace], scaling_policy=Bounded(adapter, end_ms), **common)
         description = "Dynamo planner " + json.dumps(config, sort_keys=True)
     elif policy == "fixed-peak":
         native = run_mocker_trace_replay([trace], scaling_policy=None, **common)
