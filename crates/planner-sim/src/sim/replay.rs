@@ -439,7 +439,7 @@ pub fn replay_report(args: &ReplayReportArgs) -> Result<String, ReplayError> {
                 .iter()
                 .find(|r| &r.policy == policy)
                 .map(|r| r.summary.scaling_actions);
-            if !actions.is_some_and(|a| a > 0) {
+            if actions.is_none_or(|a| a == 0) {
                 return Err(input(format!(
                     "{}: `{policy}` {} (--expect-scaling)",
                     run.name,
@@ -533,6 +533,10 @@ pub fn replay_report(args: &ReplayReportArgs) -> Result<String, ReplayError> {
          simulator's HPA-style policy, both asked through `planner-sim bridge` (the simulator's policy code, fed \
          the replay's metrics every second); `dynamo-throughput` is Dynamo 1.6.1's planner in its default mode \
          (`optimization_target: throughput`), `dynamo-latency` in its latency mode, both run by the replay itself; \
+         its other two modes are not run: `sla` cannot run here (its sizing is AISimulate's performance model, \
+         and `aisimulate`, which `ai-dynamo` requires, is a placeholder on PyPI that downloads from NVIDIA's own \
+         index: without it every tick reports `model_not_ready` and nothing scales), and `load` is the loop of \
+         the two above with thresholds the user must choose (docs/replay.md). \
          `fixed-peak` is a fixed pool of the simulator's oracle's peak replicas. The columns are `make bench`'s: \
          **GPU-h** counts every worker from the request for it to the end of its draining, over the trace's \
          intervals; **vs {REFERENCE}** divides by the fixed pool's; **intervals OK** is the share of intervals \
@@ -729,15 +733,15 @@ impl Pools {
     }
 
     /// Changes of the replicas asked for (per pool), the most asked for, and each change.
-    fn actions(&self) -> (usize, [u32; 2], Vec<(f64, (u32, u32))>) {
+    fn actions(&self) -> Actions {
         let mut actions = 0;
         let mut max = [0u32; 2];
         let mut changes: Vec<(f64, usize, u32)> = Vec::new();
-        for pool in 0..2 {
+        for (pool, (steps, most)) in self.steps.iter().zip(max.iter_mut()).enumerate() {
             let mut last: Option<u32> = None;
-            for step in &self.steps[pool] {
+            for step in steps {
                 let asked = Self::count(step, Count::Asked).round() as u32;
-                max[pool] = max[pool].max(asked);
+                *most = (*most).max(asked);
                 if last.is_some_and(|l| l != asked) {
                     actions += 1;
                     changes.push((step.0, pool, asked));
@@ -761,6 +765,10 @@ impl Pools {
         (actions, max, decisions)
     }
 }
+
+/// Replica changes (per pool), the most replicas asked for per pool, and each change's time
+/// with the replicas asked for after it.
+type Actions = (usize, [u32; 2], Vec<(f64, (u32, u32))>);
 
 /// The scored policy against each baseline, run by run.
 fn scorecard(overview: &Overview) -> String {

@@ -288,7 +288,10 @@ fn overload_recovery_scales_out_fast_and_never_down_with_a_backlog() {
 
 /// Asks for two prefill replicas at its first decision and confirms its target at every fast
 /// check; records what it is told about its replicas.
-struct Tell(Vec<(f64, (u32, u32), (u32, u32))>);
+struct Tell(Vec<Told>);
+
+/// When a policy was told of its replicas: time, asked for, serving.
+type Told = (f64, (u32, u32), (u32, u32));
 
 impl<C> Policy<C> for Tell {
     fn name(&self) -> String {
