@@ -32,8 +32,18 @@ enum Command {
     MockerProfile(mocker_profile::MockerProfileArgs),
     /// Run NVIDIA Dynamo's real frontend and mocker engines for the Ready pods of a
     /// DynamoGraphDeployment on fake nodes, send a request trace to the frontend, and write the
-    /// targets with which Prometheus scrapes them as NVIDIA's PodMonitors scrape the pods.
+    /// targets with which Prometheus scrapes them as PodMonitors scrape the pods.
     DynamoBed(Box<bed::DynamoBedArgs>),
+    /// Answer replicas for observations from another engine model: one JSON sample per line on
+    /// standard input, one JSON answer per line on standard output (the replay harness's
+    /// bridge into Dynamo's offline replay).
+    Bridge(Box<sim::bridge::BridgeArgs>),
+    /// Write the bench's runs as the traces, timing tables and manifest Dynamo's offline replay
+    /// reads (`make bench-replay`).
+    ReplayTraces(Box<sim::replay::ReplayTracesArgs>),
+    /// Score the replays `tools/replay/bench_replay.py` ran into a report in `make bench`'s
+    /// format (`make bench-replay`).
+    ReplayReport(Box<sim::replay::ReplayReportArgs>),
 }
 
 /// Exit code for bad input files (profile, trace or suite).
@@ -63,6 +73,23 @@ fn main() -> ExitCode {
         },
         Command::SyntheticFrontend(args) => synthetic_frontend(*args),
         Command::DynamoBed(args) => dynamo_bed(*args),
+        Command::ReplayTraces(args) => replay_outcome("replay-traces", sim::replay::replay_traces(&args)),
+        Command::ReplayReport(args) => replay_outcome("replay-report", sim::replay::replay_report(&args)),
+        Command::Bridge(args) => {
+            let stdin = std::io::stdin().lock();
+            let stdout = std::io::stdout().lock();
+            match sim::bridge::bridge(&args, stdin, stdout) {
+                Ok(_) => ExitCode::SUCCESS,
+                Err(error @ sim::bridge::BridgeError::Input(_)) => {
+                    eprintln!("planner-sim bridge: {error}");
+                    ExitCode::from(EXIT_BAD_INPUT)
+                }
+                Err(error) => {
+                    eprintln!("planner-sim bridge: {error}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::MockerProfile(args) => match mocker_profile::mocker_profile(&args) {
             Ok(summary) => write_stdout(&summary),
             Err(error) => {
@@ -73,6 +100,19 @@ fn main() -> ExitCode {
                 }
             }
         },
+    }
+}
+
+fn replay_outcome(command: &str, outcome: Result<String, sim::replay::ReplayError>) -> ExitCode {
+    match outcome {
+        Ok(text) => write_stdout(text.trim_end()),
+        Err(error) => {
+            eprintln!("planner-sim {command}: {error}");
+            match error {
+                sim::replay::ReplayError::Input(_) => ExitCode::from(EXIT_BAD_INPUT),
+                sim::replay::ReplayError::Output(_) => ExitCode::FAILURE,
+            }
+        }
     }
 }
 

@@ -109,7 +109,7 @@ pub fn write_profile(
     ))
 }
 
-fn write_npz(tables: &MockerTables, path: &Path) -> Result<(), String> {
+pub(crate) fn write_npz(tables: &MockerTables, path: &Path) -> Result<(), String> {
     let file = std::fs::File::create(path).map_err(|e| e.to_string())?;
     let mut npz = NpzWriter::new(file);
     let vector = |values: &[f64]| Array1::from(values.to_vec());
