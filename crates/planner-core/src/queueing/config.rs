@@ -266,6 +266,11 @@ pub(super) const MIN_FORECAST_ERRORS: usize = 6;
 /// Horizons the forecast errors are measured at (intervals): a replica asked for now serves only
 /// after the scale-up delay, so the plan is for the interval after next as much as the next.
 pub(super) const FORECAST_HORIZONS: usize = 2;
+/// A scale-up delay longer than this many intervals is long: a replica released after a backlog
+/// would not be back before the next interval's decision, so the stabilisation window remembers
+/// the backlog's drain. One and a half, not one: a delay measured at about one interval (a minute
+/// against a 60 s interval) is on either side of one by noise.
+pub(super) const LONG_DELAY_INTERVALS: f64 = 1.5;
 /// Forecast multipliers are capped here, and floored at the inverse of its square root: beyond
 /// that the forecast is not informative.
 pub(super) const MAX_FORECAST_MULTIPLIER: f64 = 10.0;

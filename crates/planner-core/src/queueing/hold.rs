@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    config::{Context, QueueingConfig},
+    config::{Context, LONG_DELAY_INTERVALS, QueueingConfig},
     demand::{Demand, backlogged},
     plan::ScaleReason,
     size::Sizing,
@@ -51,10 +51,18 @@ pub(super) fn hold(
         demand.serving,
         ctx.sla.ttft_ms,
     );
-    let remembered = (
-        desired.0.min(sustained.0.max(ctx.limits.min_replicas)),
-        desired.1.min(sustained.1),
-    );
+    // What the window remembers: what the arrivals alone need, the backlog's drain being
+    // held only while it lasts; but when a replica asked for now serves well after the next
+    // interval's decision, replicas released after a backlog are not back in time for the
+    // next one, so the drain is remembered too.
+    let remembered = if settings.scale_up_delay_s > LONG_DELAY_INTERVALS * ctx.interval_s {
+        desired
+    } else {
+        (
+            desired.0.min(sustained.0.max(ctx.limits.min_replicas)),
+            desired.1.min(sustained.1),
+        )
+    };
     let (replicas, held) = window.stabilise(settings, now, desired, remembered, current, backlogged);
     let reason = if held && backlogged {
         ScaleReason::BacklogHold {
@@ -127,9 +135,9 @@ pub(super) struct Window {
 
 impl Window {
     /// Applies the window and the backlog hold to an interval's recommendation; returns the
-    /// replicas and whether a scale-down was held back. `sustained` is what the arrivals alone
-    /// need: the window remembers that, while what draining a backlog needs on top is held
-    /// only while the backlog lasts (`backlogged`).
+    /// replicas and whether a scale-down was held back. `sustained` is what the window
+    /// remembers ([`hold`] says what: usually what the arrivals alone need, so what draining a
+    /// backlog needs on top is held only while the backlog lasts, `backlogged`).
     pub fn stabilise(
         &mut self,
         settings: &QueueingConfig,

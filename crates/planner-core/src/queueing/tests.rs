@@ -200,6 +200,27 @@ fn a_backlog_scale_up_is_not_held_once_the_backlog_is_gone() {
 }
 
 #[test]
+fn a_backlog_scale_up_is_stabilised_when_replicas_serve_after_the_next_interval() {
+    // Replicas serve 180 s after they are asked for: three intervals.
+    let mut config = queueing_config();
+    config.queueing.scale_up_delay_s = 180.0;
+    config.queueing.stabilisation.quantile = 1.0;
+    let mut planner = SlaPlanner::new(&config);
+    for _ in 0..3 {
+        tick(&mut planner, &config, seen(600.0, 0.0, 2.0), (2, 2));
+    }
+    let drain = tick(&mut planner, &config, seen(600.0, 3000.0, 2.0), (2, 2));
+    let high = drain.queueing().cloned().unwrap().replicas;
+    assert!(high.0 > 4, "{high:?}");
+    // Drained: what draining asked for stays within the window, as a recommendation of the
+    // arrivals would (at a 60 s delay it is released at once).
+    let after = tick(&mut planner, &config, seen(600.0, 0.0, f64::from(high.0)), high);
+    let plan = after.queueing().cloned().unwrap();
+    assert_eq!(plan.replicas.0, high.0, "{plan:?}");
+    assert_eq!(plan.reason, ScaleReason::Stabilising);
+}
+
+#[test]
 fn observed_kv_usage_corrects_the_decode_model() {
     let config = queueing_config();
     // The pool holds far more KV than the model says 3000 requests a minute hold (long
