@@ -75,12 +75,16 @@ demo:
 	@CARGO="$(CARGO)" bash tools/demo.sh
 
 ## bench: scaling-quality benchmark (release build): every policy on the traces in ../shared/data/traces/
-##        (bench/suite.json) with the h100-llama3.3-70b-tp4 profile at k=1 and k=4; writes bench/results.md
-##        and bench/figures/. `cargo bench -p planner-sim --bench simulator` times a one-hour replay.
+##        (bench/suite.json) with the h100-llama3.3-70b-tp4 profile at k=1 and k=4, then the same runs with one
+##        pool of aggregated engines (its own section); writes bench/results.md and bench/figures/. `cargo bench -p planner-sim --bench simulator` times a one-hour replay.
 bench:
 	$(CARGO) run --release --locked -p planner-sim -- simulate --suite bench/suite.json \
 		--profile h100-llama3.3-70b-tp4 --rate-scale 1 --rate-scale 4 \
 		--out bench/figures --report bench/results.md
+	$(CARGO) run --release --locked -p planner-sim -- simulate --suite bench/suite.json \
+		--profile h100-llama3.3-70b-tp4 --rate-scale 1 --rate-scale 4 --aggregated \
+		--policy sla-arima --policy load-based --policy hpa --policy fixed-peak \
+		--out bench/figures --report bench/results.md --append-report
 
 ## tune: the search the queueing planner's defaults come from (release build), on the runs of make bench: prints
 ##       what each stage found and what every value of every tuned setting scores around the winner (about a

@@ -82,6 +82,7 @@ pub fn sla_config(
             },
             ..QueueingConfig::default()
         },
+        aggregated: None,
     }
 }
 

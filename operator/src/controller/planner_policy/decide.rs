@@ -360,6 +360,7 @@ mod tests {
             },
             model: model_kind,
             queueing: QueueingConfig::default(),
+            aggregated: None,
         };
         let profile = Profile::builtin("h200-llama3.1-8b-tp1").unwrap();
         PlannerState::Sla {
