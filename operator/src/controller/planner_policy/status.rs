@@ -42,6 +42,8 @@ pub struct Outcome {
     pub ticked: bool,
     /// One line on why.
     pub message: String,
+    /// The target is one aggregated worker pool (its replicas are reported as `workers`).
+    pub aggregated: bool,
 }
 
 /// The `ScalingLimited` condition for a decision's limits (minimums are not limitations).
@@ -184,10 +186,12 @@ mod tests {
             desired: Some(PoolReplicas {
                 prefill: 2,
                 decode: 3,
+                workers: None,
             }),
             current: Some(PoolReplicas {
                 prefill: 1,
                 decode: 3,
+                workers: None,
             }),
             scaled: true,
             ticked: true,
@@ -199,7 +203,8 @@ mod tests {
             first.desired,
             Some(PoolReplicas {
                 prefill: 2,
-                decode: 3
+                decode: 3,
+                workers: None,
             })
         );
         assert!(first.last_scale_time.is_some() && first.last_tick_time.is_some());
