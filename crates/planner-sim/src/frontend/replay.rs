@@ -4,6 +4,7 @@
 use std::{cmp::Ordering, collections::BinaryHeap};
 
 use planner_core::{
+    aggregated::AggregatedEngine,
     interpolation::PerformanceCurves,
     latency::{Cluster, Job, LatencyModel, Observer, Snapshot},
 };
@@ -128,6 +129,12 @@ impl Replay {
             }
             self.next += 1;
         }
+    }
+
+    /// The same replay on aggregated engines (`Some`), or disaggregated pools.
+    pub fn aggregated(mut self, engine: Option<&AggregatedEngine>) -> Self {
+        self.cluster = self.cluster.aggregated(engine);
+        self
     }
 
     /// Advances whole steps up to `t_s` (trace time) with `prefill` and `decode` engines
