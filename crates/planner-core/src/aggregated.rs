@@ -60,6 +60,40 @@ pub const DEFAULT_CHUNK_TOKENS: f64 = 8192.0;
 /// chunks stretch without bound (ITL `1 / (1 − ρ)`), so such a pool is never the answer.
 const MAX_PREFILL_SHARE: f64 = 0.95;
 
+/// A prompt's prefill time on an aggregated engine whose decode steps take `step_s`: its own
+/// time plus the decode part of each chunk it spans, with the variance of its own time.
+pub fn shared_service(
+    service: &ServiceMoments,
+    isl: &LengthMoments,
+    engine: &AggregatedEngine,
+    step_s: f64,
+) -> ServiceMoments {
+    let chunk = engine.chunk();
+    let chunks = isl.expectation(|x| (x / chunk).ceil().max(1.0)).0;
+    let step_s = if step_s.is_finite() { step_s.max(0.0) } else { 0.0 };
+    let mean_s = service.mean_s + chunks * step_s;
+    let scale = if mean_s > 0.0 {
+        service.mean_s / mean_s
+    } else {
+        1.0
+    };
+    ServiceMoments {
+        mean_s,
+        scv: service.scv * scale * scale,
+    }
+}
+
+impl AggregatedEngine {
+    /// Prompt tokens a step carries (the default when the setting is not a positive number).
+    pub(crate) fn chunk(&self) -> f64 {
+        if self.chunk_tokens.is_finite() && self.chunk_tokens >= 1.0 {
+            self.chunk_tokens
+        } else {
+            DEFAULT_CHUNK_TOKENS
+        }
+    }
+}
+
 /// What the aggregated pool is sized for.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AggregatedDemand {
@@ -109,9 +143,8 @@ pub struct AggregatedSizing {
 struct Model<'a, C> {
     curves: &'a C,
     demand: &'a AggregatedDemand,
+    engine: &'a AggregatedEngine,
     decode: DecodeLoad,
-    /// Mean steps a prompt spans.
-    chunks: f64,
     targets: &'a LatencyTargets,
     capacity_per_engine: Option<f64>,
     fill: f64,
@@ -148,17 +181,12 @@ impl<C: PerformanceCurves> Model<'_, C> {
             .curves
             .decode_itl_ms(concurrency / engines, self.decode.kv_mean)
             / 1000.0;
-        let step_s = if step_s.is_finite() { step_s.max(0.0) } else { 0.0 };
-        let service_s = d.service.mean_s + self.chunks * step_s;
-        let scale = if service_s > 0.0 {
-            d.service.mean_s / service_s
-        } else {
-            1.0
-        };
+        let shared = shared_service(&d.service, &d.isl, self.engine, step_s);
+        let service_s = shared.mean_s;
         let queue = Queue {
             arrival_rate: rate,
             mean_service_s: service_s,
-            service_scv: d.service.scv * scale * scale,
+            service_scv: shared.scv,
             arrival_scv: d.burstiness,
         };
         AggregatedPoint {
@@ -225,16 +253,11 @@ pub fn size_aggregated(
     min: u32,
     max: u32,
 ) -> AggregatedSizing {
-    let chunk = if engine.chunk_tokens.is_finite() && engine.chunk_tokens >= 1.0 {
-        engine.chunk_tokens
-    } else {
-        DEFAULT_CHUNK_TOKENS
-    };
     let model = Model {
         curves,
         demand,
+        engine,
         decode: DecodeLoad::new(demand.decode_rate, &demand.isl, &demand.osl, decode, targets),
-        chunks: demand.isl.expectation(|x| (x / chunk).ceil().max(1.0)).0,
         targets,
         capacity_per_engine: curves.max_kv_tokens().filter(|v| *v > 0.0 && v.is_finite()),
         fill: decode.kv_fill.clamp(0.05, 1.0),
@@ -343,8 +366,8 @@ mod tests {
         let model = Model {
             curves: &Linear,
             demand: &d,
+            engine: &AggregatedEngine::default(),
             decode: DecodeLoad::new(2.0, &d.isl, &d.osl, &DecodeModel::default(), &targets(1e9, 1e9)),
-            chunks: 1.0,
             targets: &targets(1e9, 1e9),
             capacity_per_engine: None,
             fill: 1.0,

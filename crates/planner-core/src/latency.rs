@@ -225,13 +225,7 @@ pub struct Cluster {
 impl Cluster {
     /// The same deployment with aggregated engines (`Some`), or disaggregated pools.
     pub fn aggregated(mut self, engine: Option<&AggregatedEngine>) -> Self {
-        self.chunk_tokens = engine.map(|e| {
-            if e.chunk_tokens.is_finite() && e.chunk_tokens >= 1.0 {
-                e.chunk_tokens
-            } else {
-                crate::aggregated::DEFAULT_CHUNK_TOKENS
-            }
-        });
+        self.chunk_tokens = engine.map(AggregatedEngine::chunk);
         self
     }
 

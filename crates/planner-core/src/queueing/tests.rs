@@ -620,3 +620,36 @@ fn an_aggregated_pool_is_bounded_by_the_budget_once_and_scales_down_after_the_wi
     assert_eq!(replicas[0], 12, "{replicas:?}");
     assert!(*replicas.last().unwrap() < 12, "{replicas:?}");
 }
+
+#[test]
+fn an_aggregated_pool_reads_the_decode_steps_its_prompts_share_as_service_not_bursts() {
+    // The same slow first tokens on four engines, read by a disaggregated planner and by an
+    // aggregated one whose steps take 60 ms of decode (the interval's ITL): the aggregated
+    // planner counts the decode part of each step a prompt spans as its service time, so it
+    // learns less burstiness from the same TTFT.
+    let learned = |config: &SlaPlannerConfig| {
+        let mut planner = SlaPlanner::new(config);
+        let mut last = 0.0;
+        for _ in 0..5 {
+            let slow = Observation {
+                ttft_ms: 400.0,
+                itl_ms: 60.0,
+                ..seen(600.0, 0.0, 4.0)
+            };
+            last = tick(&mut planner, config, slow, (4, 4))
+                .queueing()
+                .cloned()
+                .unwrap()
+                .burstiness;
+        }
+        last
+    };
+    let config = queueing_config();
+    let split = learned(&config);
+    let aggregated = learned(&SlaPlannerConfig {
+        aggregated: Some(crate::aggregated::AggregatedEngine::default()),
+        ..config
+    });
+    assert!(split > 1.0, "{split}");
+    assert!(aggregated < split, "{aggregated} vs {split}");
+}
