@@ -47,8 +47,8 @@ pub struct SimConfig {
     /// After the last interval, how long requests still in flight may take to finish (s);
     /// the replicas of the last interval serve them and are not charged.
     pub drain_limit_s: f64,
-    /// Settings of the SLA planner's queueing model (its scale-up delay is taken from
-    /// `scale_up_delay_s`).
+    /// Settings of the SLA planner's queueing model (its scale-up delay is the one the policy
+    /// measures on its replicas, as the operator does: not `scale_up_delay_s`).
     pub queueing: QueueingConfig,
     /// `Some` for one pool of aggregated engines: every decision's pools become that pool
     /// (the larger of the two), charged once, at the decode engine's GPUs.
@@ -196,6 +196,10 @@ pub trait Policy<C> {
     fn initial(&self) -> Option<(u32, u32)> {
         None
     }
+    /// The replicas asked for or serving changed at `now_s` (a decision was applied, or
+    /// replicas came up): what a controller watching the target sees, as the operator's
+    /// reconcile does on a DGD status change.
+    fn replicas_changed(&mut self, _now_s: f64, _asked: (u32, u32), _serving: (u32, u32)) {}
 }
 
 /// One reporting interval of a run.
@@ -335,27 +339,30 @@ impl Outcomes {
 
 /// Sums of what a frontend observes over a window.
 #[derive(Clone, Debug)]
-struct Window {
-    completed: f64,
-    osl_sum: f64,
-    duration_sum: f64,
-    first_tokens: f64,
-    ttft_sum: f64,
-    isl_sum: f64,
-    tokens: f64,
-    itl_sum: f64,
+pub(crate) struct Window {
+    pub(crate) completed: f64,
+    pub(crate) osl_sum: f64,
+    pub(crate) duration_sum: f64,
+    pub(crate) first_tokens: f64,
+    pub(crate) ttft_sum: f64,
+    pub(crate) isl_sum: f64,
+    /// Prompt lengths observed (with `isl_sum`: the input-length histogram's count).
+    pub(crate) isl_count: f64,
+    pub(crate) tokens: f64,
+    pub(crate) itl_sum: f64,
     /// Requests accepted (`requests_started_total`).
-    arrivals: f64,
-    isl: Histogram,
-    osl: Histogram,
-    ttft: Histogram,
-    /// Prefill engine-seconds serving, and the seconds covered.
-    prefill_engine_s: f64,
-    span_s: f64,
+    pub(crate) arrivals: f64,
+    pub(crate) isl: Histogram,
+    pub(crate) osl: Histogram,
+    pub(crate) ttft: Histogram,
+    /// Prefill and decode engine-seconds serving, and the seconds covered.
+    pub(crate) prefill_engine_s: f64,
+    pub(crate) decode_engine_s: f64,
+    pub(crate) span_s: f64,
     /// Sum of the decode pool's KV-cache usage at each step, the steps, and the highest usage.
-    kv_usage_sum: f64,
-    kv_samples: f64,
-    kv_usage_peak: f64,
+    pub(crate) kv_usage_sum: f64,
+    pub(crate) kv_samples: f64,
+    pub(crate) kv_usage_peak: f64,
 }
 
 impl Default for Window {
@@ -367,6 +374,7 @@ impl Default for Window {
             first_tokens: 0.0,
             ttft_sum: 0.0,
             isl_sum: 0.0,
+            isl_count: 0.0,
             tokens: 0.0,
             itl_sum: 0.0,
             arrivals: 0.0,
@@ -374,6 +382,7 @@ impl Default for Window {
             osl: Histogram::new(&OSL_BOUNDS),
             ttft: Histogram::new(&TTFT_BOUNDS),
             prefill_engine_s: 0.0,
+            decode_engine_s: 0.0,
             span_s: 0.0,
             kv_usage_sum: 0.0,
             kv_samples: 0.0,
@@ -384,9 +393,9 @@ impl Default for Window {
 
 /// The frontend's gauges at the end of a window.
 #[derive(Clone, Copy, Debug, Default)]
-struct Gauges {
-    inflight: f64,
-    queued: f64,
+pub(crate) struct Gauges {
+    pub(crate) inflight: f64,
+    pub(crate) queued: f64,
 }
 
 impl Gauges {
@@ -400,7 +409,7 @@ impl Gauges {
 
 impl Window {
     /// What the planner reads: upstream's means and count, and the demand signals.
-    fn observation(&self, gauges: Option<Gauges>) -> Observation {
+    pub(crate) fn observation(&self, gauges: Option<Gauges>) -> Observation {
         let ttft_quantile = (self.ttft.count() > 0.0).then(|| {
             (
                 OBSERVED_TTFT_QUANTILE,
@@ -409,7 +418,7 @@ impl Window {
         });
         Observation {
             num_req: self.completed,
-            isl: self.isl_sum / self.first_tokens,
+            isl: self.isl_sum / self.isl_count,
             osl: self.osl_sum / self.completed,
             ttft_ms: self.ttft_sum / self.first_tokens * 1000.0,
             itl_ms: self.itl_sum / self.tokens * 1000.0,
@@ -421,6 +430,7 @@ impl Window {
             osl_second_moment: self.osl.moments().map(|m| m.second),
             ttft_quantile_ms: ttft_quantile,
             prefill_engines: (self.span_s > 0.0).then(|| self.prefill_engine_s / self.span_s),
+            decode_engines: (self.span_s > 0.0).then(|| self.decode_engine_s / self.span_s),
             decode_kv_usage: (self.kv_samples > 0.0).then(|| self.kv_usage_sum / self.kv_samples),
             decode_kv_usage_peak: (self.kv_samples > 0.0).then_some(self.kv_usage_peak),
         }
@@ -441,6 +451,7 @@ impl Observer for Recorder<'_> {
         self.window.first_tokens += 1.0;
         self.window.ttft_sum += ttft_s;
         self.window.isl_sum += job.isl;
+        self.window.isl_count += 1.0;
         self.window.isl.observe(job.isl);
         self.window.ttft.observe(ttft_s);
         if let Some(slot) = self.outcomes.ttft_s.get_mut(job.id) {
@@ -608,14 +619,24 @@ pub fn run<C: PerformanceCurves>(
     let mut sums = (0.0, 0.0);
     let mut serving_sums = (0.0, 0.0);
 
+    policy.replicas_changed(0.0, initial, initial);
     for k in 0..total_steps {
         let t0 = k as f64 * step;
         let t1 = (k + 1) as f64 * step;
-        if prefill.activate(t0) {
+        let activated_p = prefill.activate(t0);
+        if activated_p {
             cluster.set_prefill_engines(prefill.serving);
         }
-        if decode.activate(t0) {
+        let activated_d = decode.activate(t0);
+        if activated_d {
             cluster.set_decode_engines(decode.serving);
+        }
+        if activated_p || activated_d {
+            policy.replicas_changed(
+                t0,
+                (prefill.target, decode.target),
+                (prefill.serving, decode.serving),
+            );
         }
         while let Some(r) = requests.get(next).filter(|r| r.arrival_s < t1) {
             cluster.arrive(job(next, r));
@@ -624,6 +645,7 @@ pub fn run<C: PerformanceCurves>(
             next += 1;
         }
         recorder.window.prefill_engine_s += f64::from(cluster.prefill_engines()) * step;
+        recorder.window.decode_engine_s += f64::from(cluster.decode_engines()) * step;
         recorder.window.span_s += step;
         cluster.advance(model, t1, &mut recorder);
         let snapshot = cluster.snapshot();
@@ -680,11 +702,20 @@ pub fn run<C: PerformanceCurves>(
                     max_prefill = max_prefill.max(p);
                     max_decode = max_decode.max(d);
                 }
-                if prefill.activate(t1) || changed_p {
+                let activated_p = prefill.activate(t1);
+                if activated_p || changed_p {
                     cluster.set_prefill_engines(prefill.serving);
                 }
-                if decode.activate(t1) || changed_d {
+                let activated_d = decode.activate(t1);
+                if activated_d || changed_d {
                     cluster.set_decode_engines(decode.serving);
+                }
+                if changed_p || changed_d || activated_p || activated_d {
+                    policy.replicas_changed(
+                        t1,
+                        (prefill.target, decode.target),
+                        (prefill.serving, decode.serving),
+                    );
                 }
             }
         }
@@ -728,11 +759,20 @@ pub fn run<C: PerformanceCurves>(
                     max_decode = max_decode.max(d);
                 }
                 // Scale-downs are immediate; a zero delay activates at once as well.
-                if prefill.activate(t1) || changed_p {
+                let activated_p = prefill.activate(t1);
+                if activated_p || changed_p {
                     cluster.set_prefill_engines(prefill.serving);
                 }
-                if decode.activate(t1) || changed_d {
+                let activated_d = decode.activate(t1);
+                if activated_d || changed_d {
                     cluster.set_decode_engines(decode.serving);
+                }
+                if changed_p || changed_d || activated_p || activated_d {
+                    policy.replicas_changed(
+                        t1,
+                        (prefill.target, decode.target),
+                        (prefill.serving, decode.serving),
+                    );
                 }
             }
         }
@@ -797,7 +837,7 @@ pub(crate) fn job(id: usize, r: &Request) -> Job {
 }
 
 /// Fills the cohort statistics of `records` and computes the request-level aggregates.
-fn summarize(
+pub(crate) fn summarize(
     requests: &[Request],
     outcomes: &Outcomes,
     records: &mut [IntervalRecord],
