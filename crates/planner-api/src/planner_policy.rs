@@ -915,6 +915,36 @@ pub struct ObservedLoad {
     /// Mean inter-token latency, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub itl_ms: Option<f64>,
+    /// Mean KV-cache usage of the decode workers (0 to 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_kv_usage: Option<f64>,
+    /// Where `decodeKvUsage` comes from: `engines` (the decode engines' own gauge) or `router`
+    /// (the KV router's estimate, read only when no engine exports one: it counts prompt blocks
+    /// only, so the planner does not learn from it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_kv_usage_source: Option<KvUsageSource>,
+}
+
+/// Where a decode KV-cache usage comes from.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum KvUsageSource {
+    /// The decode engines' gauge (`dynamo_component_gpu_cache_usage_percent`,
+    /// `vllm:kv_cache_usage_perc`).
+    Engines,
+    /// The KV router's estimate (`dynamo_frontend_worker_active_decode_blocks` over
+    /// `dynamo_frontend_model_total_kv_blocks`): prompt blocks only, a lower bound.
+    Router,
+}
+
+impl KvUsageSource {
+    /// The name used in status.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Engines => "engines",
+            Self::Router => "router",
+        }
+    }
 }
 
 /// Load predicted for the next interval.

@@ -281,6 +281,12 @@ impl Cluster {
         self.prefill_queue.len() + self.prefilling.len() + self.decode_queue.len()
     }
 
+    /// How many requests wait for or are in prefill (what the frontend's prefill stages count:
+    /// a request waiting for decode after its prefill is not among them).
+    pub fn prefill_pending_count(&self) -> usize {
+        self.prefill_queue.len() + self.prefilling.len()
+    }
+
     /// Requests that have not had their first token yet (queued for prefill, prefilling, or
     /// waiting for decode).
     pub fn waiting_for_first_token(&self) -> Vec<Job> {
@@ -683,9 +689,13 @@ mod tests {
         cluster.arrive(job(0, 0.0, 100.0, 5.0));
         cluster.advance(&model, 1.0, &mut ());
         assert_eq!(cluster.snapshot().prefill_queue, 1);
+        assert_eq!(cluster.prefill_pending_count(), 1);
         cluster.set_prefill_engines(1);
         cluster.advance(&model, 2.0, &mut ());
         assert_eq!(cluster.snapshot().decode_queue, 1);
+        // Prefilled, waiting for decode: no first token yet, but no prefill work either.
+        assert_eq!(cluster.waiting_for_first_token_count(), 1);
+        assert_eq!(cluster.prefill_pending_count(), 0);
         cluster.set_decode_engines(1);
         let mut log = Log::default();
         cluster.advance(&model, 3.0, &mut log);

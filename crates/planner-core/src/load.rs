@@ -60,6 +60,11 @@ pub struct LoadSamples {
     pub prefill_queue: Vec<f64>,
     /// Mean KV-cache usage of the decode workers (0..1).
     pub decode_kv_usage: Vec<f64>,
+    /// The KV usage is a lower bound of the engines' (an estimate that leaves blocks out, such
+    /// as the KV router's count of prompt blocks): it can show a full cache, never an idle one,
+    /// so decode is not scaled down on it.
+    #[serde(default)]
+    pub decode_kv_lower_bound: bool,
 }
 
 /// Why a pool moved or stayed.
@@ -86,6 +91,11 @@ pub enum LoadReason {
     QueueDraining {
         /// Extrapolated queue per worker.
         projected: f64,
+    },
+    /// Low decode load, but measured by a lower bound of the engines' KV usage.
+    LowerBound {
+        /// The load measure.
+        load: f64,
     },
     /// Low decode load inside the grace period after a scale-up.
     GracePeriod {
@@ -187,7 +197,14 @@ impl LoadPlanner {
         }
         let per_worker = queue / f64::from(prefill);
         let (new_prefill, prefill_reason) = prefill_step(config, prefill, decode, per_worker, queue, samples);
-        let (new_decode, decode_reason) = decode_step(config, new_prefill, decode, kv, grace);
+        let (new_decode, decode_reason) = decode_step(
+            config,
+            new_prefill,
+            decode,
+            kv,
+            grace,
+            samples.decode_kv_lower_bound,
+        );
         // A decode scale-up starts the grace period before the next scale-down.
         if matches!(decode_reason, LoadReason::ScaleUp { .. }) {
             self.decode_grace_remaining = config.decode_grace_intervals;
@@ -399,8 +416,16 @@ fn prefill_step(
 }
 
 /// Decode: one more when the KV-cache usage is above its threshold, one fewer below the
-/// other once the grace period after a scale-up is over.
-fn decode_step(config: &LoadConfig, new_prefill: u32, decode: u32, kv: f64, grace: u32) -> (u32, LoadReason) {
+/// other once the grace period after a scale-up is over (never when the usage is only a lower
+/// bound).
+fn decode_step(
+    config: &LoadConfig,
+    new_prefill: u32,
+    decode: u32,
+    kv: f64,
+    grace: u32,
+    lower_bound: bool,
+) -> (u32, LoadReason) {
     if kv > config.kv_scale_up {
         if !below_max(config, decode) {
             (
@@ -426,7 +451,9 @@ fn decode_step(config: &LoadConfig, new_prefill: u32, decode: u32, kv: f64, grac
             )
         }
     } else if kv < config.kv_scale_down {
-        if grace > 0 {
+        if lower_bound {
+            (decode, LoadReason::LowerBound { load: kv })
+        } else if grace > 0 {
             (decode, LoadReason::GracePeriod { remaining: grace })
         } else if decode > config.min_replicas {
             (
@@ -457,6 +484,7 @@ mod tests {
         LoadSamples {
             prefill_queue: queue.to_vec(),
             decode_kv_usage: kv.to_vec(),
+            decode_kv_lower_bound: false,
         }
     }
 
@@ -499,6 +527,21 @@ mod tests {
         let capped = planner.tick_aggregated(&budget, 3, &samples(&[0.0], &[0.95]), 0.0);
         assert_eq!(capped.decode, 3);
         assert!(matches!(capped.decode_reason, LoadReason::Budget { budget: 3 }));
+    }
+
+    #[test]
+    fn a_lower_bound_of_kv_usage_scales_decode_up_never_down() {
+        let config = LoadConfig::default();
+        let estimate = |kv: f64| LoadSamples {
+            decode_kv_lower_bound: true,
+            ..samples(&[0.3], &[kv])
+        };
+        let mut planner = LoadPlanner::default();
+        let low = planner.tick(&config, 1, 3, &estimate(0.1));
+        assert_eq!(low.decode, 3);
+        assert_eq!(low.decode_reason, LoadReason::LowerBound { load: 0.1 });
+        let mut planner = LoadPlanner::default();
+        assert_eq!(planner.tick(&config, 1, 3, &estimate(0.95)).decode, 4);
     }
 
     #[test]

@@ -32,8 +32,10 @@ pub struct Observation {
     /// (`dynamo_frontend_inflight_requests`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inflight: Option<f64>,
-    /// Requests accepted without a first token yet, at the end of the interval
-    /// (`dynamo_frontend_queued_requests`).
+    /// Requests waiting for or in prefill, at the end of the interval: the frontend's requests
+    /// in its preprocess, prefill route and prefill dispatch stages (`dynamo_frontend_stage_requests`;
+    /// on frontends without it, `dynamo_frontend_queued_requests`). Less the prefill engines
+    /// serving, the prefill backlog.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued: Option<f64>,
     /// `E[ISL²]` (tokens²) from the input-length histogram.

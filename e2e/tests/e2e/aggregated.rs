@@ -26,11 +26,35 @@ use crate::{
     closed_loop::{post, start_synthetic_frontend},
     faults::condition,
     operator::start,
-    prometheus::Prometheus,
+    prometheus::{Job, Prometheus},
 };
 
 const WAIT: Duration = Duration::from_secs(150);
 const GRAPH: &str = "agg";
+
+/// Prometheus scraping the synthetic frontend as the chart's PodMonitors scrape a graph's
+/// pods: its frontend series, and its aggregated engines' (`type: worker`) KV gauges.
+async fn scrape(ns: &TestNamespace, frontend: &str) -> Result<Prometheus> {
+    let graph = ("dynamo_namespace".to_string(), format!("{}-{GRAPH}", ns.name));
+    Prometheus::start_jobs(
+        &[
+            Job {
+                name: "dynamo-frontend".into(),
+                targets: vec![frontend.to_string()],
+                path: "/metrics",
+                labels: vec![graph.clone()],
+            },
+            Job {
+                name: "dynamo-worker".into(),
+                targets: vec![frontend.to_string()],
+                path: "/engine/metrics",
+                labels: vec![graph, ("dynamo_component_type".into(), "worker".into())],
+            },
+        ],
+        1,
+    )
+    .await
+}
 
 fn graph() -> Result<Value> {
     let mut value: Value = serde_yaml::from_str(&std::fs::read_to_string(
@@ -135,11 +159,7 @@ async fn an_aggregated_graph_is_scaled_up_and_down_in_full_mode() -> Result<()> 
         install_crds(&ns.client).await?;
         ns.accepts(&graph()?).await?;
         let frontend = start_synthetic_frontend(&["--dgd", GRAPH, "--namespace", &ns.name, "--aggregated"])?;
-        let prometheus = Prometheus::start(
-            &frontend.control,
-            &[("dynamo_namespace", &format!("{}-{GRAPH}", ns.name))],
-        )
-        .await?;
+        let prometheus = scrape(&ns, &frontend.control).await?;
         let operator = start(&ns, &["--webhook-disabled"]).await?;
         let outcome = async {
             let policies: Api<PlannerPolicy> = ns.api();
@@ -255,11 +275,7 @@ async fn an_aggregated_graph_is_scaled_up_and_down_beside_nvidias_operator() -> 
             })
         };
         let frontend = start_synthetic_frontend(&["--dgd", GRAPH, "--namespace", &ns.name, "--aggregated"])?;
-        let prometheus = Prometheus::start(
-            &frontend.control,
-            &[("dynamo_namespace", &format!("{}-{GRAPH}", ns.name))],
-        )
-        .await?;
+        let prometheus = scrape(&ns, &frontend.control).await?;
         let operator = start(&ns, &["--webhook-disabled", "--dgd-controller=false"]).await?;
         let outcome = async {
             let policies: Api<PlannerPolicy> = ns.api();

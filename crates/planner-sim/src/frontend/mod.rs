@@ -10,7 +10,8 @@
 //! operator's container image then carries the test frontend too, so an e2e harness needs no
 //! second image.
 //!
-//! Endpoints: `GET /metrics` (OpenMetrics text), `GET /healthz`, `GET /control/rate-scale` and
+//! Endpoints: `GET /metrics` (the frontend's metrics, OpenMetrics text), `GET /engine/metrics`
+//! (the decode engines'), `GET /healthz`, `GET /control/rate-scale` and
 //! `POST /control/rate-scale/{k}` (a load step without a restart).
 //!
 //! Prometheus must add the `dynamo_namespace` label when it scrapes (upstream's PodMonitor does
@@ -68,7 +69,7 @@ pub struct SyntheticFrontendArgs {
     /// Upstream profile directory instead of a built-in profile.
     #[arg(long, value_name = "DIR", conflicts_with = "profile")]
     profile_dir: Option<PathBuf>,
-    /// Model name in the `model` label (lower-cased, as the frontend does).
+    /// Model name in the `model` label (as registered; the frontend keeps its case).
     #[arg(long, default_value = "synthetic-model")]
     model: String,
     /// Initial rate scale (each request becomes k requests).
@@ -215,6 +216,25 @@ async fn serve_metrics(State(state): State<ServerState>) -> axum::response::Resp
     }
 }
 
+async fn serve_engine_metrics(State(state): State<ServerState>) -> axum::response::Response {
+    let encoded = match state.metrics.lock() {
+        Ok(metrics) => metrics.encode_engines().ok(),
+        Err(_) => None,
+    };
+    match encoded {
+        Some(text) => (
+            StatusCode::OK,
+            [(
+                "content-type",
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        None => (StatusCode::INTERNAL_SERVER_ERROR, "cannot encode the metrics").into_response(),
+    }
+}
+
 async fn get_rate_scale(State(state): State<ServerState>) -> String {
     format!("{}\n", f64::from_bits(state.rate_scale.load(Ordering::Relaxed)))
 }
@@ -231,6 +251,7 @@ async fn set_rate_scale(State(state): State<ServerState>, Path(k): Path<f64>) ->
 fn router(state: ServerState) -> Router {
     Router::new()
         .route("/metrics", get(serve_metrics))
+        .route("/engine/metrics", get(serve_engine_metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/control/rate-scale", get(get_rate_scale))
         .route("/control/rate-scale/{k}", post(set_rate_scale))
@@ -488,10 +509,13 @@ mod tests {
             .await
             .unwrap();
         let text = String::from_utf8(body.to_vec()).unwrap();
+        // Before its first request, a frontend exports the model's gauges only.
         assert!(
-            text.contains("dynamo_frontend_requests_total{model=\"m\""),
+            text.contains("dynamo_frontend_model_ready{model=\"M\"} 1"),
             "{text}"
         );
+        let response = serve_engine_metrics(State(state.clone())).await;
+        assert_eq!(response.status(), StatusCode::OK);
         let response = set_rate_scale(State(state.clone()), Path(4.0)).await;
         assert_eq!(response.status(), StatusCode::OK);
         assert_eq!(get_rate_scale(State(state.clone())).await, "4\n");

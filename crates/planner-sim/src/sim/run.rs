@@ -402,7 +402,7 @@ impl Gauges {
     fn of(cluster: &Cluster) -> Self {
         Self {
             inflight: cluster.in_flight() as f64,
-            queued: cluster.waiting_for_first_token_count() as f64,
+            queued: cluster.prefill_pending_count() as f64,
         }
     }
 }
@@ -673,7 +673,7 @@ pub fn run<C: PerformanceCurves>(
                 arrivals: Some(recorder.fast_arrivals),
                 completions: recorder.fast_completions,
                 inflight: Some(cluster.in_flight() as f64),
-                queued: Some(cluster.waiting_for_first_token_count() as f64),
+                queued: Some(cluster.prefill_pending_count() as f64),
                 prefill_engines: f64::from(cluster.prefill_engines()),
             };
             recorder.fast_arrivals = 0.0;

@@ -11,7 +11,10 @@ use planner_core::{
 };
 
 use super::status::{METRICS_AVAILABLE, SCALING_LIMITED, finite, scaling_limited};
-use crate::controller::conditions::DesiredCondition;
+use crate::{
+    controller::conditions::DesiredCondition,
+    sources::prometheus::{KvReading, KvUsageSource},
+};
 
 /// A policy's planner between intervals, with what it plans with.
 pub enum PlannerState {
@@ -39,10 +42,12 @@ pub enum PlannerState {
 /// What the observe step read for an interval.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Observed {
-    /// The frontend's interval metrics (SLA planner).
-    Sla(IntervalMetrics),
+    /// The frontend's interval metrics (SLA planner), and the decode KV usage read.
+    Sla(IntervalMetrics, Option<KvReading>),
     /// Queue and KV-cache samples (load-based planner), or why they are missing.
     Load(Result<LoadSamples, String>),
+    /// The graph's frontend has counted no request yet (either planner): why, for status.
+    AwaitingTraffic(String),
 }
 
 /// Where the metrics came from, for messages.
@@ -87,14 +92,31 @@ pub fn decide(
     replicas: Replicas,
     origin: &MetricsOrigin,
 ) -> Decision {
+    // A graph awaiting its first request: the SLA planner holds (its tick counts the interval),
+    // the load planner keeps its replicas.
+    let observed = match (&*state, observed) {
+        (PlannerState::Sla { .. }, Observed::AwaitingTraffic(reason)) => {
+            Observed::Sla(IntervalMetrics::AwaitingTraffic { reason }, None)
+        }
+        (_, observed) => observed,
+    };
     match (state, observed) {
+        (PlannerState::Load { .. }, Observed::AwaitingTraffic(reason)) => Decision {
+            conditions: vec![DesiredCondition::met(
+                METRICS_AVAILABLE,
+                AWAITING_TRAFFIC,
+                reason.clone(),
+            )],
+            message: format!("keeping replicas: {reason}"),
+            ..Decision::default()
+        },
         (
             PlannerState::Sla {
                 planner,
                 config,
                 model,
             },
-            Observed::Sla(metrics),
+            Observed::Sla(metrics, kv),
         ) => {
             // Upstream's formulas are given the replicas serving, as Dynamo's planner reads them;
             // the queueing model those asked for, so replicas still starting are not asked for
@@ -103,7 +125,7 @@ pub fn decide(
                 SlaModel::Upstream => replicas.serving,
                 SlaModel::Queueing => replicas.asked,
             };
-            decide_sla(planner, config, model, metrics, current, origin)
+            decide_sla(planner, config, model, metrics, kv, current, origin)
         }
         (
             PlannerState::Load {
@@ -210,8 +232,11 @@ pub fn guard(mut decision: Decision, asked: (u32, u32), guards: &Guards) -> Deci
     decision
 }
 
-/// Reports one SLA planner tick.
-fn report_tick(tick: &SlaDecision, origin: &MetricsOrigin) -> Decision {
+/// The `MetricsAvailable` reason of a graph whose frontend has counted no request yet.
+pub const AWAITING_TRAFFIC: &str = "AwaitingTraffic";
+
+/// Reports one SLA planner tick, with the decode KV usage read.
+fn report_tick(tick: &SlaDecision, kv: Option<&KvReading>, origin: &MetricsOrigin) -> Decision {
     let mut decision = Decision {
         message: tick.explanation(),
         ..Decision::default()
@@ -225,12 +250,17 @@ fn report_tick(tick: &SlaDecision, origin: &MetricsOrigin) -> Decision {
             "NoTraffic",
             "no request completed in the last interval",
         ),
+        Some(Hold::AwaitingTraffic { reason }) => {
+            DesiredCondition::met(METRICS_AVAILABLE, AWAITING_TRAFFIC, reason.clone())
+        }
         None => DesiredCondition::met(
             METRICS_AVAILABLE,
             "Observed",
             format!(
-                "frontend metrics of {} from {}",
-                origin.dynamo_namespace, origin.url
+                "frontend metrics of {} from {}; {}",
+                origin.dynamo_namespace,
+                origin.url,
+                kv_note(kv)
             ),
         ),
     });
@@ -243,6 +273,8 @@ fn report_tick(tick: &SlaDecision, origin: &MetricsOrigin) -> Decision {
         osl: finite(o.osl),
         ttft_ms: finite(o.ttft_ms),
         itl_ms: finite(o.itl_ms),
+        decode_kv_usage: kv.and_then(|kv| kv.mean).and_then(finite),
+        decode_kv_usage_source: kv.map(|kv| kv.source),
     });
     decision.predicted = tick.predicted.as_ref().map(|load| PredictedLoad {
         requests: finite(load.num_req),
@@ -257,16 +289,28 @@ fn report_tick(tick: &SlaDecision, origin: &MetricsOrigin) -> Decision {
     decision
 }
 
+/// What the status says of the decode KV usage read.
+fn kv_note(kv: Option<&KvReading>) -> &'static str {
+    match kv.map(|kv| kv.source) {
+        Some(KvUsageSource::Engines) => "decode KV usage from the engines",
+        Some(KvUsageSource::Router) => {
+            "decode KV usage from the KV router's estimate (no engine exports one for the graph): prompt blocks only, a lower bound the planner does not learn from"
+        }
+        None => "no decode KV usage (no engine or KV router exports one for the graph)",
+    }
+}
+
 fn decide_sla(
     planner: &mut SlaPlanner,
     config: &SlaPlannerConfig,
     model: &PerformanceModel,
     metrics: IntervalMetrics,
+    kv: Option<KvReading>,
     current: (u32, u32),
     origin: &MetricsOrigin,
 ) -> Decision {
     let tick = planner.tick(config, model, metrics, current);
-    report_tick(&tick, origin)
+    report_tick(&tick, kv.as_ref(), origin)
 }
 
 fn decide_load(
@@ -308,7 +352,15 @@ fn decide_load(
             ),
         )
     } else {
-        DesiredCondition::met(METRICS_AVAILABLE, "Observed", "load metrics sampled")
+        DesiredCondition::met(
+            METRICS_AVAILABLE,
+            "Observed",
+            if samples.decode_kv_lower_bound {
+                "load metrics sampled; decode KV usage from the KV router's estimate (no engine exports one for the graph): prompt blocks only, a lower bound decode is not scaled down on"
+            } else {
+                "load metrics sampled; decode KV usage from the engines"
+            },
+        )
     };
     Decision {
         target: tick.skipped.is_none().then_some((tick.prefill, tick.decode)),
@@ -393,9 +445,12 @@ mod tests {
         let mut state = sla_state();
         let decision = decide(
             &mut state,
-            Observed::Sla(IntervalMetrics::Unavailable {
-                reason: "Prometheus at http://prometheus:9090 did not answer".into(),
-            }),
+            Observed::Sla(
+                IntervalMetrics::Unavailable {
+                    reason: "Prometheus at http://prometheus:9090 did not answer".into(),
+                },
+                None,
+            ),
             both(2),
             &origin(),
         );
@@ -421,7 +476,7 @@ mod tests {
         let mut state = sla_state();
         let decision = decide(
             &mut state,
-            Observed::Sla(IntervalMetrics::Observed(observed(60_000.0))),
+            Observed::Sla(IntervalMetrics::Observed(observed(60_000.0)), None),
             both(1),
             &origin(),
         );
@@ -435,7 +490,8 @@ mod tests {
         assert!(
             decision.conditions.iter().any(|c| c.type_ == METRICS_AVAILABLE
                 && c.status == "True"
-                && c.message == "frontend metrics of llm-llama from http://prometheus:9090"),
+                && c.message
+                    == "frontend metrics of llm-llama from http://prometheus:9090; no decode KV usage (no engine or KV router exports one for the graph)"),
             "{:?}",
             decision.conditions
         );
@@ -458,7 +514,7 @@ mod tests {
         };
         let decision = decide(
             &mut state,
-            Observed::Sla(IntervalMetrics::Observed(idle)),
+            Observed::Sla(IntervalMetrics::Observed(idle), None),
             both(1),
             &origin(),
         );
@@ -506,6 +562,7 @@ mod tests {
         let busy = LoadSamples {
             prefill_queue: Vec::new(),
             decode_kv_usage: vec![0.95, 0.97],
+            ..LoadSamples::default()
         };
         let decision = decide(&mut state, Observed::Load(Ok(busy)), both(2), &origin());
         assert_eq!(decision.target, Some((3, 3)));
@@ -517,9 +574,88 @@ mod tests {
         let idle = LoadSamples {
             prefill_queue: Vec::new(),
             decode_kv_usage: vec![0.05],
+            ..LoadSamples::default()
         };
         let decision = decide(&mut state, Observed::Load(Ok(idle)), both(3), &origin());
         assert_eq!(decision.target, Some((2, 2)));
+    }
+
+    #[test]
+    fn a_graph_awaiting_its_first_request_is_ready_and_holds() {
+        let reason = "waiting for the first request: the frontend of llm-llama serves llama and has counted none yet; planning starts with it";
+        for mut state in [
+            sla_state(),
+            sla_state_with(SlaModel::Queueing),
+            PlannerState::Load {
+                aggregated: false,
+                planner: LoadPlanner::default(),
+                config: LoadConfig::default(),
+            },
+        ] {
+            let decision = decide(
+                &mut state,
+                Observed::AwaitingTraffic(reason.into()),
+                both(2),
+                &origin(),
+            );
+            assert_eq!(decision.target, None);
+            assert_eq!(
+                decision.conditions,
+                [DesiredCondition::met(METRICS_AVAILABLE, AWAITING_TRAFFIC, reason)]
+            );
+            assert_eq!(decision.message, format!("keeping replicas: {reason}"));
+            // Ready, with no failing condition (so no Warning Event).
+            let status = super::super::status::next(
+                None,
+                Some(1),
+                &super::super::status::Outcome {
+                    conditions: decision.conditions.clone(),
+                    message: decision.message.clone(),
+                    ..Default::default()
+                },
+                k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap(),
+            );
+            let ready =
+                crate::controller::conditions::find(&status.conditions, super::super::status::READY).unwrap();
+            assert_eq!(ready.status, "True");
+        }
+    }
+
+    #[test]
+    fn status_says_where_the_decode_kv_usage_came_from() {
+        for (source, note) in [
+            (KvUsageSource::Engines, "decode KV usage from the engines"),
+            (
+                KvUsageSource::Router,
+                "decode KV usage from the KV router's estimate",
+            ),
+        ] {
+            let mut state = sla_state();
+            let decision = decide(
+                &mut state,
+                Observed::Sla(
+                    IntervalMetrics::Observed(observed(600.0)),
+                    Some(KvReading {
+                        source,
+                        mean: Some(0.25),
+                        peak: Some(0.5),
+                    }),
+                ),
+                both(1),
+                &origin(),
+            );
+            let observed = decision.observed.unwrap();
+            assert_eq!(
+                (observed.decode_kv_usage, observed.decode_kv_usage_source),
+                (Some(0.25), Some(source))
+            );
+            let available = decision
+                .conditions
+                .iter()
+                .find(|c| c.type_ == METRICS_AVAILABLE)
+                .unwrap();
+            assert!(available.message.contains(note), "{}", available.message);
+        }
     }
 
     #[test]
@@ -548,7 +684,7 @@ mod tests {
         };
         let decision = decide(
             &mut state,
-            Observed::Sla(IntervalMetrics::Observed(overloaded)),
+            Observed::Sla(IntervalMetrics::Observed(overloaded), None),
             replicas,
             &origin(),
         );
@@ -569,7 +705,7 @@ mod tests {
         flooded.queued = Some(4_000.0);
         let decision = decide(
             &mut state,
-            Observed::Sla(IntervalMetrics::Observed(flooded)),
+            Observed::Sla(IntervalMetrics::Observed(flooded), None),
             both(1),
             &origin(),
         );
@@ -600,7 +736,7 @@ mod tests {
         };
         decide(
             &mut state,
-            Observed::Sla(IntervalMetrics::Observed(calm)),
+            Observed::Sla(IntervalMetrics::Observed(calm), None),
             replicas,
             &origin(),
         );
