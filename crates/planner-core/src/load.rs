@@ -236,6 +236,8 @@ impl LoadPlanner {
     /// [`LoadConfig::kv_scale_up`]; one fewer when it is at or below
     /// [`LoadConfig::kv_scale_down`] and the engines left would stay below the scale-up
     /// threshold (`usage · n / (n − 1)`), so a scale-down never triggers the next scale-up.
+    /// A usage that is only a lower bound ([`LoadSamples::decode_kv_lower_bound`]) scales up,
+    /// never down.
     /// Upstream reads each engine's latest forward pass; the operator reads the pool's mean
     /// over the interval. The decision carries the pool as both pools.
     pub fn tick_aggregated(
@@ -296,7 +298,9 @@ impl LoadPlanner {
             }
         } else if usage <= config.kv_scale_down {
             let survivors = f64::from(workers.saturating_sub(1).max(1));
-            if workers <= config.min_replicas {
+            if samples.decode_kv_lower_bound {
+                (workers, LoadReason::LowerBound { load: usage })
+            } else if workers <= config.min_replicas {
                 (
                     workers,
                     LoadReason::AtBound {
@@ -538,6 +542,20 @@ mod tests {
         };
         let mut planner = LoadPlanner::default();
         let low = planner.tick(&config, 1, 3, &estimate(0.1));
+        // The same for an aggregated pool.
+        let mut aggregated = LoadPlanner::default();
+        let held = aggregated.tick_aggregated(&config, 3, &estimate(0.1), 0.0);
+        assert_eq!(
+            (held.decode, held.decode_reason),
+            (3, LoadReason::LowerBound { load: 0.1 })
+        );
+        let mut aggregated = LoadPlanner::default();
+        assert_eq!(
+            aggregated
+                .tick_aggregated(&config, 3, &estimate(0.95), 0.0)
+                .decode,
+            4
+        );
         assert_eq!(low.decode, 3);
         assert_eq!(low.decode_reason, LoadReason::LowerBound { load: 0.1 });
         let mut planner = LoadPlanner::default();
