@@ -61,6 +61,12 @@ pub const BUILTIN_PROFILES: [&str; 4] = [
         description = "Decode replicas of the last decision"
     ),
     printcolumn(
+        name = "Workers",
+        type_ = "integer",
+        json_path = ".status.desired.workers",
+        description = "Aggregated workers of the last decision (aggregated graphs)"
+    ),
+    printcolumn(
         name = "TTFT",
         type_ = "number",
         json_path = ".status.observed.ttftMs",
@@ -976,4 +982,8 @@ pub struct PoolReplicas {
     pub prefill: i32,
     /// Decode replicas.
     pub decode: i32,
+    /// Replicas of an aggregated graph's one worker pool, which is both pools (prefill and
+    /// decode then say the same); absent for disaggregated graphs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers: Option<i32>,
 }

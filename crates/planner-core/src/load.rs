@@ -228,6 +228,110 @@ impl LoadPlanner {
     }
 }
 
+impl LoadPlanner {
+    /// One interval of one aggregated pool of `workers` engines, by Dynamo's load rule for
+    /// aggregated workers: the engines' KV usage, with the prompts waiting counted as the KV
+    /// they are about to take (`queued_kv_per_request`: one prompt's tokens over one engine's
+    /// KV capacity; 0 when unknown). One more engine when it reaches
+    /// [`LoadConfig::kv_scale_up`]; one fewer when it is at or below
+    /// [`LoadConfig::kv_scale_down`] and the engines left would stay below the scale-up
+    /// threshold (`usage · n / (n − 1)`), so a scale-down never triggers the next scale-up.
+    /// A usage that is only a lower bound ([`LoadSamples::decode_kv_lower_bound`]) scales up,
+    /// never down.
+    /// Upstream reads each engine's latest forward pass; the operator reads the pool's mean
+    /// over the interval. The decision carries the pool as both pools.
+    pub fn tick_aggregated(
+        &mut self,
+        config: &LoadConfig,
+        workers: u32,
+        samples: &LoadSamples,
+        queued_kv_per_request: f64,
+    ) -> LoadDecision {
+        let decided = |replicas: u32, reason: LoadReason, skipped: Option<LoadSkip>| LoadDecision {
+            prefill: replicas,
+            decode: replicas,
+            prefill_reason: reason.clone(),
+            decode_reason: reason,
+            skipped,
+        };
+        let changed = self.last_replicas.is_some_and(|last| last != (workers, workers));
+        self.last_replicas = Some((workers, workers));
+        if changed {
+            return decided(workers, LoadReason::Steady, Some(LoadSkip::ReplicasChanged));
+        }
+        let Some(kv) = mean(&samples.decode_kv_usage) else {
+            return decided(workers, LoadReason::Steady, Some(LoadSkip::NoSamples));
+        };
+        if workers == 0 {
+            return decided(workers, LoadReason::Steady, Some(LoadSkip::NoWorkers));
+        }
+        let per_request = if queued_kv_per_request.is_finite() {
+            queued_kv_per_request.max(0.0)
+        } else {
+            0.0
+        };
+        let queued = mean(&samples.prefill_queue).unwrap_or(0.0).max(0.0);
+        let usage = kv + queued * per_request / f64::from(workers);
+        let (replicas, reason) = if usage >= config.kv_scale_up {
+            if !below_max(config, workers) {
+                (
+                    workers,
+                    LoadReason::AtBound {
+                        bound: config.max_replicas.unwrap_or(workers),
+                    },
+                )
+            } else if !fits(config, 0, workers + 1) {
+                (
+                    workers,
+                    LoadReason::Budget {
+                        budget: config.max_gpu_budget.unwrap_or(0),
+                    },
+                )
+            } else {
+                (
+                    workers + 1,
+                    LoadReason::ScaleUp {
+                        load: usage,
+                        threshold: config.kv_scale_up,
+                    },
+                )
+            }
+        } else if usage <= config.kv_scale_down {
+            let survivors = f64::from(workers.saturating_sub(1).max(1));
+            if samples.decode_kv_lower_bound {
+                (workers, LoadReason::LowerBound { load: usage })
+            } else if workers <= config.min_replicas {
+                (
+                    workers,
+                    LoadReason::AtBound {
+                        bound: config.min_replicas,
+                    },
+                )
+            } else if usage * f64::from(workers) / survivors >= config.kv_scale_up {
+                (workers, LoadReason::Steady)
+            } else {
+                (
+                    workers - 1,
+                    LoadReason::ScaleDown {
+                        load: usage,
+                        threshold: config.kv_scale_down,
+                    },
+                )
+            }
+        } else {
+            (workers, LoadReason::Steady)
+        };
+        let bounded = Limits {
+            max_gpu_budget: None,
+            ..config.limits()
+        }
+        .apply_aggregated(replicas)
+        .replicas
+        .1;
+        decided(bounded, reason, None)
+    }
+}
+
 /// Whether `p` prefill and `d` decode replicas fit the GPU budget.
 fn fits(config: &LoadConfig, p: u32, d: u32) -> bool {
     config.max_gpu_budget.is_none_or(|budget| {
@@ -389,6 +493,47 @@ mod tests {
     }
 
     #[test]
+    fn an_aggregated_pool_counts_waiting_prompts_as_kv_and_moves_one_engine() {
+        let config = LoadConfig::default();
+        // 60 % KV used, 2 prompts waiting per engine of 20 % of an engine's cache each: 100 %.
+        let mut planner = LoadPlanner::default();
+        let up = planner.tick_aggregated(&config, 3, &samples(&[6.0, 6.0], &[0.6, 0.6]), 0.2);
+        assert_eq!((up.prefill, up.decode, up.skipped.clone()), (4, 4, None));
+        assert!(matches!(up.decode_reason, LoadReason::ScaleUp { .. }));
+        // The same usage without the queue is steady.
+        let mut planner = LoadPlanner::default();
+        let steady = planner.tick_aggregated(&config, 3, &samples(&[6.0], &[0.6]), 0.0);
+        assert_eq!((steady.decode, steady.decode_reason), (3, LoadReason::Steady));
+        // Low usage: one fewer, unless the survivors would cross the scale-up threshold.
+        let mut planner = LoadPlanner::default();
+        let down = planner.tick_aggregated(&config, 3, &samples(&[0.0], &[0.4]), 0.0);
+        assert_eq!(down.decode, 2);
+        let mut planner = LoadPlanner::default();
+        let tight = LoadConfig {
+            kv_scale_up: 0.55,
+            ..config
+        };
+        let held = planner.tick_aggregated(&tight, 2, &samples(&[0.0], &[0.4]), 0.0);
+        assert_eq!((held.decode, held.decode_reason), (2, LoadReason::Steady));
+        // The replicas changed since the last interval: observe only.
+        let next = planner.tick_aggregated(&config, 3, &samples(&[0.0], &[0.1]), 0.0);
+        assert_eq!(next.skipped, Some(LoadSkip::ReplicasChanged));
+        // No samples never scale down.
+        let mut planner = LoadPlanner::default();
+        let none = planner.tick_aggregated(&config, 3, &samples(&[], &[]), 0.0);
+        assert_eq!((none.decode, none.skipped), (3, Some(LoadSkip::NoSamples)));
+        // The budget counts the pool's GPUs once.
+        let mut planner = LoadPlanner::default();
+        let budget = LoadConfig {
+            max_gpu_budget: Some(3),
+            ..config
+        };
+        let capped = planner.tick_aggregated(&budget, 3, &samples(&[0.0], &[0.95]), 0.0);
+        assert_eq!(capped.decode, 3);
+        assert!(matches!(capped.decode_reason, LoadReason::Budget { budget: 3 }));
+    }
+
+    #[test]
     fn a_lower_bound_of_kv_usage_scales_decode_up_never_down() {
         let config = LoadConfig::default();
         let estimate = |kv: f64| LoadSamples {
@@ -397,6 +542,20 @@ mod tests {
         };
         let mut planner = LoadPlanner::default();
         let low = planner.tick(&config, 1, 3, &estimate(0.1));
+        // The same for an aggregated pool.
+        let mut aggregated = LoadPlanner::default();
+        let held = aggregated.tick_aggregated(&config, 3, &estimate(0.1), 0.0);
+        assert_eq!(
+            (held.decode, held.decode_reason),
+            (3, LoadReason::LowerBound { load: 0.1 })
+        );
+        let mut aggregated = LoadPlanner::default();
+        assert_eq!(
+            aggregated
+                .tick_aggregated(&config, 3, &estimate(0.95), 0.0)
+                .decode,
+            4
+        );
         assert_eq!(low.decode, 3);
         assert_eq!(low.decode_reason, LoadReason::LowerBound { load: 0.1 });
         let mut planner = LoadPlanner::default();

@@ -210,6 +210,51 @@ impl Limits {
     }
 }
 
+impl Limits {
+    /// [`Self::apply`] for one aggregated pool (its engines' GPUs are the decode engine's):
+    /// raised to the minimum, cut to the maximum, then to the budget
+    /// ([`apply_single_pool_budget`]); reported as both pools, with the same replicas.
+    pub fn apply_aggregated(&self, needed: u32) -> Bounded {
+        let mut limits = Vec::new();
+        let mut replicas = needed;
+        if replicas < self.min_replicas {
+            limits.push(Limit::MinReplicas {
+                pool: Pool::Decode,
+                needed,
+                min: self.min_replicas,
+            });
+            replicas = self.min_replicas;
+        }
+        if let Some(max) = self.max_replicas.filter(|&max| replicas > max) {
+            limits.push(Limit::MaxReplicas {
+                pool: Pool::Decode,
+                needed: replicas,
+                max,
+            });
+            replicas = max;
+        }
+        let unbudgeted = replicas;
+        let gpus = self.decode_gpus_per_engine.max(1);
+        let budgeted = apply_single_pool_budget(replicas, gpus, self.min_replicas, self.max_gpu_budget);
+        if let Some(budget) = self.max_gpu_budget.filter(|_| budgeted != replicas) {
+            let needed_gpus = u64::from(replicas) * u64::from(gpus);
+            limits.push(if budgeted == 0 {
+                Limit::BudgetBelowMinimum {
+                    budget,
+                    minimum_gpus: u64::from(self.min_replicas) * u64::from(gpus),
+                }
+            } else {
+                Limit::GpuBudget { needed_gpus, budget }
+            });
+        }
+        Bounded {
+            unbudgeted: (unbudgeted, unbudgeted),
+            replicas: (budgeted, budgeted),
+            limits,
+        }
+    }
+}
+
 /// Correction factors (observed / profiled latency); 1.0 means the profile matches.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Corrections {

@@ -13,20 +13,21 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::{
-    decision::{Hold, IntervalMetrics, Outcome, SlaDecision},
-    queueing::{
-        Burstiness, DecodeKv, FastPath, FastSignals, Margins, QueueingConfig, QueueingPlan, ScaleReason,
-        Stabilisation,
-    },
-};
 use crate::{
+    aggregated::AggregatedEngine,
     interpolation::PerformanceCurves,
     predictor::{LoadPredictors, PredictorConfig},
     queueing::{Context, QueueingState},
     sla::{Corrections, Limits, Observation, SlaTargets},
     trace::TraceBucket,
     upstream,
+};
+pub use crate::{
+    decision::{Hold, IntervalMetrics, Outcome, SlaDecision},
+    queueing::{
+        Burstiness, DecodeKv, FastPath, FastSignals, Margins, QueueingConfig, QueueingPlan, ScaleReason,
+        Stabilisation,
+    },
 };
 
 /// Which model sizes the pools (`spec.sla.model`).
@@ -59,6 +60,10 @@ pub struct SlaPlannerConfig {
     /// Queueing-model settings.
     #[serde(default)]
     pub queueing: QueueingConfig,
+    /// `Some` when the deployment is one pool of aggregated engines (the queueing model only):
+    /// decisions then carry that pool's replicas as both pools'.
+    #[serde(default)]
+    pub aggregated: Option<AggregatedEngine>,
 }
 
 impl SlaPlannerConfig {
@@ -77,6 +82,7 @@ impl SlaPlannerConfig {
             sla: &self.sla,
             limits: &self.limits,
             settings: &self.queueing,
+            aggregated: self.aggregated.as_ref(),
         }
     }
 }
@@ -257,6 +263,7 @@ mod tests {
             },
             model: SlaModel::Upstream,
             queueing: QueueingConfig::default(),
+            aggregated: None,
         }
     }
 

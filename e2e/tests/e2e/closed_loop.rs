@@ -83,6 +83,35 @@ fn free_port() -> u16 {
         .unwrap_or(0)
 }
 
+/// POSTs to the synthetic frontend's control endpoint (plain HTTP/1.0 over loopback).
+pub(crate) async fn post(addr: &str, path: &str) -> Result<()> {
+    let (addr, request) = (
+        addr.to_string(),
+        format!("POST {path} HTTP/1.0\r\nHost: x\r\nContent-Length: 0\r\n\r\n"),
+    );
+    tokio::task::spawn_blocking(move || -> std::io::Result<String> {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(addr)?;
+        stream.write_all(request.as_bytes())?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response)?;
+        Ok(response)
+    })
+    .await?
+    .map_err(|e| e.into())
+    .and_then(|response: String| {
+        if response.starts_with("HTTP/1.0 2") || response.starts_with("HTTP/1.1 2") {
+            Ok(())
+        } else {
+            Err(format!(
+                "control request failed: {}",
+                response.lines().next().unwrap_or_default()
+            )
+            .into())
+        }
+    })
+}
+
 /// Starts the synthetic frontend replaying the Azure conversation trace four times faster, in
 /// a loop, for model `llama-3.1-8b`, with its workers given by `capacity` (`--dgd` and
 /// `--namespace`, or fixed `--prefill` and `--decode` counts).

@@ -11,8 +11,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::{
+    aggregated::AggregatedEngine,
     sizing::LatencyTargets,
-    sla::{Limits, SlaTargets},
+    sla::{Bounded, Limits, SlaTargets},
 };
 
 /// What the queueing planner is given besides its settings.
@@ -26,6 +27,21 @@ pub(crate) struct Context<'a> {
     pub limits: &'a Limits,
     /// The queueing model's settings.
     pub settings: &'a QueueingConfig,
+    /// `Some` when the deployment is one aggregated pool (planned as both pools, with the same
+    /// replicas).
+    pub aggregated: Option<&'a AggregatedEngine>,
+}
+
+impl Context<'_> {
+    /// The replicas to run for what the load needs: [`Limits::apply`], or for an aggregated
+    /// pool [`Limits::apply_aggregated`] on the larger of the two.
+    pub fn bound(&self, needed: (u32, u32)) -> Bounded {
+        if self.aggregated.is_some() {
+            self.limits.apply_aggregated(needed.0.max(needed.1))
+        } else {
+            self.limits.apply(needed)
+        }
+    }
 }
 
 /// Settings of the queueing model. `Default` gives the defaults.

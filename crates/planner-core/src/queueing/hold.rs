@@ -78,7 +78,7 @@ pub(super) fn hold(
     } else {
         ScaleReason::Forecast
     };
-    let bounded = ctx.limits.apply(replicas);
+    let bounded = ctx.bound(replicas);
     window.decode_changed(now, current.1, bounded.replicas.1, settings.scale_up_delay_s);
     Held {
         desired,
@@ -101,9 +101,7 @@ pub(super) fn hold_scale_up(
     reason: ScaleReason,
 ) -> Option<Held> {
     let desired = (sizing.prefill.replicas, sizing.decode.replicas);
-    let bounded = ctx
-        .limits
-        .apply((desired.0.max(current.0), desired.1.max(current.1)));
+    let bounded = ctx.bound((desired.0.max(current.0), desired.1.max(current.1)));
     let replicas = bounded.replicas;
     if replicas.0 <= current.0 && replicas.1 <= current.1 {
         return None;

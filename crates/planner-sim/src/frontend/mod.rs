@@ -45,6 +45,7 @@ use tracing::{info, warn};
 
 use planner_api::labels::{LABEL_COMPONENT_TYPE, LABEL_GRAPH};
 use planner_core::{
+    aggregated::AggregatedEngine,
     interpolation::PerformanceModel,
     latency::{EngineSpec, LatencyModel},
     profile::{Profile, builtin_names},
@@ -108,6 +109,12 @@ pub struct SyntheticFrontendArgs {
     /// KV-cache block size in tokens (for `model_total_kv_blocks` and the decode blocks gauge).
     #[arg(long, default_value_t = 16)]
     kv_block_size: u32,
+    /// Aggregated workers (chunked prefill sharing steps with decode): with `--dgd`, the Ready
+    /// pods of `nvidia.com/dynamo-component-type=worker` serve both; with fixed counts,
+    /// `--decode`'s. Their gauges carry `worker_type="decode"`, as Dynamo's frontend labels
+    /// aggregated workers.
+    #[arg(long)]
+    aggregated: bool,
 }
 
 /// Why the synthetic frontend stopped.
@@ -282,13 +289,24 @@ pub async fn run(args: SyntheticFrontendArgs) -> Result<(), FrontendError> {
             let dgd = dgd.clone();
             let period = Duration::from_secs_f64(args.poll_interval_s.max(0.1));
             let mut stop = stop_rx.clone();
+            let aggregated = args.aggregated;
             Some(tokio::spawn(async move {
                 loop {
-                    match (
-                        ready_pods(&api, &dgd, "prefill").await,
-                        ready_pods(&api, &dgd, "decode").await,
-                    ) {
-                        (Ok(prefill), Ok(decode)) => {
+                    let counts = if aggregated {
+                        ready_pods(&api, &dgd, "worker")
+                            .await
+                            .map(|workers| (Vec::new(), workers))
+                    } else {
+                        match (
+                            ready_pods(&api, &dgd, "prefill").await,
+                            ready_pods(&api, &dgd, "decode").await,
+                        ) {
+                            (Ok(prefill), Ok(decode)) => Ok((prefill, decode)),
+                            (Err(error), _) | (_, Err(error)) => Err(error),
+                        }
+                    };
+                    match counts {
+                        Ok((prefill, decode)) => {
                             workers_tx.send_if_modified(|current| {
                                 let next = Workers { prefill, decode };
                                 if *current == next {
@@ -304,7 +322,7 @@ pub async fn run(args: SyntheticFrontendArgs) -> Result<(), FrontendError> {
                                 }
                             });
                         }
-                        (Err(error), _) | (_, Err(error)) => {
+                        Err(error) => {
                             warn!(%error, "cannot count the DGD's pods; keeping the last counts");
                         }
                     }
@@ -316,7 +334,15 @@ pub async fn run(args: SyntheticFrontendArgs) -> Result<(), FrontendError> {
             }))
         }
         (None, Some(prefill), Some(decode)) => {
-            let _ = workers_tx.send(Workers::fixed(prefill, decode));
+            let fixed = Workers::fixed(prefill, decode);
+            let _ = workers_tx.send(if args.aggregated {
+                Workers {
+                    prefill: Vec::new(),
+                    ..fixed
+                }
+            } else {
+                fixed
+            });
             None
         }
         _ => {
@@ -357,7 +383,8 @@ pub async fn run(args: SyntheticFrontendArgs) -> Result<(), FrontendError> {
     } else {
         1.0
     };
-    let mut replay = Replay::new(requests, args.jitter_s, args.looping, step);
+    let mut replay = Replay::new(requests, args.jitter_s, args.looping, step)
+        .aggregated(args.aggregated.then(AggregatedEngine::default).as_ref());
     let latency = LatencyModel::new(&curves, spec);
     let mut ticker = tokio::time::interval(Duration::from_secs_f64((step / speedup).max(0.01)));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -374,8 +401,13 @@ pub async fn run(args: SyntheticFrontendArgs) -> Result<(), FrontendError> {
         let k = f64::from_bits(rate_scale.load(Ordering::Relaxed));
         let t = started.elapsed().as_secs_f64() * speedup;
         let Ok(mut m) = metrics.lock() else { break };
-        let prefill = u32::try_from(workers.prefill.len()).unwrap_or(u32::MAX);
         let decode = u32::try_from(workers.decode.len()).unwrap_or(u32::MAX);
+        // Aggregated workers are both pools.
+        let prefill = if args.aggregated {
+            decode
+        } else {
+            u32::try_from(workers.prefill.len()).unwrap_or(u32::MAX)
+        };
         replay.advance_to(t, k, prefill, decode, &latency, &mut *m);
         m.update(&replay.snapshot(), &workers.prefill, &workers.decode);
         drop(m);

@@ -2,6 +2,7 @@
 //! change while it runs (pure; the caller supplies the clock and the capacity).
 
 use planner_core::{
+    aggregated::AggregatedEngine,
     interpolation::PerformanceCurves,
     latency::{Cluster, LatencyModel, Observer, Snapshot},
 };
@@ -45,6 +46,12 @@ impl Replay {
     /// The model's state.
     pub fn snapshot(&self) -> Snapshot {
         self.cluster.snapshot()
+    }
+
+    /// The same replay on aggregated engines (`Some`), or disaggregated pools.
+    pub fn aggregated(mut self, engine: Option<&AggregatedEngine>) -> Self {
+        self.cluster = self.cluster.aggregated(engine);
+        self
     }
 
     /// Advances whole steps up to `t_s` (trace time) with `prefill` and `decode` engines

@@ -15,6 +15,7 @@
 //! cannot make an interval look good. Intervals without arrivals are not counted.
 
 use planner_core::{
+    aggregated::AggregatedEngine,
     interpolation::PerformanceCurves,
     load::LoadSamples,
     sla::{Limits, Load, Observation, SlaTargets},
@@ -49,6 +50,9 @@ pub struct SimConfig {
     /// Settings of the SLA planner's queueing model (its scale-up delay is the one the policy
     /// measures on its replicas, as the operator does: not `scale_up_delay_s`).
     pub queueing: QueueingConfig,
+    /// `Some` for one pool of aggregated engines: every decision's pools become that pool
+    /// (the larger of the two), charged once, at the decode engine's GPUs.
+    pub aggregated: Option<AggregatedEngine>,
 }
 
 impl Default for SimConfig {
@@ -67,6 +71,7 @@ impl Default for SimConfig {
             },
             drain_limit_s: 1800.0,
             queueing: QueueingConfig::default(),
+            aggregated: None,
         }
     }
 }
@@ -80,6 +85,16 @@ impl SimConfig {
     /// The step actually used, so that an interval is a whole number of steps.
     pub fn effective_step_s(&self) -> f64 {
         self.interval_s / self.steps_per_interval() as f64
+    }
+
+    /// The replicas a decision runs: an aggregated deployment's one pool is both pools.
+    pub fn pools(&self, (prefill, decode): (u32, u32)) -> (u32, u32) {
+        if self.aggregated.is_some() {
+            let n = prefill.max(decode);
+            (n, n)
+        } else {
+            (prefill, decode)
+        }
     }
 
     /// Largest replica count per pool the searching policies consider.
@@ -544,14 +559,20 @@ pub fn run<C: PerformanceCurves>(
         config.scale_up_delay_s.max(0.0)
     };
     let min = config.limits.min_replicas;
+    // An aggregated pool is charged once, as the decode pool.
+    let aggregated = config.aggregated.is_some();
     let (p_gpus, d_gpus) = (
-        f64::from(config.limits.prefill_gpus_per_engine.max(1)),
+        if aggregated {
+            0.0
+        } else {
+            f64::from(config.limits.prefill_gpus_per_engine.max(1))
+        },
         f64::from(config.limits.decode_gpus_per_engine.max(1)),
     );
 
     let mut outcomes = Outcomes::new(requests.len());
     let empty_samples = LoadSamples::default();
-    let start_cluster = Cluster::new(0.0, 0, 0);
+    let start_cluster = Cluster::new(0.0, 0, 0).aggregated(config.aggregated.as_ref());
     let initial = policy.initial().or(initial).unwrap_or_else(|| {
         let ctx = DecisionContext {
             now_s: 0.0,
@@ -569,9 +590,10 @@ pub fn run<C: PerformanceCurves>(
         };
         policy.decide(&ctx).unwrap_or((min, min))
     });
+    let initial = config.pools(initial);
     let mut prefill = PoolState::new(initial.0);
     let mut decode = PoolState::new(initial.1);
-    let mut cluster = Cluster::new(0.0, initial.0, initial.1);
+    let mut cluster = Cluster::new(0.0, initial.0, initial.1).aggregated(config.aggregated.as_ref());
     let mut recorder = Recorder {
         window: Window::default(),
         fast_arrivals: 0.0,
@@ -671,10 +693,10 @@ pub fn run<C: PerformanceCurves>(
                 model,
                 config,
             };
-            if let Some((p, d)) = policy.fast_decide(&ctx, &signals) {
+            if let Some((p, d)) = policy.fast_decide(&ctx, &signals).map(|r| config.pools(r)) {
                 let changed_p = prefill.set(p, t1, delay);
                 let changed_d = decode.set(d, t1, delay);
-                actions += usize::from(changed_p) + usize::from(changed_d);
+                actions += usize::from(changed_p && !aggregated) + usize::from(changed_d);
                 if changed_p || changed_d {
                     decisions.push((t1, (p, d)));
                     max_prefill = max_prefill.max(p);
@@ -720,7 +742,7 @@ pub fn run<C: PerformanceCurves>(
                 model,
                 config,
             };
-            let decision = policy.decide(&ctx);
+            let decision = policy.decide(&ctx).map(|r| config.pools(r));
             recorder.window = Window::default();
             recorder.fast_arrivals = 0.0;
             recorder.fast_completions = 0.0;
@@ -730,7 +752,7 @@ pub fn run<C: PerformanceCurves>(
             if let Some((p, d)) = decision {
                 let changed_p = prefill.set(p, t1, delay);
                 let changed_d = decode.set(d, t1, delay);
-                actions += usize::from(changed_p) + usize::from(changed_d);
+                actions += usize::from(changed_p && !aggregated) + usize::from(changed_d);
                 if changed_p || changed_d {
                     decisions.push((t1, (p, d)));
                     max_prefill = max_prefill.max(p);

@@ -424,3 +424,44 @@ fn observations_carry_arrivals_gauges_and_moments() {
             .is_some_and(|i| i >= overloaded.queued.unwrap_or(0.0))
     );
 }
+
+#[test]
+fn an_aggregated_run_plans_one_pool_and_charges_it_once() {
+    let config = SimConfig {
+        aggregated: Some(planner_core::aggregated::AggregatedEngine::default()),
+        ..config()
+    };
+    // A step from 2 to 25 requests/s: one pool grows, every policy keeps both pools equal.
+    let mut requests = constant(2.0, 0.0, 600.0);
+    requests.extend(constant(25.0, 600.0, 1200.0));
+    let specs = [
+        PolicySpec::Oracle,
+        PolicySpec::Sla {
+            model: SlaModel::Queueing,
+            predictor: PredictorKind::Constant,
+            correction: true,
+            headroom: false,
+        },
+        PolicySpec::LoadBased,
+        PolicySpec::Hpa,
+        PolicySpec::FixedPeak,
+    ];
+    let results = compare(&requests, &model(), &config, &specs, 2);
+    for r in &results {
+        assert_eq!(r.summary.max_prefill, r.summary.max_decode, "{}", r.policy);
+        for i in &r.intervals {
+            assert_eq!(i.prefill, i.decode, "{} at {}", r.policy, i.start_s);
+            // One GPU per decode engine, none for the prefill "pool" (the same engines).
+            assert_eq!(i.gpus, i.decode, "{} at {}", r.policy, i.start_s);
+        }
+    }
+    let sla = by_name(&results, "sla-constant");
+    let oracle = by_name(&results, "oracle");
+    assert!(oracle.summary.max_decode > 1);
+    assert!(
+        sla.summary.max_decode >= oracle.summary.max_decode,
+        "{:?}",
+        sla.summary
+    );
+    assert!(sla.summary.interval_attainment() >= 0.8, "{:?}", sla.summary);
+}

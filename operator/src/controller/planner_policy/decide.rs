@@ -34,6 +34,8 @@ pub enum PlannerState {
         planner: LoadPlanner,
         /// Thresholds and limits.
         config: LoadConfig,
+        /// One aggregated worker pool (Dynamo's rule for aggregated workers).
+        aggregated: bool,
     },
 }
 
@@ -125,9 +127,14 @@ pub fn decide(
             };
             decide_sla(planner, config, model, metrics, kv, current, origin)
         }
-        (PlannerState::Load { planner, config }, Observed::Load(samples)) => {
-            decide_load(planner, config, samples, replicas.serving, origin)
-        }
+        (
+            PlannerState::Load {
+                planner,
+                config,
+                aggregated,
+            },
+            Observed::Load(samples),
+        ) => decide_load(planner, config, *aggregated, samples, replicas.serving, origin),
         // The observe step reads what the state's planner needs; a mismatch keeps replicas.
         _ => Decision {
             message: "keeping replicas: the observation does not match the planner's mode".into(),
@@ -309,6 +316,7 @@ fn decide_sla(
 fn decide_load(
     planner: &mut LoadPlanner,
     config: &LoadConfig,
+    aggregated: bool,
     samples: Result<LoadSamples, String>,
     current: (u32, u32),
     origin: &MetricsOrigin,
@@ -327,7 +335,13 @@ fn decide_load(
             };
         }
     };
-    let tick: LoadDecision = planner.tick(config, current.0, current.1, &samples);
+    // Dynamo's rule also counts an aggregated pool's waiting prompts as the KV they will take;
+    // load mode reads no prompt lengths, so the operator's rule reads the engines' KV usage.
+    let tick: LoadDecision = if aggregated {
+        planner.tick_aggregated(config, current.1, &samples, 0.0)
+    } else {
+        planner.tick(config, current.0, current.1, &samples)
+    };
     let condition = if tick.skipped == Some(LoadSkip::NoSamples) {
         DesiredCondition::unmet(
             METRICS_AVAILABLE,
@@ -412,6 +426,7 @@ mod tests {
             },
             model: model_kind,
             queueing: QueueingConfig::default(),
+            aggregated: None,
         };
         let profile = Profile::builtin("h200-llama3.1-8b-tp1").unwrap();
         PlannerState::Sla {
@@ -513,6 +528,7 @@ mod tests {
     #[test]
     fn load_mode_without_samples_keeps_replicas() {
         let mut state = PlannerState::Load {
+            aggregated: false,
             planner: LoadPlanner::default(),
             config: LoadConfig::default(),
         };
@@ -536,12 +552,42 @@ mod tests {
     }
 
     #[test]
+    fn load_mode_moves_an_aggregated_pool_as_one_by_its_kv_usage() {
+        let mut state = PlannerState::Load {
+            aggregated: true,
+            planner: LoadPlanner::default(),
+            config: LoadConfig::default(),
+        };
+        // No prefill queue series (aggregated workers have none): the KV usage decides.
+        let busy = LoadSamples {
+            prefill_queue: Vec::new(),
+            decode_kv_usage: vec![0.95, 0.97],
+            ..LoadSamples::default()
+        };
+        let decision = decide(&mut state, Observed::Load(Ok(busy)), both(2), &origin());
+        assert_eq!(decision.target, Some((3, 3)));
+        let mut state = PlannerState::Load {
+            aggregated: true,
+            planner: LoadPlanner::default(),
+            config: LoadConfig::default(),
+        };
+        let idle = LoadSamples {
+            prefill_queue: Vec::new(),
+            decode_kv_usage: vec![0.05],
+            ..LoadSamples::default()
+        };
+        let decision = decide(&mut state, Observed::Load(Ok(idle)), both(3), &origin());
+        assert_eq!(decision.target, Some((2, 2)));
+    }
+
+    #[test]
     fn a_graph_awaiting_its_first_request_is_ready_and_holds() {
         let reason = "waiting for the first request: the frontend of llm-llama serves llama and has counted none yet; planning starts with it";
         for mut state in [
             sla_state(),
             sla_state_with(SlaModel::Queueing),
             PlannerState::Load {
+                aggregated: false,
                 planner: LoadPlanner::default(),
                 config: LoadConfig::default(),
             },
