@@ -17,7 +17,7 @@ use kube::{
     api::{ListParams, Patch, PatchParams, PostParams},
 };
 use planner_api::{
-    DynamoGraphDeployment, PlannerPolicy,
+    DynamoGraphDeployment, KvUsageSource, PlannerPolicy,
     labels::{LABEL_COMPONENT_TYPE, LABEL_GRAPH, LABEL_MANAGED_BY, MANAGED_BY},
 };
 use serde_json::{Value, json};
@@ -96,15 +96,18 @@ fn workers(dgd: &DynamoGraphDeployment) -> i32 {
 async fn up_and_down(ns: &TestNamespace, frontend_control: &str) -> Result<()> {
     let dgds: Api<DynamoGraphDeployment> = ns.api();
     let policies: Api<PlannerPolicy> = ns.api();
-    poll_until("the policy to observe requests", WAIT, || async {
-        let policy = policies.get("agg-sla").await?;
-        Ok(policy
-            .status
-            .as_ref()
-            .and_then(|s| s.observed.as_ref())
-            .and_then(|o| o.requests)
-            .is_some_and(|r| r > 0.0))
-    })
+    // The KV usage is read from the aggregated engines (component type `worker`), not
+    // estimated.
+    poll_until(
+        "the policy to observe requests and the engines' KV usage",
+        WAIT,
+        || async {
+            let policy = policies.get("agg-sla").await?;
+            let observed = policy.status.as_ref().and_then(|s| s.observed.as_ref());
+            Ok(observed.and_then(|o| o.requests).is_some_and(|r| r > 0.0)
+                && observed.and_then(|o| o.decode_kv_usage_source) == Some(KvUsageSource::Engines))
+        },
+    )
     .await?;
     let policy = policies.get("agg-sla").await?;
     let resolved = condition(&policy, "TargetResolved").ok_or("no TargetResolved")?;
