@@ -97,12 +97,12 @@ pub struct Margins {
 impl Default for Margins {
     fn default() -> Self {
         Self {
-            // 0.8 and 0.9 lose 2 runs to hpa; 0.5 and 0.6 score the same and cost 0.001x more.
-            forecast_quantile: 0.7,
+            // 0.7 loses a run to hpa, 0.8 and 0.9 two; 0.5 scores the same for 0.001x more.
+            forecast_quantile: 0.6,
             // 0.5 to 0.8 lose 4 to 6 runs to hpa (prompts grow faster than forecast), 0.95 two.
             service_quantile: 0.9,
-            // 0.7 to 0.8 lose a run to hpa (decode runs short), 0.9 and above a run of the bar.
-            decode_quantile: 0.85,
+            // 0.7 to 0.85 and 0.95 lose a run to hpa and one of the bar (decode runs short).
+            decode_quantile: 0.9,
             // 10 loses 6 runs to hpa (too few errors for a 0.7 quantile), 30 loses 3.
             errors_kept: 20,
             // 1.2 and 1.3 lose 2 or 3 runs to hpa in the first minutes, 1.5 and 1.6 cost 1 or 2
@@ -111,8 +111,8 @@ impl Default for Margins {
             // 1.0 loses a run to hpa; 1.2 and 1.3 cost 2 runs of the bar (decode's KV margin
             // already covers part of that uncertainty).
             decode_cold: 1.1,
-            // 1.25 loses a run to hpa; 2 and 3 cost a run of the bar.
-            max_multiplier: 1.5,
+            // 1.5 costs a run of the bar, 2 two; 3 also loses 2 runs to hpa.
+            max_multiplier: 1.25,
         }
     }
 }
