@@ -83,8 +83,8 @@ pub struct Margins {
     pub decode_quantile: f64,
     /// Forecast errors kept per quantity (each interval adds two: horizons one and two).
     pub errors_kept: usize,
-    /// Prefill's forecast multiplier until [`MIN_FORECAST_ERRORS`] errors are known (the fast
-    /// path's measured rate gets it too).
+    /// Prefill's forecast multiplier until [`MIN_FORECAST_ERRORS`] errors are known (the plan
+    /// clamps it to `max_multiplier`; the fast path's measured rate gets it whole).
     pub cold: f64,
     /// Decode's forecast multiplier until then.
     pub decode_cold: f64,
@@ -103,13 +103,13 @@ impl Default for Margins {
             service_quantile: 0.9,
             // 0.7 to 0.85 and 0.95 lose a run to hpa and one of the bar (decode runs short).
             decode_quantile: 0.9,
-            // 10 loses 6 runs to hpa (too few errors for a 0.7 quantile), 30 loses 3.
+            // 10 loses 3 runs to hpa (too few errors for the quantile), 30 loses 2.
             errors_kept: 20,
-            // 1.2 and 1.3 lose 2 or 3 runs to hpa in the first minutes, 1.5 and 1.6 cost 1 or 2
-            // runs of the bar.
+            // 1.2 loses 3 runs to hpa in the first minutes, 1.3 and 1.5 cost a run of the bar,
+            // 1.6 a run to hpa and 3 of the bar.
             cold: 1.4,
-            // 1.0 loses a run to hpa; 1.2 and 1.3 cost 2 runs of the bar (decode's KV margin
-            // already covers part of that uncertainty).
+            // 1.0 loses 2 runs to hpa; 1.2 and 1.3 a run to hpa and one of the bar (decode's KV
+            // margin already covers part of that uncertainty).
             decode_cold: 1.1,
             // 1.5 costs a run of the bar, 2 two; 3 also loses 2 runs to hpa.
             max_multiplier: 1.25,

@@ -293,6 +293,8 @@ fn decode_has_its_own_cold_start_margin() {
         let mut config = queueing_config();
         config.queueing.margins.cold = 1.4;
         config.queueing.margins.decode_cold = decode_cold;
+        // Above both cold margins, so the plan's clamp leaves them whole.
+        config.queueing.margins.max_multiplier = 1.5;
         config
     };
     // The first interval: no forecast errors known yet, so both margins are the cold ones.
