@@ -198,29 +198,17 @@ struct ServerState {
 }
 
 async fn serve_metrics(State(state): State<ServerState>) -> axum::response::Response {
-    let encoded = match state.metrics.lock() {
-        Ok(metrics) => metrics.encode().ok(),
-        Err(_) => None,
-    };
-    match encoded {
-        Some(text) => (
-            StatusCode::OK,
-            [(
-                "content-type",
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            text,
-        )
-            .into_response(),
-        None => (StatusCode::INTERNAL_SERVER_ERROR, "cannot encode the metrics").into_response(),
-    }
+    let encoded = state.metrics.lock().ok().and_then(|m| m.encode().ok());
+    exposition(encoded)
 }
 
 async fn serve_engine_metrics(State(state): State<ServerState>) -> axum::response::Response {
-    let encoded = match state.metrics.lock() {
-        Ok(metrics) => metrics.encode_engines().ok(),
-        Err(_) => None,
-    };
+    let encoded = state.metrics.lock().ok().and_then(|m| m.encode_engines().ok());
+    exposition(encoded)
+}
+
+/// An OpenMetrics exposition, or a 500 when the registry could not be encoded.
+fn exposition(encoded: Option<String>) -> axum::response::Response {
     match encoded {
         Some(text) => (
             StatusCode::OK,
