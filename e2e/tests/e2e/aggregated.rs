@@ -313,6 +313,11 @@ async fn an_aggregated_graph_is_scaled_up_and_down_beside_nvidias_operator() -> 
     .await
 }
 
+/// The aggregated engine processes the bed runs.
+async fn running_workers(bed: &Bed) -> Result<i64> {
+    Ok(bed.status().await?["workers"].as_i64().unwrap_or(-1))
+}
+
 /// Full mode on real engines: the bed's aggregated mockers serve a trace of long prompts, a
 /// real Prometheus scrapes the real frontend and engines as the chart's PodMonitors do, and the
 /// policy reads them (the backlog from the frontend's `phase="aggregated"` stages, the KV usage
@@ -343,10 +348,6 @@ async fn an_aggregated_graph_of_real_engines_is_scaled_up_and_down() -> Result<(
                 let _ = operator.stop().await;
                 return Err(error);
             }
-        };
-        let running = |bed: &Bed| {
-            let status = bed.status();
-            async move { Ok::<_, e2e::Error>(status.await?["workers"].as_i64().unwrap_or(-1)) }
         };
         let outcome = async {
             policies
@@ -381,7 +382,7 @@ async fn an_aggregated_graph_of_real_engines_is_scaled_up_and_down() -> Result<(
             let peak = workers(&dgds.get(GRAPH).await?);
             eprintln!("real aggregated engines scaled up from {before} to {peak}");
             poll_until("one engine process per worker replica", Duration::from_secs(60), || async {
-                Ok(running(&bed).await? == i64::from(workers(&dgds.get(GRAPH).await?)))
+                Ok(running_workers(&bed).await? == i64::from(workers(&dgds.get(GRAPH).await?)))
             })
             .await?;
 
@@ -393,7 +394,7 @@ async fn an_aggregated_graph_of_real_engines_is_scaled_up_and_down() -> Result<(
             )
             .await?;
             poll_until("one engine process per worker replica", Duration::from_secs(60), || async {
-                Ok(running(&bed).await? == i64::from(workers(&dgds.get(GRAPH).await?)))
+                Ok(running_workers(&bed).await? == i64::from(workers(&dgds.get(GRAPH).await?)))
             })
             .await?;
             let load = bed.status().await?["load"].clone();
