@@ -282,19 +282,29 @@ async fn requests_waiting_for_an_aggregated_engine_are_a_backlog() -> Result<()>
         },
     )
     .await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
     let text = bed.frontend_metrics().await?;
     let dispatched = dynamo::sample(
         &text,
         "dynamo_frontend_stage_requests",
         &[("stage", "dispatch"), ("phase", "aggregated")],
     );
-    let (observation, kv_source) = observed(&client, &bed, 10).await?;
-    let pending = observation.queued.ok_or("no stage gauges")?;
-    assert!(
-        pending >= 4.0,
-        "prefill pending {pending}, dispatch/aggregated {dispatched:?}"
-    );
+    assert!(dispatched.is_some_and(|d| d >= 4.0), "{dispatched:?}");
+    // Read through Prometheus: the waiting requests are the backlog, and the engine's KV usage
+    // is read from the engine, scraped as a `type: worker` pod (once its first scrapes are in).
+    poll_until(
+        "the backlog and the engine's KV usage",
+        Duration::from_secs(30),
+        || {
+            let (client, bed) = (&client, &bed);
+            async move {
+                let (observation, kv_source) = observed(client, bed, 10).await?;
+                let pending = observation.queued.ok_or("no stage gauges")?;
+                eprintln!("prefill pending {pending}, KV usage from {kv_source:?}");
+                Ok(pending >= 4.0 && kv_source == Some(KvUsageSource::Engines))
+            }
+        },
+    )
+    .await?;
     // Load mode's queue: those beyond the one engine serving.
     let samples = client
         .load_samples(&bed.dynamo_namespace, 10.0, 1.0, unix_now(), 1)
@@ -303,8 +313,6 @@ async fn requests_waiting_for_an_aggregated_engine_are_a_backlog() -> Result<()>
         samples.prefill_queue.iter().copied().fold(0.0, f64::max) >= 3.0,
         "{samples:?}"
     );
-    // The engine's KV usage is read from the engine, scraped as a `type: worker` pod.
-    assert_eq!(kv_source, Some(KvUsageSource::Engines));
     assert_eq!(load.await?, 0, "requests failed");
     Ok(())
 }
