@@ -372,6 +372,14 @@ async fn an_aggregated_graph_of_real_engines_is_scaled_up_and_down() -> Result<(
                 .filter_map(|s| s["metric"]["dynamo_component_type"].as_str())
                 .collect();
             assert_eq!(types, ["worker"]);
+            // A plan at the base load that the pool already runs: the scale-up below is the
+            // step's.
+            poll_until("the pool to run the base load's plan", WAIT, || async {
+                let policy = policies.get("agg-sla").await?;
+                let desired = policy.status.and_then(|s| s.desired).and_then(|d| d.workers);
+                Ok(desired == Some(workers(&dgds.get(GRAPH).await?)))
+            })
+            .await?;
             let before = workers(&dgds.get(GRAPH).await?);
 
             bed.rate_scale(8.0).await?;
