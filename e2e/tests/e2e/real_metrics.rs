@@ -16,7 +16,10 @@ use e2e::{
     dynamo::{self, Bed, Engine, MODEL, Mode, Request},
     poll_until,
 };
-use planner_core::load::{LoadConfig, LoadPlanner, LoadReason};
+use planner_core::{
+    load::{LoadConfig, LoadPlanner, LoadReason},
+    sla::Observation,
+};
 use planner_operator::sources::prometheus::{
     KvUsageSource, PrometheusClient, Reading, SeriesFilter, served_models_query,
 };
@@ -76,7 +79,7 @@ async fn observed(
     client: &PrometheusClient,
     bed: &Bed,
     window_s: u64,
-) -> Result<(planner_core::sla::Observation, Option<KvUsageSource>)> {
+) -> Result<(Observation, Option<KvUsageSource>)> {
     match client.observe(&filter(bed), window_s, 0.9).await? {
         Reading::Observed { observation, kv } => Ok((*observation, kv.map(|kv| kv.source))),
         other => Err(format!("expected an observation, got {other:?}").into()),
@@ -86,6 +89,53 @@ async fn observed(
 /// The value of an instant query's first sample, `None` when it returns none.
 async fn value(client: &PrometheusClient, query: &str) -> Result<Option<f64>> {
     Ok(client.query(query).await?.first().map(|s| s.value))
+}
+
+/// Waits until Prometheus has scraped each of the bed's targets (frontend and engines) since
+/// `since_s` (unix seconds): what they exported after that instant is then what it holds.
+async fn scraped_since(client: &PrometheusClient, bed: &Bed, since_s: f64) -> Result<()> {
+    let targets = jobs(bed).len() as f64;
+    let query = format!("count(timestamp(up) >= {since_s:.3})");
+    poll_until(
+        "a scrape of each target since the state read",
+        Duration::from_secs(30),
+        || {
+            let (client, query) = (client, &query);
+            async move { Ok(value(client, query).await?.is_some_and(|n| n >= targets)) }
+        },
+    )
+    .await
+}
+
+/// The interval's observation over `window_s` once its decode KV usage comes from the engines
+/// and `ready` holds of it. An engine's KV series begins with its first request: a read judged
+/// before Prometheus has scraped it finds no KV usage.
+async fn observed_from_engines(
+    client: &PrometheusClient,
+    bed: &Bed,
+    window_s: u64,
+    ready: impl Fn(&Observation) -> bool,
+) -> Result<Observation> {
+    let last = std::cell::Cell::new(None);
+    poll_until(
+        "an observation with the engines' KV usage",
+        Duration::from_secs(30),
+        || {
+            let (last, ready) = (&last, &ready);
+            async move {
+                let (observation, kv_source) = observed(client, bed, window_s).await?;
+                eprintln!(
+                    "prefill pending {:?}, KV usage from {kv_source:?}",
+                    observation.queued
+                );
+                let done = kv_source == Some(KvUsageSource::Engines) && ready(&observation);
+                last.set(Some(observation));
+                Ok(done)
+            }
+        },
+    )
+    .await?;
+    last.into_inner().ok_or_else(|| "no observation".into())
 }
 
 /// Waits until Prometheus holds the frontend's model gauges (a scrape of the frontend).
@@ -137,7 +187,7 @@ async fn a_default_frontend_and_its_engines_give_every_signal_the_planners_read(
 
     // Its first three requests: counted, though their series start with them.
     assert_eq!(dynamo::replay(&bed.frontend_addr, &load(3, 40, 8, 0.0)).await, 0);
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    scraped_since(&client, &bed, unix_now()).await?;
     let (first, _) = observed(&client, &bed, 30).await?;
     assert_eq!(first.num_req, 3.0, "{first:?}");
     let missed = value(&client, &old_requests).await?.unwrap_or(0.0);
@@ -222,8 +272,9 @@ async fn requests_waiting_for_decode_are_not_a_prefill_backlog() -> Result<()> {
         }
     })
     .await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let (observation, kv_source) = observed(&client, &bed, 10).await?;
+    // Judged from Prometheus once it has scraped that state and the decode engine's KV usage.
+    scraped_since(&client, &bed, unix_now()).await?;
+    let observation = observed_from_engines(&client, &bed, 10, |_| true).await?;
     // The earlier read: the deprecated `queued_requests`, requests without a first token.
     let queued_gauge = value(
         &client,
@@ -243,7 +294,6 @@ async fn requests_waiting_for_decode_are_not_a_prefill_backlog() -> Result<()> {
         "prefill pending {pending}, queued_requests {queued_gauge}"
     );
     // The decode cache is what is full, and the planner sees it, from the engine.
-    assert_eq!(kv_source, Some(KvUsageSource::Engines));
     assert!(
         observation.decode_kv_usage_peak.is_some_and(|peak| peak >= 0.7),
         "{observation:?}"
@@ -291,20 +341,7 @@ async fn requests_waiting_for_an_aggregated_engine_are_a_backlog() -> Result<()>
     assert!(dispatched.is_some_and(|d| d >= 4.0), "{dispatched:?}");
     // Read through Prometheus: the waiting requests are the backlog, and the engine's KV usage
     // is read from the engine, scraped as a `type: worker` pod (once its first scrapes are in).
-    poll_until(
-        "the backlog and the engine's KV usage",
-        Duration::from_secs(30),
-        || {
-            let (client, bed) = (&client, &bed);
-            async move {
-                let (observation, kv_source) = observed(client, bed, 10).await?;
-                let pending = observation.queued.ok_or("no stage gauges")?;
-                eprintln!("prefill pending {pending}, KV usage from {kv_source:?}");
-                Ok(pending >= 4.0 && kv_source == Some(KvUsageSource::Engines))
-            }
-        },
-    )
-    .await?;
+    observed_from_engines(&client, &bed, 10, |o| o.queued.is_some_and(|q| q >= 4.0)).await?;
     // Load mode's queue: those beyond the one engine serving.
     let samples = client
         .load_samples(&bed.dynamo_namespace, 10.0, 1.0, unix_now(), 1)
