@@ -22,7 +22,7 @@ use planner_operator::sources::prometheus::{
 };
 use serde_json::Value;
 
-use crate::prometheus::{Job, Prometheus};
+use crate::prometheus::{Job, Prometheus, unix_now};
 
 const PROFILE: &str = "h200-llama3.1-8b-tp1";
 const REAL: &str = "conformance-real";
@@ -286,7 +286,8 @@ async fn the_synthetic_frontend_exports_what_the_real_one_does() -> Result<()> {
         )
         .await?;
     }
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Every target scraped since (the engines' too): an absence below is then judged.
+    prometheus.scraped_since(jobs.len(), unix_now(), 1).await?;
 
     // Before any request: the same of what the planner reads (the model's gauges only), and
     // no engine KV usage yet.
@@ -332,8 +333,28 @@ async fn the_synthetic_frontend_exports_what_the_real_one_does() -> Result<()> {
         0,
         "requests failed"
     );
-    // Both done, and scraped.
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    // Both done (the synthetic frontend replays on its own clock), and scraped since.
+    for (prometheus, graph) in [(&prometheus, REAL), (&synthetic_prometheus, SYNTHETIC)] {
+        let query = format!("sum(dynamo_frontend_requests_total{{dynamo_namespace=\"{graph}\"}})");
+        poll_until(
+            &format!("{graph}'s requests done"),
+            Duration::from_secs(60),
+            || {
+                let query = &query;
+                async move {
+                    let done = prometheus.query(query).await?;
+                    Ok(done
+                        .first()
+                        .and_then(|s| s["value"][1].as_str()?.parse::<f64>().ok())
+                        .is_some_and(|n| n >= requests().len() as f64))
+                }
+            },
+        )
+        .await?;
+    }
+    let done = unix_now();
+    prometheus.scraped_since(jobs.len(), done, 1).await?;
+    synthetic_prometheus.scraped_since(2, done, 1).await?;
 
     let real = series(&prometheus, "real-frontend").await?;
     let synthetic_series = series(&synthetic_prometheus, "synthetic-frontend").await?;

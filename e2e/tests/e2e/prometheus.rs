@@ -32,6 +32,13 @@ pub struct Prometheus {
     config: std::path::PathBuf,
 }
 
+/// Now, in unix seconds (the time Prometheus stamps its samples with).
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -144,6 +151,26 @@ impl Prometheus {
             return Err(format!("query {promql} answered {code}: {body}").into());
         }
         Ok(answer["data"]["result"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// Waits until each of its `targets` targets has been scraped `scrapes` times since
+    /// `since_s` (unix seconds), so that what they exported after that instant is what it
+    /// holds: a read judged sooner may see the state before, or no series at all.
+    pub async fn scraped_since(&self, targets: usize, since_s: f64, scrapes: u32) -> Result<()> {
+        poll_until(
+            &format!("{scrapes} scrapes of each of {targets} targets since {since_s:.3}"),
+            Duration::from_secs(30),
+            || async move {
+                let since_ms = ((unix_now() - since_s) * 1000.0).floor().max(1.0);
+                let query = format!("count(count_over_time(up[{since_ms}ms]) >= {scrapes})");
+                let scraped = self.query(&query).await?;
+                let count = scraped
+                    .first()
+                    .and_then(|s| s["value"][1].as_str()?.parse::<f64>().ok());
+                Ok(count.is_some_and(|n| n >= targets as f64))
+            },
+        )
+        .await
     }
 
     /// Stops Prometheus (as an outage would), keeping its data.

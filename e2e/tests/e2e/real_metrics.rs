@@ -24,7 +24,7 @@ use planner_operator::sources::prometheus::{
     KvUsageSource, PrometheusClient, Reading, SeriesFilter, served_models_query,
 };
 
-use crate::prometheus::{Job, Prometheus};
+use crate::prometheus::{Job, Prometheus, unix_now};
 
 /// What a PodMonitor adds to each target's series: the graph's namespace, and the engines'
 /// component type.
@@ -57,12 +57,6 @@ fn filter(bed: &Bed) -> SeriesFilter {
     }
 }
 
-fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
-
 /// `n` requests of `isl` prompt and `osl` output tokens, `every_s` apart.
 fn load(n: usize, isl: u32, osl: u32, every_s: f64) -> Vec<Request> {
     (0..n)
@@ -89,22 +83,6 @@ async fn observed(
 /// The value of an instant query's first sample, `None` when it returns none.
 async fn value(client: &PrometheusClient, query: &str) -> Result<Option<f64>> {
     Ok(client.query(query).await?.first().map(|s| s.value))
-}
-
-/// Waits until Prometheus has scraped each of the bed's targets (frontend and engines) since
-/// `since_s` (unix seconds): what they exported after that instant is then what it holds.
-async fn scraped_since(client: &PrometheusClient, bed: &Bed, since_s: f64) -> Result<()> {
-    let targets = jobs(bed).len() as f64;
-    let query = format!("count(timestamp(up) >= {since_s:.3})");
-    poll_until(
-        "a scrape of each target since the state read",
-        Duration::from_secs(30),
-        || {
-            let (client, query) = (client, &query);
-            async move { Ok(value(client, query).await?.is_some_and(|n| n >= targets)) }
-        },
-    )
-    .await
 }
 
 /// The interval's observation over `window_s` once its decode KV usage comes from the engines
@@ -187,7 +165,9 @@ async fn a_default_frontend_and_its_engines_give_every_signal_the_planners_read(
 
     // Its first three requests: counted, though their series start with them.
     assert_eq!(dynamo::replay(&bed.frontend_addr, &load(3, 40, 8, 0.0)).await, 0);
-    scraped_since(&client, &bed, unix_now()).await?;
+    // Judged over a few scrapes of the finished counter, as an interval's read is: over one,
+    // the earlier read extrapolates from a first scrape that caught part of the requests.
+    prometheus.scraped_since(jobs(&bed).len(), unix_now(), 4).await?;
     let (first, _) = observed(&client, &bed, 30).await?;
     assert_eq!(first.num_req, 3.0, "{first:?}");
     let missed = value(&client, &old_requests).await?.unwrap_or(0.0);
@@ -273,7 +253,7 @@ async fn requests_waiting_for_decode_are_not_a_prefill_backlog() -> Result<()> {
     })
     .await?;
     // Judged from Prometheus once it has scraped that state and the decode engine's KV usage.
-    scraped_since(&client, &bed, unix_now()).await?;
+    prometheus.scraped_since(jobs(&bed).len(), unix_now(), 1).await?;
     let observation = observed_from_engines(&client, &bed, 10, |_| true).await?;
     // The earlier read: the deprecated `queued_requests`, requests without a first token.
     let queued_gauge = value(
