@@ -855,6 +855,36 @@ mod tests {
         );
     }
 
+    #[test]
+    fn the_command_scores_every_run_at_each_delay_and_refuses_a_negative_one() {
+        let text = tune_with(&[
+            "--scale-up-delay-s",
+            "60",
+            "--scale-up-delay-s",
+            "180",
+            "--knob",
+            "margins.cold",
+            "--samples",
+            "0",
+            "--rounds",
+            "1",
+        ])
+        .unwrap();
+        assert!(
+            text.contains("--scale-up-delay-s 60 --scale-up-delay-s 180 --knob margins.cold")
+                && text.contains(": 2 runs"),
+            "{text}"
+        );
+        for delay in ["60", "180"] {
+            assert!(
+                text.contains(&format!("| mooncake_tiny k=1 at {delay} s |")),
+                "{text}"
+            );
+        }
+        let error = tune_with(&["--scale-up-delay-s=-1"]).unwrap_err().to_string();
+        assert!(error.contains("--scale-up-delay-s -1"), "{error}");
+    }
+
     /// A step load on the flat curves, where a larger cold-start margin only costs GPUs and a
     /// smaller stabilisation quantile lets pools go sooner.
     #[test]
