@@ -1,0 +1,791 @@
+//! One GPU budget shared by several graphs: the arbitration of their requests. Pure: the operator
+//! and the simulator call these functions unchanged.
+//!
+//! Each round, every member asks for replicas per pool (two for a disaggregated graph, one for
+//! an aggregated one): its floor (the replicas it never goes below), what meets its SLA (`want`)
+//! and the GPUs one replica of the pool takes. [`arbitrate`] grants replicas so that the granted
+//! GPUs never exceed the total:
+//!
+//! 1. **Floors first**, members in [`rank`] order (priority, then name). A member whose whole
+//!    floor does not fit in what is left gets none of it ([`GrantReason::FloorUnfunded`]); a
+//!    later, smaller floor may still fit. When the floors fit, every member gets its floor.
+//! 2. **Then one replica at a time** to the member of the highest priority that still asks for
+//!    a replica that fits; among equal priorities, the one with the largest
+//!    `weight × risk × shortfall` (`shortfall`: the share of the GPUs it asked for that are not
+//!    granted yet, so equals converge to the same share; `risk`: [`sla_risk`], how far it is
+//!    missing its SLA). Within a member, the pool furthest from what it asked, relatively.
+//!
+//! What a member does not ask for is free for the others in the same round: GPUs one graph gives
+//! back are granted to another by the same call.
+//!
+//! [`allowances`] turns grants into what each member may hold *now*, given the replicas each
+//! holds: a member shrinks to its grant at once, but grows only into GPUs that nobody holds (in
+//! rank order), so the replicas held stay within the total while members act one after another
+//! and a cut member has not released its GPUs yet.
+
+use std::cmp::Ordering;
+
+use serde::{Deserialize, Serialize};
+
+/// One pool of a member's request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolAsk {
+    /// Replicas it never goes below (its minimum).
+    pub floor: u32,
+    /// Replicas that meet its SLA (at least the floor is granted when the floors fit).
+    pub want: u32,
+    /// GPUs per replica (0 is read as 1).
+    pub gpus: u32,
+}
+
+impl PoolAsk {
+    fn gpus(&self) -> u64 {
+        u64::from(self.gpus.max(1))
+    }
+
+    /// What is asked: the want, never below the floor.
+    fn asked(&self) -> u32 {
+        self.want.max(self.floor)
+    }
+}
+
+/// One member's request for a round.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    /// The member's name (`namespace/name` in the operator); ties are broken by it, so a round
+    /// does not depend on the order of the requests.
+    pub member: String,
+    /// Higher is served first, after every floor.
+    pub priority: i32,
+    /// Share among members of the same priority (> 0; anything else counts as 1).
+    pub weight: f64,
+    /// How far the member misses its SLA ([`sla_risk`]; anything not finite and > 0 counts
+    /// as 1).
+    pub risk: f64,
+    /// Its pools.
+    pub pools: Vec<PoolAsk>,
+}
+
+impl Request {
+    /// GPUs of its floor.
+    pub fn floor_gpus(&self) -> u64 {
+        self.pools.iter().map(|p| u64::from(p.floor) * p.gpus()).sum()
+    }
+
+    /// GPUs it asks for (the want of each pool, never below the floor).
+    pub fn asked_gpus(&self) -> u64 {
+        self.pools.iter().map(|p| u64::from(p.asked()) * p.gpus()).sum()
+    }
+
+    fn gpus_of(&self, replicas: &[u32]) -> u64 {
+        self.pools
+            .iter()
+            .zip(replicas)
+            .map(|(p, r)| u64::from(*r) * p.gpus())
+            .sum()
+    }
+
+    fn weight(&self) -> f64 {
+        positive_or_one(self.weight)
+    }
+
+    fn risk(&self) -> f64 {
+        positive_or_one(self.risk)
+    }
+}
+
+fn positive_or_one(value: f64) -> f64 {
+    if value.is_finite() && value > 0.0 {
+        value
+    } else {
+        1.0
+    }
+}
+
+/// Highest SLA risk counted: one member far off its target must not take everything.
+pub const MAX_RISK: f64 = 10.0;
+
+/// A member's SLA risk from its last interval: the larger of observed TTFT over its target and
+/// observed ITL over its target, at least 1 (meeting the SLA by a wide margin earns no less
+/// than meeting it exactly, so a member is not cut for having been served well) and at most
+/// [`MAX_RISK`]; 1 when nothing was observed.
+pub fn sla_risk(ttft_ms: Option<f64>, ttft_target_ms: f64, itl_ms: Option<f64>, itl_target_ms: f64) -> f64 {
+    let ratio = |observed: Option<f64>, target: f64| {
+        observed
+            .filter(|o| o.is_finite() && *o >= 0.0)
+            .map(|o| o / target)
+            .filter(|r| r.is_finite())
+    };
+    let worst = [ratio(ttft_ms, ttft_target_ms), ratio(itl_ms, itl_target_ms)]
+        .into_iter()
+        .flatten()
+        .fold(1.0_f64, f64::max);
+    worst.min(MAX_RISK)
+}
+
+/// Why a member was granted what it was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GrantReason {
+    /// Everything it asked for.
+    Full,
+    /// Its floor and part (or none) of what it asked for above it.
+    Cut,
+    /// Not even its floor: the floors of members ranked before it took the budget.
+    FloorUnfunded,
+}
+
+impl GrantReason {
+    /// CamelCase name, for conditions and status.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Full => "Full",
+            Self::Cut => "Cut",
+            Self::FloorUnfunded => "FloorUnfunded",
+        }
+    }
+}
+
+/// A member ranked before a cut one, and what it took.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Contender {
+    /// Its name.
+    pub member: String,
+    /// Its priority.
+    pub priority: i32,
+    /// GPUs granted to it above its floor (or its floor's, for [`GrantReason::FloorUnfunded`]).
+    pub gpus: u64,
+}
+
+/// What one member is granted.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Grant {
+    /// The member's name.
+    pub member: String,
+    /// Replicas per pool, in the request's order.
+    pub replicas: Vec<u32>,
+    /// Their GPUs.
+    pub gpus: u64,
+    /// GPUs it asked for.
+    pub asked_gpus: u64,
+    /// GPUs of its floor.
+    pub floor_gpus: u64,
+    /// Why.
+    pub reason: GrantReason,
+    /// For a member not granted in full: the members of its priority or higher that were
+    /// granted GPUs it asked for, highest priority and most GPUs first.
+    pub contenders: Vec<Contender>,
+}
+
+impl Grant {
+    /// One line on what was granted and why, naming up to three contenders.
+    pub fn explanation(&self, total_gpus: u64) -> String {
+        let names = |limit: usize| {
+            let mut named: Vec<String> = self
+                .contenders
+                .iter()
+                .take(limit)
+                .map(|c| format!("{} (priority {}, {} GPUs)", c.member, c.priority, c.gpus))
+                .collect();
+            if self.contenders.len() > limit {
+                named.push(format!("{} more", self.contenders.len() - limit));
+            }
+            named.join(", ")
+        };
+        match self.reason {
+            GrantReason::Full => format!(
+                "granted all {} GPUs asked (floor {}) of the budget's {total_gpus}",
+                self.asked_gpus, self.floor_gpus
+            ),
+            GrantReason::Cut if self.contenders.is_empty() => format!(
+                "granted {} of the {} GPUs asked (floor {}): the budget's {total_gpus} GPUs are all granted",
+                self.gpus, self.asked_gpus, self.floor_gpus
+            ),
+            GrantReason::Cut => format!(
+                "granted {} of the {} GPUs asked (floor {}): the budget's {total_gpus} GPUs went first to {}",
+                self.gpus,
+                self.asked_gpus,
+                self.floor_gpus,
+                names(3)
+            ),
+            GrantReason::FloorUnfunded => format!(
+                "granted {} GPUs, below its floor of {}: the budget's {total_gpus} GPUs hold the floors of {} first",
+                self.gpus,
+                self.floor_gpus,
+                if self.contenders.is_empty() {
+                    "no other member; the floor is larger than the budget".to_string()
+                } else {
+                    names(3)
+                }
+            ),
+        }
+    }
+}
+
+/// The order members are served in, floors first and then replica by replica: higher priority
+/// first, then by name.
+pub fn rank(requests: &[Request]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..requests.len()).collect();
+    order.sort_by(|&a, &b| {
+        requests[b]
+            .priority
+            .cmp(&requests[a].priority)
+            .then_with(|| requests[a].member.cmp(&requests[b].member))
+    });
+    order
+}
+
+/// The pool of `request` to grant a replica next, given `granted` and at most `left` GPUs: the
+/// one furthest below what it asked for (`target`), relatively, that fits.
+fn next_pool(request: &Request, granted: &[u32], target: &[u32], left: u64) -> Option<usize> {
+    let mut best: Option<(usize, f64)> = None;
+    for (p, pool) in request.pools.iter().enumerate() {
+        let (have, want) = (granted[p], target[p]);
+        if have >= want || pool.gpus() > left {
+            continue;
+        }
+        let short = f64::from(want - have) / f64::from(want);
+        if best.is_none_or(|(_, s)| short > s) {
+            best = Some((p, short));
+        }
+    }
+    best.map(|(p, _)| p)
+}
+
+/// Grants replicas to every member of one round within `total_gpus` (see the module docs).
+/// The grants are in the order of `requests`.
+pub fn arbitrate(total_gpus: u64, requests: &[Request]) -> Vec<Grant> {
+    let order = rank(requests);
+    let asked: Vec<Vec<u32>> = requests
+        .iter()
+        .map(|r| r.pools.iter().map(PoolAsk::asked).collect())
+        .collect();
+    let mut granted: Vec<Vec<u32>> = requests.iter().map(|r| vec![0; r.pools.len()]).collect();
+    let mut funded = vec![false; requests.len()];
+    let mut left = total_gpus;
+
+    // 1. Floors.
+    for &i in &order {
+        let floor = requests[i].floor_gpus();
+        if floor <= left {
+            left -= floor;
+            granted[i] = requests[i].pools.iter().map(|p| p.floor).collect();
+            funded[i] = true;
+        }
+    }
+
+    // 2. Above the floors, one replica at a time.
+    loop {
+        let mut best: Option<(usize, usize, f64)> = None;
+        for &i in order.iter().filter(|&&i| funded[i]) {
+            let request = &requests[i];
+            if let Some((b, _, _)) = best
+                && requests[b].priority > request.priority
+            {
+                // `order` is by priority: nobody after this can outrank the best.
+                break;
+            }
+            let Some(pool) = next_pool(request, &granted[i], &asked[i], left) else {
+                continue;
+            };
+            let asked_gpus = request.asked_gpus() as f64;
+            let shortfall = if asked_gpus > 0.0 {
+                (asked_gpus - request.gpus_of(&granted[i]) as f64) / asked_gpus
+            } else {
+                0.0
+            };
+            let score = request.weight() * request.risk() * shortfall;
+            // Among equal priorities the larger score; on a tie the earlier in `order` (name).
+            if best.is_none_or(|(_, _, s)| score.total_cmp(&s) == Ordering::Greater) {
+                best = Some((i, pool, score));
+            }
+        }
+        let Some((i, pool, _)) = best else { break };
+        granted[i][pool] += 1;
+        left -= requests[i].pools[pool].gpus();
+    }
+
+    let above_floor = |i: usize| {
+        requests[i]
+            .gpus_of(&granted[i])
+            .saturating_sub(requests[i].floor_gpus())
+    };
+    requests
+        .iter()
+        .enumerate()
+        .map(|(i, request)| {
+            let gpus = request.gpus_of(&granted[i]);
+            let reason = if !funded[i] && request.floor_gpus() > 0 {
+                GrantReason::FloorUnfunded
+            } else if granted[i] == asked[i] {
+                GrantReason::Full
+            } else {
+                GrantReason::Cut
+            };
+            let mut contenders: Vec<Contender> = match reason {
+                GrantReason::Full => Vec::new(),
+                GrantReason::Cut => (0..requests.len())
+                    .filter(|&j| j != i && requests[j].priority >= request.priority && above_floor(j) > 0)
+                    .map(|j| Contender {
+                        member: requests[j].member.clone(),
+                        priority: requests[j].priority,
+                        gpus: above_floor(j),
+                    })
+                    .collect(),
+                GrantReason::FloorUnfunded => (0..requests.len())
+                    .filter(|&j| j != i && funded[j] && requests[j].priority >= request.priority)
+                    .map(|j| Contender {
+                        member: requests[j].member.clone(),
+                        priority: requests[j].priority,
+                        gpus: requests[j].floor_gpus(),
+                    })
+                    .collect(),
+            };
+            contenders.sort_by(|a, b| {
+                b.priority
+                    .cmp(&a.priority)
+                    .then(b.gpus.cmp(&a.gpus))
+                    .then_with(|| a.member.cmp(&b.member))
+            });
+            Grant {
+                member: request.member.clone(),
+                replicas: granted[i].clone(),
+                gpus,
+                asked_gpus: request.asked_gpus(),
+                floor_gpus: request.floor_gpus(),
+                reason,
+                contenders,
+            }
+        })
+        .collect()
+}
+
+/// What each member may hold now, per pool, given its grant and the replicas every member holds
+/// (`held`, in the order of `requests`; a missing pool holds 0): a pool above its grant comes
+/// down to it at once; a pool below grows towards it only into GPUs nobody holds, members in
+/// [`rank`] order. A member's own release may pay for its own growth (it applies both), never
+/// for another's, which must wait until the release has happened. When the replicas held already
+/// exceed the total, nothing grows until enough is released.
+pub fn allowances(
+    total_gpus: u64,
+    requests: &[Request],
+    grants: &[Grant],
+    held: &[Vec<u32>],
+) -> Vec<Vec<u32>> {
+    let holding = |i: usize, p: usize| held.get(i).and_then(|h| h.get(p)).copied().unwrap_or(0);
+    let granted = |i: usize, p: usize| {
+        grants
+            .get(i)
+            .and_then(|g| g.replicas.get(p))
+            .copied()
+            .unwrap_or(0)
+    };
+    let held_gpus: u64 = requests
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            r.pools
+                .iter()
+                .enumerate()
+                .map(|(p, pool)| u64::from(holding(i, p)) * pool.gpus())
+                .sum::<u64>()
+        })
+        .sum();
+    let mut free = total_gpus.saturating_sub(held_gpus);
+    let mut out: Vec<Vec<u32>> = requests
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            (0..r.pools.len())
+                .map(|p| holding(i, p).min(granted(i, p)))
+                .collect()
+        })
+        .collect();
+    for i in rank(requests) {
+        let request = &requests[i];
+        let release: u64 = request
+            .pools
+            .iter()
+            .enumerate()
+            .map(|(p, pool)| u64::from(holding(i, p).saturating_sub(granted(i, p))) * pool.gpus())
+            .sum();
+        let target: Vec<u32> = (0..request.pools.len()).map(|p| granted(i, p)).collect();
+        let mut available = free + release;
+        while let Some(p) = next_pool(request, &out[i], &target, available) {
+            out[i][p] += 1;
+            available -= request.pools[p].gpus();
+        }
+        free = free.min(available);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn member(name: &str, priority: i32, pools: &[(u32, u32, u32)]) -> Request {
+        Request {
+            member: name.into(),
+            priority,
+            weight: 1.0,
+            risk: 1.0,
+            pools: pools
+                .iter()
+                .map(|&(floor, want, gpus)| PoolAsk { floor, want, gpus })
+                .collect(),
+        }
+    }
+
+    fn replicas(grants: &[Grant]) -> Vec<Vec<u32>> {
+        grants.iter().map(|g| g.replicas.clone()).collect()
+    }
+
+    #[test]
+    fn everyone_is_granted_in_full_when_the_budget_holds_every_request() {
+        let requests = [
+            member("a/llama", 0, &[(1, 3, 4), (1, 2, 4)]),
+            member("b/qwen", 0, &[(1, 4, 1), (1, 1, 1)]),
+        ];
+        let grants = arbitrate(64, &requests);
+        assert_eq!(replicas(&grants), [vec![3, 2], vec![4, 1]]);
+        assert!(grants.iter().all(|g| g.reason == GrantReason::Full));
+        assert_eq!(
+            (grants[0].gpus, grants[0].asked_gpus, grants[0].floor_gpus),
+            (20, 20, 8)
+        );
+        assert_eq!(
+            grants[0].explanation(64),
+            "granted all 20 GPUs asked (floor 8) of the budget's 64"
+        );
+    }
+
+    #[test]
+    fn a_higher_priority_burst_takes_everything_above_the_others_floor() {
+        // 32 GPUs; the bursting graph (priority 10) asks for 40, the other (priority 0) for 16.
+        let requests = [
+            member("team-b/steady", 0, &[(1, 2, 4), (1, 2, 4)]),
+            member("team-a/burst", 10, &[(1, 6, 4), (1, 4, 4)]),
+        ];
+        let grants = arbitrate(32, &requests);
+        // The steady graph keeps its floor (8 GPUs); the burst gets the remaining 24.
+        assert_eq!(replicas(&grants), [vec![1, 1], vec![4, 2]]);
+        assert_eq!(grants[0].reason, GrantReason::Cut);
+        assert_eq!(grants[1].reason, GrantReason::Cut);
+        assert_eq!(
+            grants[0].explanation(32),
+            "granted 8 of the 16 GPUs asked (floor 8): the budget's 32 GPUs went first to team-a/burst (priority 10, 16 GPUs)"
+        );
+        // The burst itself is cut by the total, not by anyone ahead of it.
+        assert!(grants[1].contenders.is_empty());
+        assert_eq!(
+            grants[1].explanation(32),
+            "granted 24 of the 40 GPUs asked (floor 8): the budget's 32 GPUs are all granted"
+        );
+        // When the burst ends, the steady graph gets its GPUs back in the same round.
+        let calm = [
+            requests[0].clone(),
+            member("team-a/burst", 10, &[(1, 1, 4), (1, 1, 4)]),
+        ];
+        let grants = arbitrate(32, &calm);
+        assert_eq!(replicas(&grants), [vec![2, 2], vec![1, 1]]);
+        assert!(grants.iter().all(|g| g.reason == GrantReason::Full));
+    }
+
+    #[test]
+    fn equal_priorities_share_by_weight_and_sla_risk() {
+        let mut a = member("a", 0, &[(1, 10, 1)]);
+        let mut b = member("b", 0, &[(1, 10, 1)]);
+        // Equal: the 12 GPUs split evenly.
+        assert_eq!(
+            replicas(&arbitrate(12, &[a.clone(), b.clone()])),
+            [vec![6], vec![6]]
+        );
+        // Twice the risk: its shortfall is half the other's, as a share of what each asked.
+        a.risk = 2.0;
+        assert_eq!(
+            replicas(&arbitrate(12, &[a.clone(), b.clone()])),
+            [vec![8], vec![4]]
+        );
+        // Weight counts the same way.
+        a.risk = 1.0;
+        b.weight = 3.0;
+        let grants = arbitrate(12, &[a, b]);
+        assert_eq!(replicas(&grants), [vec![4], vec![8]]);
+        assert_eq!(grants[0].contenders[0].member, "b");
+    }
+
+    #[test]
+    fn pools_of_one_member_grow_together() {
+        let grants = arbitrate(10, &[member("a", 0, &[(1, 8, 1), (1, 4, 1)])]);
+        // Relative shortfalls are evened out (a tie goes to the first pool).
+        assert_eq!(replicas(&grants), [vec![7, 3]]);
+        let grants = arbitrate(6, &[member("a", 0, &[(1, 8, 1), (1, 4, 1)])]);
+        assert_eq!(replicas(&grants), [vec![4, 2]]);
+    }
+
+    #[test]
+    fn a_floor_that_does_not_fit_is_unfunded_and_a_smaller_one_may_still_fit() {
+        let requests = [
+            member("a", 5, &[(2, 2, 4), (2, 2, 4)]), // 16-GPU floor
+            member("b", 1, &[(1, 1, 8), (1, 1, 8)]), // 16-GPU floor
+            member("c", 0, &[(1, 3, 1)]),            // 1-GPU floor
+        ];
+        let grants = arbitrate(20, &requests);
+        assert_eq!(grants[0].reason, GrantReason::Full);
+        assert_eq!(grants[1].reason, GrantReason::FloorUnfunded);
+        assert_eq!(grants[1].replicas, [0, 0]);
+        // c's floor fits after a's, and it takes what is left.
+        assert_eq!(
+            (grants[2].replicas.clone(), grants[2].reason),
+            (vec![3], GrantReason::Full)
+        );
+        assert_eq!(
+            grants[1].explanation(20),
+            "granted 0 GPUs, below its floor of 16: the budget's 20 GPUs hold the floors of a (priority 5, 16 GPUs) first"
+        );
+    }
+
+    #[test]
+    fn a_member_with_no_request_above_its_floor_leaves_the_rest_to_others() {
+        let grants = arbitrate(
+            16,
+            &[
+                member("idle", 9, &[(1, 0, 4), (1, 0, 4)]),
+                member("busy", 0, &[(1, 9, 1)]),
+            ],
+        );
+        assert_eq!(replicas(&grants), [vec![1, 1], vec![8]]);
+        assert_eq!(grants[0].reason, GrantReason::Full);
+    }
+
+    #[test]
+    fn risk_is_the_worst_latency_ratio_between_one_and_the_cap() {
+        assert_eq!(sla_risk(Some(1000.0), 500.0, Some(10.0), 50.0), 2.0);
+        assert_eq!(sla_risk(Some(100.0), 500.0, Some(75.0), 50.0), 1.5);
+        assert_eq!(sla_risk(Some(100.0), 500.0, Some(10.0), 50.0), 1.0);
+        assert_eq!(sla_risk(None, 500.0, None, 50.0), 1.0);
+        assert_eq!(sla_risk(Some(f64::NAN), 500.0, Some(f64::INFINITY), 50.0), 1.0);
+        assert_eq!(sla_risk(Some(1e9), 500.0, None, 50.0), MAX_RISK);
+    }
+
+    #[test]
+    fn growth_waits_for_the_gpus_a_cut_member_still_holds() {
+        // The burst is granted 24 GPUs that the steady graph holds 16 of until it shrinks.
+        let requests = [
+            member("steady", 0, &[(1, 2, 4), (1, 2, 4)]),
+            member("burst", 10, &[(1, 6, 4), (1, 4, 4)]),
+        ];
+        let grants = arbitrate(32, &requests);
+        let held = [vec![2, 2], vec![1, 1]];
+        // Before the steady graph releases: it may drop to its grant; the burst may grow only
+        // into the 8 free GPUs.
+        let now = allowances(32, &requests, &grants, &held);
+        assert_eq!(now, [vec![1, 1], vec![3, 1]]);
+        let total = |h: &[Vec<u32>]| -> u32 { h.iter().flatten().map(|r| r * 4).sum() };
+        assert!(total(&now) <= 32);
+        // Once it has: the burst may take its whole grant.
+        let later = allowances(32, &requests, &grants, &[vec![1, 1], vec![2, 2]]);
+        assert_eq!(later, [vec![1, 1], vec![4, 2]]);
+    }
+
+    #[test]
+    fn a_member_may_pay_for_its_own_growth_with_its_own_release() {
+        let requests = [member("a", 0, &[(1, 1, 2), (1, 3, 2)])];
+        let grants = arbitrate(8, &requests);
+        assert_eq!(grants[0].replicas, [1, 3]);
+        // It holds 3 prefill and 1 decode (8 GPUs, the whole budget): it swaps two replicas.
+        assert_eq!(allowances(8, &requests, &grants, &[vec![3, 1]]), [vec![1, 3]]);
+    }
+
+    #[test]
+    fn nothing_grows_while_the_budget_is_overcommitted() {
+        let requests = [member("a", 0, &[(1, 4, 1)]), member("b", 0, &[(1, 4, 1)])];
+        let grants = arbitrate(4, &requests);
+        assert_eq!(replicas(&grants), [vec![2], vec![2]]);
+        // 7 held in a budget of 4: a releases 3 (to its grant); b cannot grow past what it holds.
+        assert_eq!(
+            allowances(4, &requests, &grants, &[vec![5], vec![2]]),
+            [vec![2], vec![2]]
+        );
+        assert_eq!(
+            allowances(4, &requests, &grants, &[vec![5], vec![1]]),
+            [vec![2], vec![1]]
+        );
+    }
+
+    fn requests_strategy() -> impl Strategy<Value = Vec<Request>> {
+        let pool = (0u32..3, 0u32..12, 1u32..9).prop_map(|(floor, want, gpus)| PoolAsk { floor, want, gpus });
+        let request = (
+            -2i32..3,
+            prop_oneof![Just(1.0), 0.5f64..4.0],
+            prop_oneof![Just(1.0), 1.0f64..10.0],
+            prop::collection::vec(pool, 1..3),
+        );
+        prop::collection::vec(request, 1..6).prop_map(|members| {
+            members
+                .into_iter()
+                .enumerate()
+                .map(|(i, (priority, weight, risk, pools))| Request {
+                    member: format!("ns/m{i}"),
+                    priority,
+                    weight,
+                    risk,
+                    pools,
+                })
+                .collect()
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn grants_never_exceed_the_total_or_what_was_asked(requests in requests_strategy(), total in 0u64..120) {
+            let grants = arbitrate(total, &requests);
+            let granted: u64 = grants.iter().map(|g| g.gpus).sum();
+            prop_assert!(granted <= total, "{} GPUs granted of {}", granted, total);
+            for (g, r) in grants.iter().zip(&requests) {
+                for (replicas, pool) in g.replicas.iter().zip(&r.pools) {
+                    prop_assert!(*replicas <= pool.want.max(pool.floor));
+                }
+            }
+        }
+
+        #[test]
+        fn no_member_is_below_its_floor_when_the_floors_fit(requests in requests_strategy(), total in 0u64..120) {
+            let floors: u64 = requests.iter().map(Request::floor_gpus).sum();
+            prop_assume!(floors <= total);
+            for (g, r) in arbitrate(total, &requests).iter().zip(&requests) {
+                prop_assert_ne!(g.reason, GrantReason::FloorUnfunded);
+                for (replicas, pool) in g.replicas.iter().zip(&r.pools) {
+                    prop_assert!(*replicas >= pool.floor);
+                }
+            }
+        }
+
+        #[test]
+        fn nothing_asked_for_is_left_over_if_it_fits(requests in requests_strategy(), total in 0u64..120) {
+            let grants = arbitrate(total, &requests);
+            let left = total - grants.iter().map(|g| g.gpus).sum::<u64>();
+            for (g, r) in grants.iter().zip(&requests) {
+                if g.reason == GrantReason::FloorUnfunded {
+                    prop_assert!(r.floor_gpus() > left, "{}'s floor of {} fits in {} left", r.member, r.floor_gpus(), left);
+                    continue;
+                }
+                for (replicas, pool) in g.replicas.iter().zip(&r.pools) {
+                    if *replicas < pool.want.max(pool.floor) {
+                        prop_assert!(u64::from(pool.gpus) > left, "{} waits for a {}-GPU replica with {} left", r.member, pool.gpus, left);
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn what_one_member_gives_back_goes_to_the_others_in_the_same_round(
+            requests in requests_strategy(),
+            total in 0u64..120,
+            who in 0usize..6,
+        ) {
+            let who = who % requests.len();
+            let before = arbitrate(total, &requests);
+            let mut fewer = requests.clone();
+            for pool in &mut fewer[who].pools {
+                pool.want = pool.floor;
+            }
+            let after = arbitrate(total, &fewer);
+            let freed = before[who].gpus - after[who].gpus;
+            let others = |grants: &[Grant]| -> u64 {
+                grants.iter().enumerate().filter(|(i, _)| *i != who).map(|(_, g)| g.gpus).sum()
+            };
+            let unmet_before: u64 = before.iter().zip(&requests).enumerate()
+                .filter(|(i, _)| *i != who)
+                .map(|(_, (g, r))| r.asked_gpus().saturating_sub(g.gpus))
+                .sum();
+            // The others take what was given back, as far as they asked for it and it fits.
+            prop_assert!(others(&after) >= others(&before));
+            if freed > 0 && unmet_before > 0 {
+                let left_before = total - before.iter().map(|g| g.gpus).sum::<u64>();
+                let smallest_unmet = requests.iter().enumerate()
+                    .filter(|(i, _)| *i != who)
+                    .flat_map(|(i, r)| r.pools.iter().zip(&before[i].replicas)
+                        .filter(|(p, g)| **g < p.want.max(p.floor))
+                        .map(|(p, _)| u64::from(p.gpus.max(1))))
+                    .min();
+                if let Some(g) = smallest_unmet && before.iter().all(|b| b.reason != GrantReason::FloorUnfunded)
+                    && g <= freed + left_before {
+                    prop_assert!(others(&after) > others(&before), "{} GPUs freed, a {}-GPU replica unmet", freed, g);
+                }
+            }
+        }
+
+        #[test]
+        fn higher_priorities_are_served_first(requests in requests_strategy(), total in 0u64..120) {
+            let floors: u64 = requests.iter().map(Request::floor_gpus).sum();
+            prop_assume!(floors <= total);
+            let grants = arbitrate(total, &requests);
+            for (h, hr) in grants.iter().zip(&requests) {
+                let unmet = hr.pools.iter().zip(&h.replicas)
+                    .filter(|(p, g)| **g < p.want.max(p.floor))
+                    .map(|(p, _)| u64::from(p.gpus.max(1)))
+                    .min();
+                let Some(unmet) = unmet else { continue };
+                // What lower priorities got above their floors would not have bought the
+                // replica the higher one still waits for.
+                let lower: u64 = grants.iter().zip(&requests)
+                    .filter(|(_, r)| r.priority < hr.priority)
+                    .map(|(g, r)| g.gpus - r.floor_gpus())
+                    .sum();
+                prop_assert!(lower < unmet, "{} GPUs above floors went to lower priorities while {} waits for {}", lower, hr.member, unmet);
+            }
+        }
+
+        #[test]
+        fn a_round_does_not_depend_on_the_order_of_requests(requests in requests_strategy(), total in 0u64..120, seed in 0usize..720) {
+            let grants = arbitrate(total, &requests);
+            let mut shuffled: Vec<Request> = requests.clone();
+            // A deterministic permutation from the seed.
+            let n = shuffled.len();
+            for i in 0..n {
+                shuffled.swap(i, (seed / (i + 1)) % n);
+            }
+            let again = arbitrate(total, &shuffled);
+            for g in &grants {
+                let other = again.iter().find(|a| a.member == g.member).unwrap();
+                prop_assert_eq!(g, other);
+            }
+        }
+
+        #[test]
+        fn allowances_keep_what_is_held_within_the_total(
+            requests in requests_strategy(),
+            total in 0u64..120,
+            held_seed in prop::collection::vec(prop::collection::vec(0u32..10, 2), 6),
+        ) {
+            let grants = arbitrate(total, &requests);
+            let held: Vec<Vec<u32>> = requests.iter().enumerate()
+                .map(|(i, r)| held_seed[i].iter().take(r.pools.len()).copied().collect())
+                .collect();
+            let gpus = |h: &[Vec<u32>]| -> u64 {
+                h.iter().zip(&requests).map(|(h, r)| r.gpus_of(h)).sum()
+            };
+            let now = allowances(total, &requests, &grants, &held);
+            // Never above the grant; never more than was held or the total, whichever is more.
+            for (i, a) in now.iter().enumerate() {
+                for (p, r) in a.iter().enumerate() {
+                    prop_assert!(*r <= grants[i].replicas[p]);
+                }
+            }
+            // Members act one after another: every intermediate state stays within the bound.
+            let bound = total.max(gpus(&held));
+            let mut state = held.clone();
+            for i in rank(&requests) {
+                state[i] = now[i].clone();
+                prop_assert!(gpus(&state) <= bound, "{} GPUs held of {}", gpus(&state), bound);
+            }
+            // Once everyone has released, the grants themselves fit.
+            let released: Vec<Vec<u32>> = held.iter().zip(&grants)
+                .map(|(h, g)| h.iter().zip(&g.replicas).map(|(h, g)| (*h).min(*g)).collect())
+                .collect();
+            prop_assert_eq!(allowances(total, &requests, &grants, &released), replicas(&grants));
+        }
+    }
+}
