@@ -1,9 +1,10 @@
-//! Custom resource types: the operator's own `PlannerPolicy`, and the third-party
+//! Custom resource types: the operator's own `PlannerPolicy` and `GpuBudget`, and the third-party
 //! `DynamoGraphDeployment` (Dynamo) and `ClusterTopology` (Grove) it reads and writes.
 
 mod cluster_topology;
 mod dgd;
 pub mod duration;
+mod gpu_budget;
 pub mod labels;
 mod planner_policy;
 pub mod schema;
@@ -13,6 +14,9 @@ pub use dgd::{
     BackendFramework, Component, ComponentReplicaStatus, ComponentType, DOMAIN_PATTERN,
     DynamoGraphDeployment, DynamoGraphDeploymentSpec, DynamoGraphDeploymentStatus, KvCacheTransferTopology,
     LABEL_KEY_PATTERN, MismatchPolicy, TopologyConstraint,
+};
+pub use gpu_budget::{
+    BudgetGrant, BudgetMember, BudgetMemberStatus, BudgetRef, GpuBudget, GpuBudgetSpec, GpuBudgetStatus,
 };
 pub use planner_policy::{
     BUILTIN_PROFILES, Behavior, Bounds, BuiltinProfile, ConfigMapKeyRef, Connector, ConnectorKind,
@@ -29,6 +33,7 @@ use kube::core::CustomResourceExt;
 pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![
         PlannerPolicy::crd(),
+        GpuBudget::crd(),
         DynamoGraphDeployment::crd(),
         ClusterTopology::crd(),
     ]

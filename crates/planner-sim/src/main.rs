@@ -26,6 +26,9 @@ enum Command {
     /// Write a profile's latencies as the NPZ file Dynamo's mocker engine times itself by
     /// (`python -m dynamo.mocker --planner-profile-data FILE`, and its offline replay).
     MockerProfile(mocker_profile::MockerProfileArgs),
+    /// Replay several traces, one graph each, sharing one GPU budget arbitrated by the
+    /// operator's rules, against the same GPUs split statically per graph; print the table.
+    Budget(sim::budget::BudgetArgs),
 }
 
 /// Exit code for bad input files (profile, trace or suite).
@@ -44,6 +47,16 @@ fn main() -> ExitCode {
             }
         },
         Command::SyntheticFrontend(args) => synthetic_frontend(*args),
+        Command::Budget(args) => match sim::budget::run_command(&args) {
+            Ok(text) => write_stdout(text.trim_end()),
+            Err(error) => {
+                eprintln!("planner-sim budget: {error}");
+                match error {
+                    sim::budget::BudgetError::Input(_) => ExitCode::from(EXIT_BAD_INPUT),
+                    _ => ExitCode::FAILURE,
+                }
+            }
+        },
         Command::MockerProfile(args) => match mocker_profile::mocker_profile(&args) {
             Ok(summary) => write_stdout(&summary),
             Err(error) => {

@@ -296,6 +296,9 @@ pub enum PolicyError {
         /// GPUs the minimums need.
         needed: u64,
     },
+    /// `spec.budgetRef` names a budget the policy cannot join.
+    #[error(transparent)]
+    Budget(#[from] super::gpu_budget::BudgetError),
     /// The metrics cannot be filtered by model: no model name anywhere.
     #[error(
         "spec.metrics.modelName: not set, and the main container of component {component:?} has no --served-model-name or --model argument; set spec.metrics.modelName to the model name the frontend reports"
@@ -332,6 +335,7 @@ impl PolicyError {
             | Self::PrometheusUrlNotAllowed { .. }
             | Self::TokenSecretsOff
             | Self::EtcdEndpointNotAllowed { .. } => "NotPermitted",
+            Self::Budget(error) => error.reason(),
         }
     }
 

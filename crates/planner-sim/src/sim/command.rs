@@ -242,7 +242,8 @@ const SCORE_COST: f64 = 1.3;
 const SCORE_INTERVALS: f64 = 0.95;
 
 /// GPUs per engine from a profile name ending in `-tpN`.
-fn gpus_from_name(name: &str) -> Option<u32> {
+/// GPUs per engine from a profile name's `-tpN` suffix.
+pub(crate) fn gpus_from_name(name: &str) -> Option<u32> {
     name.rsplit_once("-tp").and_then(|(_, n)| n.parse().ok())
 }
 

@@ -9,7 +9,9 @@
 //! - [`policy`]: SLA planner per predictor with and without correction, load-based planner,
 //!   HPA, fixed peak deployment, perfect prediction and the oracle.
 //! - [`report`] and [`plot`]: the comparison table, the Markdown report and the figures.
+//! - [`budget`]: several graphs sharing one GPU budget, against the same GPUs split statically.
 
+pub mod budget;
 pub mod command;
 pub use planner_core::latency;
 pub mod metrics;

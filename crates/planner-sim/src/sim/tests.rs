@@ -472,3 +472,144 @@ fn observations_carry_arrivals_gauges_and_moments() {
             .is_some_and(|i| i >= overloaded.queued.unwrap_or(0.0))
     );
 }
+
+/// Two graphs whose bursts come one after the other: 2 requests/s each, and 60/s for ten minutes
+/// (six prefill engines' worth), the first from minute 10, the second from minute 25.
+fn alternating_bursts() -> Vec<super::budget::Graph> {
+    let burst = |from: f64| {
+        let mut requests = constant(2.0, 0.0, from);
+        requests.extend(constant(60.0, from, from + 600.0));
+        requests.extend(constant(2.0, from + 600.0, 2400.0));
+        requests
+    };
+    ["first", "second"]
+        .into_iter()
+        .zip([600.0, 1500.0])
+        .map(|(name, from)| super::budget::Graph {
+            name: name.into(),
+            requests: burst(from),
+            sla: config().sla,
+            priority: 0,
+            weight: 1.0,
+        })
+        .collect()
+}
+
+fn queueing_constant() -> PolicySpec {
+    PolicySpec::Sla {
+        model: SlaModel::Queueing,
+        predictor: PredictorKind::Constant,
+        correction: true,
+        headroom: false,
+    }
+}
+
+#[test]
+fn a_shared_budget_lends_one_graphs_idle_gpus_to_the_others_burst_and_never_exceeds_its_total() {
+    use super::budget::{Split, run_split};
+    let graphs = alternating_bursts();
+    let config = config();
+    // 12 GPUs: a burst needs about 8 prefill engines and a decode engine, more than half.
+    let shared = run_split(
+        &graphs,
+        &model(),
+        &config,
+        queueing_constant(),
+        &Split::Shared(12),
+        "shared",
+    );
+    let split = run_split(
+        &graphs,
+        &model(),
+        &config,
+        queueing_constant(),
+        &Split::Static(vec![6, 6]),
+        "static",
+    );
+    let alone = run_split(
+        &graphs,
+        &model(),
+        &config,
+        queueing_constant(),
+        &Split::Unlimited,
+        "alone",
+    );
+    assert!(
+        alone.peak_gpus > 12,
+        "no contention to arbitrate: {} GPUs",
+        alone.peak_gpus
+    );
+    assert_eq!(shared.steps_over, 0);
+    assert!(shared.peak_gpus <= 12, "{}", shared.peak_gpus);
+    assert!(shared.cuts > 0, "the burst was never cut");
+    // Each graph's burst gets the other's idle GPUs: more intervals meet the SLA than with the
+    // same GPUs split evenly.
+    let (n, shared_ok) = shared.intervals();
+    let (_, split_ok) = split.intervals();
+    assert_eq!(n, 80);
+    assert!(
+        shared_ok > split_ok,
+        "shared {shared_ok} of {n}, static {split_ok} of {n}"
+    );
+    // Both graphs gain.
+    for (s, t) in shared.graphs.iter().zip(&split.graphs) {
+        assert!(s.summary.intervals_meeting >= t.summary.intervals_meeting);
+        assert!(
+            s.summary.max_prefill > 5,
+            "the burst was held to the static share"
+        );
+    }
+}
+
+#[test]
+fn a_higher_priority_graph_takes_the_budget_first_and_the_other_keeps_its_floor() {
+    use super::budget::{Split, run_split};
+    let mut graphs = alternating_bursts();
+    // Both burst at once; the second has priority.
+    graphs[1].requests = graphs[0].requests.clone();
+    graphs[1].priority = 1;
+    let run = run_split(
+        &graphs,
+        &model(),
+        &config(),
+        queueing_constant(),
+        &Split::Shared(12),
+        "p",
+    );
+    assert_eq!(run.steps_over, 0);
+    let (low, high) = (&run.graphs[0], &run.graphs[1]);
+    assert!(
+        high.summary.intervals_meeting > low.summary.intervals_meeting,
+        "high {:?} low {:?}",
+        (
+            high.summary.intervals_meeting,
+            high.summary.max_prefill,
+            &high.decisions
+        ),
+        (
+            low.summary.intervals_meeting,
+            low.summary.max_prefill,
+            &low.decisions
+        )
+    );
+    // The lower priority never went below its floor, and was held near it during the burst.
+    assert!(low.intervals.iter().all(|i| i.prefill >= 1.0 && i.decode >= 1.0));
+    // While the higher priority bursts, the other is held at its floor; it gets its GPUs back
+    // (and serves its own backlog) when the burst ends.
+    for i in 11..14 {
+        assert_eq!(
+            (low.intervals[i].prefill, high.intervals[i].prefill),
+            (1.0, 9.0),
+            "minute {i}"
+        );
+    }
+    assert!(low.summary.max_prefill > 1);
+}
+
+#[test]
+fn proportional_shares_are_whole_engines_and_fit_the_total() {
+    let shares = super::budget::proportional_shares(112, &[30.0, 20.0, 50.0], 4, 8);
+    assert_eq!(shares, [32, 20, 56]);
+    assert!(shares.iter().sum::<u32>() <= 112);
+    assert_eq!(super::budget::proportional_shares(16, &[0.0, 1.0], 4, 8), [8, 16]);
+}
