@@ -5,7 +5,7 @@ CARGO ?= cargo
 # Two cores on our machines: one job per core, no incremental cache in CI.
 export CARGO_BUILD_JOBS ?= 2
 
-.PHONY: build test lint fmt manifests check-manifests tools dynamo image cluster-up cluster-down e2e e2e-kind chart-test demo bench help
+.PHONY: build test lint fmt manifests check-manifests tools dynamo image cluster-up cluster-down e2e e2e-kind chart-test demo bench bench-budget help
 
 ## build: compile the operator and crd-gen (debug)
 build:
@@ -81,6 +81,12 @@ bench:
 	$(CARGO) run --release --locked -p planner-sim -- simulate --suite bench/suite.json \
 		--profile h100-llama3.3-70b-tp4 --rate-scale 1 --rate-scale 4 \
 		--out bench/figures --report bench/results.md
+
+## bench-budget: three graphs (bench/budget.json: traces in ../shared/data/traces/) sharing one GPU budget,
+##               against the same GPUs split statically per graph; writes bench/budget.md
+bench-budget:
+	$(CARGO) run --release --locked -p planner-sim -- budget --config bench/budget.json \
+		--profile h100-llama3.3-70b-tp4 --report bench/budget.md
 
 ## help: list the targets
 help:

@@ -6,8 +6,8 @@
 mod support;
 
 use planner_api::{
-    ClusterTopology, ComponentType, DynamoGraphDeployment, MismatchPolicy, PlannerMode, PlannerPolicy,
-    PredictorKind,
+    ClusterTopology, ComponentType, DynamoGraphDeployment, GpuBudget, MismatchPolicy, PlannerMode,
+    PlannerPolicy, PredictorKind,
 };
 use serde_json::{Value, json};
 use support::{crd_for, load_yaml, open_api_schema, repo_root, yaml_files};
@@ -29,6 +29,7 @@ fn round_trip_any(object: &Value) -> Value {
         Some("PlannerPolicy") => round_trip::<PlannerPolicy>(object),
         Some("DynamoGraphDeployment") => round_trip::<DynamoGraphDeployment>(object),
         Some("ClusterTopology") => round_trip::<ClusterTopology>(object),
+        Some("GpuBudget") => round_trip::<GpuBudget>(object),
         other => panic!("unexpected kind {other:?}"),
     }
 }

@@ -67,12 +67,12 @@ pub struct GpuBudgetSpec {
     #[schemars(range(min = 1, max = 1_000_000))]
     pub total_gpus: i64,
 
-    /// Which PlannerPolicies may join (with `spec.budgetRef`), and their priority and weight. A
-    /// policy takes the most specific entry that names it: its namespace and name, then `*` and
-    /// its name, then its namespace, then `*`. A policy no entry names cannot join.
+    /// Which PlannerPolicies may join (with `spec.budgetRef`), and their priority and weight,
+    /// one entry per namespace and policy. A policy takes the most specific entry that names it:
+    /// its namespace and name, then `*` and its name, then its namespace, then `*`. A policy no
+    /// entry names cannot join.
     #[schemars(length(min = 1, max = 64))]
-    #[x_kube(validation = Rule::new("self.all(m, self.exists_one(n, n.namespace == m.namespace && (has(n.policy) ? n.policy : '') == (has(m.policy) ? m.policy : '')))")
-        .message("each spec.members[] entry must name a different namespace and policy"))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["namespace", "policy"]))]
     pub members: Vec<BudgetMember>,
 }
 
@@ -87,13 +87,13 @@ pub struct BudgetMember {
     )]
     pub namespace: String,
 
-    /// One PlannerPolicy of that namespace; unset: every PlannerPolicy of it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// One PlannerPolicy of that namespace, or `*` (the default) for every PlannerPolicy of it.
+    #[serde(default = "every_policy")]
     #[schemars(
         length(min = 1, max = 253),
-        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+        regex(pattern = r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)$")
     )]
-    pub policy: Option<String>,
+    pub policy: String,
 
     /// Members of a higher priority are granted what they ask for first, once every member has
     /// its floor. 0 to 1000.
@@ -112,21 +112,30 @@ fn default_weight() -> i32 {
     1
 }
 
+/// `*`: every policy (of a namespace) or every namespace.
+pub const EVERY: &str = "*";
+
+fn every_policy() -> String {
+    EVERY.into()
+}
+
 impl BudgetMember {
     /// Whether this entry names the policy `name` in `namespace`, and how specifically: 2 for
     /// its namespace and name, 1 for its namespace, 0 for `*`.
     pub fn matches(&self, namespace: &str, name: &str) -> Option<u8> {
         let namespace_match = if self.namespace == namespace {
             1
-        } else if self.namespace == "*" {
+        } else if self.namespace == EVERY {
             0
         } else {
             return None;
         };
-        match &self.policy {
-            Some(policy) if policy == name => Some(namespace_match + 2),
-            Some(_) => None,
-            None => Some(namespace_match),
+        if self.policy == EVERY {
+            Some(namespace_match)
+        } else if self.policy == name {
+            Some(namespace_match + 2)
+        } else {
+            None
         }
     }
 }
@@ -235,7 +244,7 @@ mod tests {
     fn member(namespace: &str, policy: Option<&str>, priority: i32) -> BudgetMember {
         BudgetMember {
             namespace: namespace.into(),
-            policy: policy.map(Into::into),
+            policy: policy.unwrap_or(EVERY).into(),
             priority,
             weight: 1,
         }

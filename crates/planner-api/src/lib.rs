@@ -16,7 +16,8 @@ pub use dgd::{
     LABEL_KEY_PATTERN, MismatchPolicy, TopologyConstraint,
 };
 pub use gpu_budget::{
-    BudgetGrant, BudgetMember, BudgetMemberStatus, BudgetRef, GpuBudget, GpuBudgetSpec, GpuBudgetStatus,
+    BudgetGrant, BudgetMember, BudgetMemberStatus, BudgetRef, EVERY as EVERY_POLICY, GpuBudget,
+    GpuBudgetSpec, GpuBudgetStatus,
 };
 pub use planner_policy::{
     BUILTIN_PROFILES, Behavior, Bounds, BuiltinProfile, ConfigMapKeyRef, Connector, ConnectorKind,

@@ -177,6 +177,34 @@ pub struct Grant {
 }
 
 impl Grant {
+    /// What limited the grant, in words that change only when the grant does (not with what was
+    /// asked or what the others hold): for a condition whose changes are Events.
+    pub fn limit(&self, total_gpus: u64) -> String {
+        let served: Vec<String> = self
+            .contenders
+            .iter()
+            .take(3)
+            .map(|c| format!("{} (priority {})", c.member, c.priority))
+            .collect();
+        match self.reason {
+            GrantReason::Full => format!("granted all {} GPUs asked", self.gpus),
+            GrantReason::Cut if served.is_empty() => format!(
+                "granted {} GPUs (floor {}): the budget's {total_gpus} GPUs are all granted",
+                self.gpus, self.floor_gpus
+            ),
+            GrantReason::Cut => format!(
+                "granted {} GPUs (floor {}) of the budget's {total_gpus}: served first {}",
+                self.gpus,
+                self.floor_gpus,
+                served.join(", ")
+            ),
+            GrantReason::FloorUnfunded => format!(
+                "granted {} GPUs, below its floor of {}: the budget's {total_gpus} GPUs hold others' floors",
+                self.gpus, self.floor_gpus
+            ),
+        }
+    }
+
     /// One line on what was granted and why, naming up to three contenders.
     pub fn explanation(&self, total_gpus: u64) -> String {
         let names = |limit: usize| {
@@ -475,6 +503,10 @@ mod tests {
         assert_eq!(
             grants[0].explanation(32),
             "granted 8 of the 16 GPUs asked (floor 8): the budget's 32 GPUs went first to team-a/burst (priority 10, 16 GPUs)"
+        );
+        assert_eq!(
+            grants[0].limit(32),
+            "granted 8 GPUs (floor 8) of the budget's 32: served first team-a/burst (priority 10)"
         );
         // The burst itself is cut by the total, not by anyone ahead of it.
         assert!(grants[1].contenders.is_empty());

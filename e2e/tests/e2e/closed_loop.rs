@@ -44,7 +44,7 @@ fn free_port() -> u16 {
 }
 
 /// POSTs to the synthetic frontend's control endpoint (plain HTTP/1.0 over loopback).
-async fn post(addr: &str, path: &str) -> Result<()> {
+pub(crate) async fn post(addr: &str, path: &str) -> Result<()> {
     let (addr, request) = (
         addr.to_string(),
         format!("POST {path} HTTP/1.0\r\nHost: x\r\nContent-Length: 0\r\n\r\n"),

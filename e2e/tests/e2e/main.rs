@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+mod budget;
 mod chart;
 mod chart_rbac;
 mod closed_loop;

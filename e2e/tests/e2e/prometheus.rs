@@ -35,18 +35,30 @@ impl Prometheus {
 
     /// Starts Prometheus scraping `target` every `scrape_s` seconds with `labels` added.
     pub async fn start_every(target: &str, labels: &[(&str, &str)], scrape_s: u32) -> Result<Self> {
+        Self::start_targets(&[(target, labels)], scrape_s).await
+    }
+
+    /// Starts Prometheus scraping each target every `scrape_s` seconds with its labels added (one
+    /// frontend per graph, each with its own `dynamo_namespace`).
+    pub async fn start_targets(targets: &[(&str, &[(&str, &str)])], scrape_s: u32) -> Result<Self> {
         let port = free_port();
         let dir = std::env::temp_dir().join(format!("e2e-prometheus-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
-        let label_lines: String = labels
+        let static_configs: String = targets
             .iter()
-            .map(|(k, v)| format!("          {k}: \"{v}\"\n"))
+            .map(|(target, labels)| {
+                let label_lines: String = labels
+                    .iter()
+                    .map(|(k, v)| format!("          {k}: \"{v}\"\n"))
+                    .collect();
+                format!("      - targets: [\"{target}\"]\n        labels:\n{label_lines}")
+            })
             .collect();
         let config = dir.join("prometheus.yml");
         std::fs::write(
             &config,
             format!(
-                "global:\n  scrape_interval: {scrape_s}s\n  evaluation_interval: {scrape_s}s\nscrape_configs:\n  - job_name: dynamo-frontend\n    honor_labels: true\n    static_configs:\n      - targets: [\"{target}\"]\n        labels:\n{label_lines}"
+                "global:\n  scrape_interval: {scrape_s}s\n  evaluation_interval: {scrape_s}s\nscrape_configs:\n  - job_name: dynamo-frontend\n    honor_labels: true\n    static_configs:\n{static_configs}"
             ),
         )?;
         let mut prometheus = Self {

@@ -56,7 +56,7 @@ fn cluster_topology(name: &str) -> Result<Value> {
     Ok(topology)
 }
 
-/// The samples (but the ClusterTopology) and the valid fixtures, with this test's
+/// The samples (but the cluster-scoped ClusterTopology and GpuBudget) and the valid fixtures, with this test's
 /// ClusterTopology name; the DGD sample first, since the policies target it.
 fn valid_objects(cluster_topology: &str) -> Result<Vec<Value>> {
     let mut paths = yaml_files(&repo_root().join("config/samples"))?;
@@ -67,7 +67,7 @@ fn valid_objects(cluster_topology: &str) -> Result<Vec<Value>> {
     for path in paths {
         let text = std::fs::read_to_string(&path)?.replace("gpu-cluster", cluster_topology);
         let object: Value = serde_yaml::from_str(&text)?;
-        if object["kind"] != "ClusterTopology" {
+        if object["kind"] != "ClusterTopology" && object["kind"] != "GpuBudget" {
             objects.push(object);
         }
     }

@@ -1,9 +1,9 @@
 //! A PlannerPolicy's `spec.budgetRef`: the GpuBudget exists, admits the policy (one of its
 //! `spec.members` entries names the policy's namespace, the policy, or `*`), the policy's mode
 //! scales, and its floor fits the budget's total. The webhook and the PlannerPolicy reconciler
-//! call [`check`] with the budget they looked up. For a GpuBudget itself, the schema checks every
-//! field (ranges, patterns, one entry per namespace and policy); [`budget_warnings`] says what a
-//! change will do to the members it already has.
+//! call [`check`] with the budget they looked up. A GpuBudget itself is checked by its schema
+//! (ranges, patterns, one entry per namespace and policy); what a smaller total does to the
+//! members it has is said by its status conditions.
 
 use planner_api::{GpuBudget, GpuBudgetSpec, PlannerMode, PlannerPolicySpec};
 
@@ -154,9 +154,12 @@ fn entries(spec: &GpuBudgetSpec) -> String {
         .members
         .iter()
         .take(8)
-        .map(|m| match &m.policy {
-            Some(policy) => format!("{}/{policy}", m.namespace),
-            None => m.namespace.clone(),
+        .map(|m| {
+            if m.policy == planner_api::EVERY_POLICY {
+                m.namespace.clone()
+            } else {
+                format!("{}/{}", m.namespace, m.policy)
+            }
         })
         .collect();
     if spec.members.len() > 8 {
@@ -165,32 +168,9 @@ fn entries(spec: &GpuBudgetSpec) -> String {
     named.join(", ")
 }
 
-/// What a change to a budget will do to its current members, as admission warnings: a total
-/// below what their floors need (the lowest-ranked members lose theirs) or below what they hold
-/// (members are cut, lowest priority first). `status` is the budget's, as last written.
-pub fn budget_warnings(budget: &GpuBudget) -> Vec<String> {
-    let Some(status) = &budget.status else {
-        return Vec::new();
-    };
-    let total = budget.spec.total_gpus;
-    let mut warnings = Vec::new();
-    if status.floor_gpus > total {
-        warnings.push(format!(
-            "spec.totalGpus: {total} GPUs cannot hold the floors of the {} members ({} GPUs, status.floorGpus): the lowest-ranked members get no GPUs and keep their minimum replicas outside the budget",
-            status.member_count, status.floor_gpus
-        ));
-    } else if status.held_gpus > total {
-        warnings.push(format!(
-            "spec.totalGpus: {total} GPUs is below the {} GPUs the members hold now (status.heldGpus): the lowest-priority members are cut, down to their floors",
-            status.held_gpus
-        ));
-    }
-    warnings
-}
-
 #[cfg(test)]
 mod tests {
-    use planner_api::{BudgetMember, GpuBudgetStatus};
+    use planner_api::BudgetMember;
 
     use super::*;
     use crate::validation::PoolTarget;
@@ -204,7 +184,7 @@ mod tests {
                     .iter()
                     .map(|(namespace, policy)| BudgetMember {
                         namespace: (*namespace).into(),
-                        policy: policy.map(Into::into),
+                        policy: policy.unwrap_or("*").into(),
                         priority: 0,
                         weight: 1,
                     })
@@ -291,22 +271,5 @@ mod tests {
                 .to_string()
                 .starts_with("spec.budgetRef.name: GpuBudget \"gpus\" not found")
         );
-    }
-
-    #[test]
-    fn a_smaller_total_warns_what_it_does_to_the_members() {
-        let mut b = budget(16, &[("*", None)]);
-        assert!(budget_warnings(&b).is_empty());
-        b.status = Some(GpuBudgetStatus {
-            member_count: 3,
-            floor_gpus: 24,
-            held_gpus: 40,
-            ..GpuBudgetStatus::default()
-        });
-        assert!(budget_warnings(&b)[0].contains("cannot hold the floors of the 3 members (24 GPUs"));
-        b.spec.total_gpus = 32;
-        assert!(budget_warnings(&b)[0].contains("below the 40 GPUs the members hold now"));
-        b.spec.total_gpus = 40;
-        assert!(budget_warnings(&b).is_empty());
     }
 }

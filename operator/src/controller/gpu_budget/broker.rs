@@ -228,7 +228,9 @@ impl Broker {
         let Ok(mut ledgers) = self.ledgers.lock() else {
             return;
         };
-        if ledgers.contains_key(budget) {
+        // Nothing to restore makes no ledger: a budget none of this process's policies joined
+        // is not this process's to write (an operator scoped to another namespace).
+        if ledgers.contains_key(budget) || status.members.is_empty() {
             return;
         }
         let mut ledger = Ledger {

@@ -168,11 +168,14 @@ pub fn granted(
         grant.replicas.get(1).copied().unwrap_or(0),
     );
     let waiting = allowed.0 < granted.0 || allowed.1 < granted.1;
+    let mut limit = grant.limit(answer.total);
     if waiting {
-        explanation.push_str(&format!(
+        let note = format!(
             "; prefill {} and decode {} now, {} and {} once other members release the GPUs they still hold",
             target.0, target.1, granted.0, granted.1
-        ));
+        );
+        explanation.push_str(&note);
+        limit.push_str(&note);
     }
     let wanted = decision.target;
     let changed = match wanted {
@@ -190,10 +193,11 @@ pub fn granted(
     }
     if grant.reason != GrantReason::Full || waiting {
         decision.conditions.retain(|c| c.type_ != SCALING_LIMITED);
+        // Its changes are Events: say what limits the grant, not the request of the moment.
         decision.conditions.push(DesiredCondition::met(
             SCALING_LIMITED,
             "SharedBudget",
-            format!("budget {}: {explanation}", membership.name),
+            format!("budget {}: {limit}", membership.name),
         ));
     } else if !decision.conditions.iter().any(|c| c.type_ == SCALING_LIMITED) {
         decision.conditions.push(scaling_limited(&[]));
