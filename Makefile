@@ -5,7 +5,7 @@ CARGO ?= cargo
 # Two cores on our machines: one job per core, no incremental cache in CI.
 export CARGO_BUILD_JOBS ?= 2
 
-.PHONY: build test lint fmt manifests check-manifests tools dynamo image cluster-up cluster-down e2e e2e-kind chart-test demo bench bench-budget help
+.PHONY: build test lint fmt manifests check-manifests tools dynamo image cluster-up cluster-down e2e e2e-kind chart-test demo bench bench-budget tune help
 
 ## build: compile the operator and crd-gen (debug)
 build:
@@ -87,6 +87,12 @@ bench:
 bench-budget:
 	$(CARGO) run --release --locked -p planner-sim -- budget --config bench/budget.json \
 		--profile h100-llama3.3-70b-tp4 --report bench/budget.md
+
+## tune: the search the queueing planner's defaults come from (release build), on the runs of make bench: prints
+##       what each stage found and what every value of every tuned setting scores around the winner (about a
+##       minute on 2 cores once built; planner-sim tune --help for the budget, seed and knobs)
+tune:
+	$(CARGO) run --release --locked -p planner-sim -- tune --suite bench/suite.json --profile h100-llama3.3-70b-tp4
 
 ## help: list the targets
 help:

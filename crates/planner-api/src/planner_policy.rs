@@ -213,10 +213,9 @@ pub struct Sla {
     #[schemars(range(min = 0.0), extend("exclusiveMinimum" = true))]
     pub itl_ms: f64,
     /// Share of a prefill replica's profiled throughput the planner may plan to use, greater
-    /// than 0 and at most 1. With `model: upstream`, 1 (the default) sizes prefill as upstream
-    /// does, for saturation at the predicted mean load; 0.7 leaves 30 % headroom. With
-    /// `model: queueing` the waiting time already sets the headroom; a value below 1 is a
-    /// further cap on the planned utilisation.
+    /// than 0 and at most 1, with `model: upstream`: 1 (the default) sizes prefill as upstream
+    /// does, for saturation at the predicted mean load; 0.7 leaves 30 % headroom. The queueing
+    /// model does not use it: it sizes prefill on the predicted TTFT, queue wait included.
     #[serde(default = "default_prefill_utilization")]
     #[schemars(range(min = 0.0, max = 1.0), extend("exclusiveMinimum" = true))]
     pub prefill_utilization: f64,
@@ -228,11 +227,14 @@ pub struct Sla {
     #[serde(default)]
     pub model: SlaModel,
     /// Aim the TTFT target at this percentile of requests (e.g. 90 or 95) instead of the mean.
-    /// Queueing model only; read from the frontend's TTFT histogram.
+    /// Queueing model only: prefill is sized so that this percentile of the modelled TTFT (the
+    /// queue wait's tail) meets the target.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 50.0, max = 99.9))]
     pub ttft_percentile: Option<f64>,
-    /// Aim the ITL target at this percentile of tokens instead of the mean. Queueing model only.
+    /// Aim the ITL target at this percentile of tokens instead of the mean. Queueing model only:
+    /// decode is sized so that the ITL at this percentile of the running requests (a normal
+    /// approximation of their number) meets the target.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 50.0, max = 99.9))]
     pub itl_percentile: Option<f64>,
@@ -264,24 +266,28 @@ impl fmt::Display for SlaModel {
 #[serde(rename_all = "camelCase")]
 pub struct Behavior {
     /// Time from asking for a replica to it serving (a Go duration, at most `1h`): how far
-    /// ahead the planner sizes. When not set, it is measured from the target's pods becoming
-    /// available after each scale-up (starting from `60s`).
+    /// ahead the planner sizes. When not set, it is measured from each scale-up to the target's
+    /// replicas serving (averaged with the previous measurement; `60s` until the first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
     #[x_kube(validation = Rule::new("!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('1h')")
         .message("spec.behavior.scaleUpDelay must be at most 1h"))]
     pub scale_up_delay: Option<String>,
-    /// Scale down only to the highest replicas recommended within this window (a Go duration,
-    /// at most `1h`; default `300s`, as the HorizontalPodAutoscaler), and never below what the
-    /// current backlog needs.
+    /// Scale-down stabilisation window (a Go duration, at most `1h`; default `300s`, as the
+    /// HorizontalPodAutoscaler). A pool scales down only to the 0.8 quantile, rounded up, of the
+    /// replicas recommended within the window (the HorizontalPodAutoscaler keeps the highest:
+    /// here recommendations of 5, 5, 5, 5 and 9 hold 6, and with a sixth 5 the pool goes to 5),
+    /// and not at all while the requests waiting would take the serving prefill engines longer
+    /// than the TTFT target to clear.
     #[serde(default = "default_stabilization")]
     #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
     #[x_kube(validation = Rule::new("!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('1h')")
         .message("spec.behavior.scaleDownStabilization must be at most 1h"))]
     pub scale_down_stabilization: String,
-    /// How often, between intervals, the planner checks the backlog and the arrival rate and
-    /// scales up at once when the SLA is at risk (never down). A Go duration from `5s` to
-    /// `5m`, or `0s` to turn the check off. Default `10s`.
+    /// How often, between intervals, the planner checks the backlog and the arrival rate, and
+    /// scales both pools up at once (never down) when the backlog would outlast the scale-up
+    /// delay or arrivals run well above the rate the last interval planned for. A Go duration
+    /// from `5s` to `5m`, or `0s` to turn the check off. Default `10s`.
     #[serde(default = "default_fast_check_period")]
     #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
     #[x_kube(validation = Rule::new("!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) == duration('0s') || (duration(self) >= duration('5s') && duration(self) <= duration('5m'))")
@@ -551,7 +557,9 @@ fn default_trace_key() -> String {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Correction {
-    /// Apply the correction factors. Disable when the profile is known to match production.
+    /// Apply the correction factors (`model: upstream` only: the queueing model learns its
+    /// margins from forecast errors and observed latencies instead). Disable when the profile is
+    /// known to match production.
     #[serde(default = "default_true")]
     pub enabled: bool,
 }

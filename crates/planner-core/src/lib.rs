@@ -5,6 +5,8 @@
 pub mod budget;
 pub mod case;
 pub mod clough_tocher;
+pub mod decision;
+pub mod erlang;
 pub mod interpolation;
 pub mod latency;
 pub mod load;
@@ -16,3 +18,4 @@ pub mod sizing;
 pub mod sla;
 pub mod state;
 pub mod trace;
+pub mod upstream;

@@ -5,6 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::sla::Limits;
+
 /// Thresholds and limits of the load-based planner.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LoadConfig {
@@ -136,6 +138,19 @@ pub struct LoadPlanner {
     decode_grace_remaining: u32,
 }
 
+impl LoadConfig {
+    /// The replica bounds and the GPU budget.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            min_replicas: self.min_replicas,
+            max_replicas: self.max_replicas,
+            max_gpu_budget: self.max_gpu_budget,
+            prefill_gpus_per_engine: self.prefill_gpus_per_engine,
+            decode_gpus_per_engine: self.decode_gpus_per_engine,
+        }
+    }
+}
+
 fn mean(values: &[f64]) -> Option<f64> {
     let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
     (!finite.is_empty()).then(|| finite.iter().sum::<f64>() / finite.len() as f64)
@@ -171,133 +186,166 @@ impl LoadPlanner {
             return skip(LoadSkip::NoWorkers);
         }
         let per_worker = queue / f64::from(prefill);
-        let fits = |p: u32, d: u32| {
-            config.max_gpu_budget.is_none_or(|budget| {
-                u64::from(p) * u64::from(config.prefill_gpus_per_engine)
-                    + u64::from(d) * u64::from(config.decode_gpus_per_engine)
-                    <= u64::from(budget)
-            })
-        };
-        let below_max = |n: u32| config.max_replicas.is_none_or(|max| n < max);
-
-        let (mut new_prefill, prefill_reason) = if per_worker > config.queue_scale_up {
-            let first = samples
-                .prefill_queue
-                .iter()
-                .copied()
-                .find(|v| v.is_finite())
-                .unwrap_or(queue);
-            let last = samples
-                .prefill_queue
-                .iter()
-                .copied()
-                .rev()
-                .find(|v| v.is_finite())
-                .unwrap_or(queue);
-            let projected =
-                (last + (last - first) * f64::from(config.prefill_buffer_intervals)) / f64::from(prefill);
-            if projected <= config.queue_scale_up {
-                (prefill, LoadReason::QueueDraining { projected })
-            } else if !below_max(prefill) {
-                (
-                    prefill,
-                    LoadReason::AtBound {
-                        bound: config.max_replicas.unwrap_or(prefill),
-                    },
-                )
-            } else if !fits(prefill + 1, decode) {
-                (
-                    prefill,
-                    LoadReason::Budget {
-                        budget: config.max_gpu_budget.unwrap_or(0),
-                    },
-                )
-            } else {
-                (
-                    prefill + 1,
-                    LoadReason::ScaleUp {
-                        load: per_worker,
-                        threshold: config.queue_scale_up,
-                    },
-                )
-            }
-        } else if per_worker < config.queue_scale_down {
-            if prefill > config.min_replicas {
-                (
-                    prefill - 1,
-                    LoadReason::ScaleDown {
-                        load: per_worker,
-                        threshold: config.queue_scale_down,
-                    },
-                )
-            } else {
-                (
-                    prefill,
-                    LoadReason::AtBound {
-                        bound: config.min_replicas,
-                    },
-                )
-            }
-        } else {
-            (prefill, LoadReason::Steady)
-        };
-
-        let (new_decode, decode_reason) = if kv > config.kv_scale_up {
-            if !below_max(decode) {
-                (
-                    decode,
-                    LoadReason::AtBound {
-                        bound: config.max_replicas.unwrap_or(decode),
-                    },
-                )
-            } else if !fits(new_prefill, decode + 1) {
-                (
-                    decode,
-                    LoadReason::Budget {
-                        budget: config.max_gpu_budget.unwrap_or(0),
-                    },
-                )
-            } else {
-                self.decode_grace_remaining = config.decode_grace_intervals;
-                (
-                    decode + 1,
-                    LoadReason::ScaleUp {
-                        load: kv,
-                        threshold: config.kv_scale_up,
-                    },
-                )
-            }
-        } else if kv < config.kv_scale_down {
-            if grace > 0 {
-                (decode, LoadReason::GracePeriod { remaining: grace })
-            } else if decode > config.min_replicas {
-                (
-                    decode - 1,
-                    LoadReason::ScaleDown {
-                        load: kv,
-                        threshold: config.kv_scale_down,
-                    },
-                )
-            } else {
-                (
-                    decode,
-                    LoadReason::AtBound {
-                        bound: config.min_replicas,
-                    },
-                )
-            }
-        } else {
-            (decode, LoadReason::Steady)
-        };
-        // Below the minimum (e.g. after a manual edit) comes back up first.
-        new_prefill = new_prefill.max(config.min_replicas);
+        let (new_prefill, prefill_reason) = prefill_step(config, prefill, decode, per_worker, queue, samples);
+        let (new_decode, decode_reason) = decode_step(config, new_prefill, decode, kv, grace);
+        // A decode scale-up starts the grace period before the next scale-down.
+        if matches!(decode_reason, LoadReason::ScaleUp { .. }) {
+            self.decode_grace_remaining = config.decode_grace_intervals;
+        }
+        // Bounded as every planner's decision is: a pool outside its bounds (after a manual
+        // edit, say) comes back within them first. The budget is the steps' own (a step that
+        // does not fit is not taken), not a scaling of what runs.
+        let (prefill, decode) = Limits {
+            max_gpu_budget: None,
+            ..config.limits()
+        }
+        .apply((new_prefill, new_decode))
+        .replicas;
         LoadDecision {
-            prefill: new_prefill,
-            decode: new_decode.max(config.min_replicas),
+            prefill,
+            decode,
             prefill_reason,
             decode_reason,
             skipped: None,
         }
+    }
+}
+
+/// Whether `p` prefill and `d` decode replicas fit the GPU budget.
+fn fits(config: &LoadConfig, p: u32, d: u32) -> bool {
+    config.max_gpu_budget.is_none_or(|budget| {
+        u64::from(p) * u64::from(config.prefill_gpus_per_engine)
+            + u64::from(d) * u64::from(config.decode_gpus_per_engine)
+            <= u64::from(budget)
+    })
+}
+
+/// Whether a pool of `n` replicas may grow.
+fn below_max(config: &LoadConfig, n: u32) -> bool {
+    config.max_replicas.is_none_or(|max| n < max)
+}
+
+/// Prefill: one more when the queue per worker stays above its threshold (unless its trend
+/// drains it), one fewer below the other.
+fn prefill_step(
+    config: &LoadConfig,
+    prefill: u32,
+    decode: u32,
+    per_worker: f64,
+    queue: f64,
+    samples: &LoadSamples,
+) -> (u32, LoadReason) {
+    if per_worker > config.queue_scale_up {
+        let first = samples
+            .prefill_queue
+            .iter()
+            .copied()
+            .find(|v| v.is_finite())
+            .unwrap_or(queue);
+        let last = samples
+            .prefill_queue
+            .iter()
+            .copied()
+            .rev()
+            .find(|v| v.is_finite())
+            .unwrap_or(queue);
+        let projected =
+            (last + (last - first) * f64::from(config.prefill_buffer_intervals)) / f64::from(prefill);
+        if projected <= config.queue_scale_up {
+            (prefill, LoadReason::QueueDraining { projected })
+        } else if !below_max(config, prefill) {
+            (
+                prefill,
+                LoadReason::AtBound {
+                    bound: config.max_replicas.unwrap_or(prefill),
+                },
+            )
+        } else if !fits(config, prefill + 1, decode) {
+            (
+                prefill,
+                LoadReason::Budget {
+                    budget: config.max_gpu_budget.unwrap_or(0),
+                },
+            )
+        } else {
+            (
+                prefill + 1,
+                LoadReason::ScaleUp {
+                    load: per_worker,
+                    threshold: config.queue_scale_up,
+                },
+            )
+        }
+    } else if per_worker < config.queue_scale_down {
+        if prefill > config.min_replicas {
+            (
+                prefill - 1,
+                LoadReason::ScaleDown {
+                    load: per_worker,
+                    threshold: config.queue_scale_down,
+                },
+            )
+        } else {
+            (
+                prefill,
+                LoadReason::AtBound {
+                    bound: config.min_replicas,
+                },
+            )
+        }
+    } else {
+        (prefill, LoadReason::Steady)
+    }
+}
+
+/// Decode: one more when the KV-cache usage is above its threshold, one fewer below the
+/// other once the grace period after a scale-up is over.
+fn decode_step(config: &LoadConfig, new_prefill: u32, decode: u32, kv: f64, grace: u32) -> (u32, LoadReason) {
+    if kv > config.kv_scale_up {
+        if !below_max(config, decode) {
+            (
+                decode,
+                LoadReason::AtBound {
+                    bound: config.max_replicas.unwrap_or(decode),
+                },
+            )
+        } else if !fits(config, new_prefill, decode + 1) {
+            (
+                decode,
+                LoadReason::Budget {
+                    budget: config.max_gpu_budget.unwrap_or(0),
+                },
+            )
+        } else {
+            (
+                decode + 1,
+                LoadReason::ScaleUp {
+                    load: kv,
+                    threshold: config.kv_scale_up,
+                },
+            )
+        }
+    } else if kv < config.kv_scale_down {
+        if grace > 0 {
+            (decode, LoadReason::GracePeriod { remaining: grace })
+        } else if decode > config.min_replicas {
+            (
+                decode - 1,
+                LoadReason::ScaleDown {
+                    load: kv,
+                    threshold: config.kv_scale_down,
+                },
+            )
+        } else {
+            (
+                decode,
+                LoadReason::AtBound {
+                    bound: config.min_replicas,
+                },
+            )
+        }
+    } else {
+        (decode, LoadReason::Steady)
     }
 }
 
@@ -382,6 +430,20 @@ mod tests {
         let decision = planner.tick(&config, 2, 1, &samples(&[5.0, 5.0], &[0.99]));
         assert_eq!(decision.prefill_reason, LoadReason::AtBound { bound: 2 });
         assert_eq!(decision.decode, 2);
+    }
+
+    #[test]
+    fn pools_outside_their_bounds_come_back_within_them() {
+        let config = LoadConfig {
+            min_replicas: 2,
+            max_replicas: Some(8),
+            ..LoadConfig::default()
+        };
+        // Steady load on pools edited to 10 prefill and 1 decode replicas.
+        let steady = samples(&[3.0], &[0.7]);
+        let decision = LoadPlanner::default().tick(&config, 10, 1, &steady);
+        assert_eq!((decision.prefill, decision.decode), (8, 2));
+        assert_eq!(decision.prefill_reason, LoadReason::Steady);
     }
 
     #[test]

@@ -19,7 +19,7 @@
 //! bucketed timestamps, fan-out); with batches of mean size-bias `b = E[X²] / E[X]` a request
 //! also waits behind the rest of its batch, which takes `(b − 1) / 2 · E[S] / c` to clear and
 //! shrinks as `1 / c` rather than with the Erlang C probability. `b` is learned from observed
-//! TTFT by the planner ([`implied_arrival_scv`]); 1 gives plain M/G/c. For a percentile target
+//! TTFT by the planner ([`implied_burstiness`]); 1 gives plain M/G/c. For a percentile target
 //! `p`, `Wq` is its `p`-quantile (`C · exp(−(cμ − λ) t / k) = 1 − p`, `k = (b + cs²) / 2`) and
 //! `B` is scaled by `ln(1 / (1 − p))` (the batch wait taken as exponential). A backlog of `Q`
 //! requests to be cleared within `D` seconds adds `Q / D` to the arrival rate.
@@ -38,8 +38,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::{
+    erlang::{Queue, erlang_c, erlang_c_from_b},
     interpolation::PerformanceCurves,
-    queueing::{Queue, erlang_c, erlang_c_from_b},
 };
 
 /// Mean and second moment of a length distribution (tokens).
@@ -277,41 +277,13 @@ pub struct LatencyTargets {
     pub itl_quantile: Option<f64>,
 }
 
-/// How the prefill queue is modelled.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PrefillQueueModel {
-    /// Burstiness of arrivals `b`: the SCV of inter-arrival times in the Allen–Cunneen term
-    /// (1: Poisson). With [`Self::batches`], also the mean batch size seen by a request
-    /// (`E[X²] / E[X]`).
-    pub arrival_scv: f64,
-    /// Arrivals come in batches: add the wait behind the rest of one's batch,
-    /// `(b − 1) / 2 · E[S] / c` (M^X/G/c).
-    pub batches: bool,
-    /// With batches, whether `b` also scales the queueing term (as the SCV of arrivals);
-    /// otherwise that term assumes Poisson arrivals.
-    pub batches_queue: bool,
-}
+/// Arrival burstiness of Poisson arrivals, and the least the planner plans for or learns: an
+/// interval whose TTFT is shorter than Poisson arrivals explain says the model overstates the
+/// wait, not that arrivals are smoother.
+pub const MIN_BURSTINESS: f64 = 1.0;
 
-impl Default for PrefillQueueModel {
-    fn default() -> Self {
-        Self {
-            arrival_scv: 1.0,
-            batches: false,
-            batches_queue: true,
-        }
-    }
-}
-
-impl PrefillQueueModel {
-    /// The SCV of arrivals the queueing term uses.
-    fn queue_scv(&self) -> f64 {
-        if self.batches && !self.batches_queue {
-            1.0
-        } else {
-            self.arrival_scv
-        }
-    }
-}
+/// Largest arrival burstiness the planner learns from an interval.
+pub const MAX_BURSTINESS: f64 = 1000.0;
 
 /// What limited a pool's size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -344,30 +316,22 @@ pub struct PrefillSizing {
     pub bound: Bound,
 }
 
-/// Predicted TTFT (s) with `c` engines at the target's statistic.
-pub fn prefill_ttft_s(queue: &Queue, model: &PrefillQueueModel, quantile: Option<f64>, c: u32) -> f64 {
+/// Predicted TTFT (s) with `c` engines at the target's statistic, for arrivals of burstiness
+/// `burstiness` (`queue.arrival_scv` is the same `b` in the queueing term).
+pub fn prefill_ttft_s(queue: &Queue, burstiness: f64, quantile: Option<f64>, c: u32) -> f64 {
     let a = queue.offered_load();
-    prefill_ttft_given(queue, model, quantile, c, erlang_c(c, a))
+    prefill_ttft_given(queue, burstiness, quantile, c, erlang_c(c, a))
 }
 
 /// [`prefill_ttft_s`] given `C(c, a)`.
-fn prefill_ttft_given(
-    queue: &Queue,
-    model: &PrefillQueueModel,
-    quantile: Option<f64>,
-    c: u32,
-    erlang: f64,
-) -> f64 {
+fn prefill_ttft_given(queue: &Queue, burstiness: f64, quantile: Option<f64>, c: u32, erlang: f64) -> f64 {
     let a = queue.offered_load();
     let service = queue.mean_service_s;
     if c == 0 {
         return if a > 0.0 { f64::INFINITY } else { service };
     }
-    let batch = if model.batches {
-        (model.arrival_scv - 1.0).max(0.0) / 2.0 * service / f64::from(c)
-    } else {
-        0.0
-    };
+    // The wait behind the rest of one's batch (M^X/G/c).
+    let batch = (burstiness - 1.0).max(0.0) / 2.0 * service / f64::from(c);
     match quantile {
         Some(p) if p > 0.0 && p < 1.0 => {
             service + queue.quantile_given(c, a, erlang, p) + batch * (1.0 / (1.0 - p)).ln()
@@ -380,15 +344,15 @@ fn prefill_ttft_given(
 pub const SEARCH_LIMIT: u32 = 100_000;
 
 /// The fewest prefill engines in `[min, max]` meeting the TTFT target for `rate` requests/s
-/// plus `backlog` requests to clear within `drain_s`. One pass over `c` (Erlang B is updated
-/// incrementally), so the cost is linear in the answer.
+/// plus `backlog` requests to clear within `drain_s`, arriving with burstiness `burstiness`.
+/// One pass over `c` (Erlang B is updated incrementally), so the cost is linear in the answer.
 #[allow(clippy::too_many_arguments)]
 pub fn size_prefill(
     service: &ServiceMoments,
     rate: f64,
     backlog: f64,
     drain_s: f64,
-    model: &PrefillQueueModel,
+    burstiness: f64,
     targets: &LatencyTargets,
     min: u32,
     max: u32,
@@ -403,7 +367,7 @@ pub fn size_prefill(
         arrival_rate: rate + extra,
         mean_service_s: service.mean_s.max(0.0),
         service_scv: service.scv,
-        arrival_scv: model.queue_scv(),
+        arrival_scv: burstiness,
     };
     let a = queue.offered_load();
     let target_s = targets.ttft_ms / 1000.0;
@@ -416,7 +380,7 @@ pub fn size_prefill(
     let max = max.max(min).min(SEARCH_LIMIT.max(min));
     let sizing = |replicas: u32, bound: Bound| PrefillSizing {
         replicas,
-        ttft_ms: prefill_ttft_s(&queue, model, targets.ttft_quantile, replicas) * 1000.0,
+        ttft_ms: prefill_ttft_s(&queue, burstiness, targets.ttft_quantile, replicas) * 1000.0,
         service_ms: queue.mean_service_s * 1000.0,
         offered_load: a,
         bound,
@@ -431,7 +395,7 @@ pub fn size_prefill(
             continue;
         }
         let erlang = erlang_c_from_b(c, a, b);
-        if prefill_ttft_given(&queue, model, targets.ttft_quantile, c, erlang) <= target_s {
+        if prefill_ttft_given(&queue, burstiness, targets.ttft_quantile, c, erlang) <= target_s {
             let bound = if c == min { Bound::Minimum } else { Bound::Ttft };
             return sizing(c, bound);
         }
@@ -642,17 +606,8 @@ pub fn size_decode(
 /// The arrival burstiness `b` that explains an observed mean TTFT with `engines` engines at
 /// `rate` requests/s: the model's mean wait is linear in `b`, so it is solved for directly.
 /// `None` when the observation cannot tell (no load, an unstable queue, or a wait the model
-/// cannot attribute to arrivals); at least `min` (1: no smoother than Poisson; below 1 lets
-/// the burstiness absorb a model that overstates the wait).
-pub fn implied_arrival_scv(
-    service: &ServiceMoments,
-    rate: f64,
-    model: &PrefillQueueModel,
-    engines: u32,
-    ttft_s: f64,
-    min: f64,
-) -> Option<f64> {
-    let batches = model.batches;
+/// cannot attribute to arrivals); within [`MIN_BURSTINESS`] and [`MAX_BURSTINESS`].
+pub fn implied_burstiness(service: &ServiceMoments, rate: f64, engines: u32, ttft_s: f64) -> Option<f64> {
     let queue = Queue {
         arrival_rate: rate,
         mean_service_s: service.mean_s,
@@ -665,23 +620,15 @@ pub fn implied_arrival_scv(
     }
     let c = f64::from(engines);
     let wait = (ttft_s - service.mean_s).max(0.0);
-    // Wq = alpha (b + cs²) [+ beta (b − 1)], or alpha (1 + cs²) + beta (b − 1) when the
-    // queueing term assumes Poisson arrivals.
+    // Wq = alpha (b + cs²) + beta (b − 1): the queueing term and the batch wait.
     let alpha = erlang_c(engines, a) * service.mean_s / (c - a) / 2.0;
-    let beta = if batches { service.mean_s / c / 2.0 } else { 0.0 };
-    let b = if batches && !model.batches_queue {
-        (wait - alpha * (1.0 + service.scv.max(0.0)) + beta) / beta
-    } else {
-        if alpha + beta < 1e-12 {
-            return None;
-        }
-        (wait - alpha * service.scv.max(0.0) + beta) / (alpha + beta)
-    };
-    Some(b.clamp(min.clamp(0.0, 1.0), MAX_ARRIVAL_SCV))
+    let beta = service.mean_s / c / 2.0;
+    if alpha + beta < 1e-12 {
+        return None;
+    }
+    let b = (wait - alpha * service.scv.max(0.0) + beta) / (alpha + beta);
+    Some(b.clamp(MIN_BURSTINESS, MAX_BURSTINESS))
 }
-
-/// Largest arrival burstiness the planner infers.
-pub const MAX_ARRIVAL_SCV: f64 = 1000.0;
 
 #[cfg(test)]
 mod tests {
@@ -778,9 +725,9 @@ mod tests {
             mean_s: 0.2,
             scv: 1.0,
         };
-        let model = PrefillQueueModel::default();
+        let poisson = MIN_BURSTINESS;
         // 20 req/s at 0.2 s: a = 4; M/M/c needs the wait within 300 ms.
-        let plan = size_prefill(&service, 20.0, 0.0, 60.0, &model, &targets(500.0, 50.0), 1, 64);
+        let plan = size_prefill(&service, 20.0, 0.0, 60.0, poisson, &targets(500.0, 50.0), 1, 64);
         assert!(plan.replicas >= 5);
         assert!(plan.ttft_ms <= 500.0);
         let queue = Queue {
@@ -789,36 +736,35 @@ mod tests {
             service_scv: 1.0,
             arrival_scv: 1.0,
         };
-        assert!(prefill_ttft_s(&queue, &model, None, plan.replicas - 1) > 0.5);
+        assert!(prefill_ttft_s(&queue, poisson, None, plan.replicas - 1) > 0.5);
         assert_eq!(plan.bound, Bound::Ttft);
-        // A backlog to drain and a burst term both need more.
-        let drained = size_prefill(&service, 20.0, 600.0, 60.0, &model, &targets(500.0, 50.0), 1, 64);
+        // A backlog to drain and bursty arrivals both need more.
+        let drained = size_prefill(&service, 20.0, 600.0, 60.0, poisson, &targets(500.0, 50.0), 1, 64);
         assert!(drained.replicas >= plan.replicas + 2, "{drained:?}");
-        let bursty = PrefillQueueModel {
-            arrival_scv: 5.0,
-            ..model
-        };
-        let burst = size_prefill(&service, 20.0, 0.0, 60.0, &bursty, &targets(500.0, 50.0), 1, 64);
+        let burst = size_prefill(&service, 20.0, 0.0, 60.0, 5.0, &targets(500.0, 50.0), 1, 64);
         assert!(burst.replicas > plan.replicas);
-        let batches = PrefillQueueModel {
-            batches: true,
-            batches_queue: true,
-            ..bursty
+        // The batch wait shrinks as 1 / c: with burstiness 5, 0.2 s · 4 / 2 / c on top of the
+        // Allen–Cunneen wait at arrival SCV 5.
+        let bursty_queue = Queue {
+            arrival_scv: 5.0,
+            ..queue
         };
-        let batch = size_prefill(&service, 20.0, 0.0, 60.0, &batches, &targets(500.0, 50.0), 1, 64);
-        assert!(batch.replicas >= burst.replicas);
+        let at = |c: u32| {
+            prefill_ttft_s(&bursty_queue, 5.0, None, c) - prefill_ttft_s(&bursty_queue, 1.0, None, c)
+        };
+        assert!((at(8) - 0.4 / 8.0).abs() < 1e-12 && (at(16) - 0.4 / 16.0).abs() < 1e-12);
         // A percentile target needs at least as many.
         let p90 = LatencyTargets {
             ttft_quantile: Some(0.9),
             ..targets(500.0, 50.0)
         };
-        assert!(size_prefill(&service, 20.0, 0.0, 60.0, &model, &p90, 1, 64).replicas >= plan.replicas);
+        assert!(size_prefill(&service, 20.0, 0.0, 60.0, poisson, &p90, 1, 64).replicas >= plan.replicas);
         // No load: the minimum; the maximum caps.
         assert_eq!(
-            size_prefill(&service, 0.0, 0.0, 60.0, &model, &targets(500.0, 50.0), 2, 64).replicas,
+            size_prefill(&service, 0.0, 0.0, 60.0, poisson, &targets(500.0, 50.0), 2, 64).replicas,
             2
         );
-        let capped = size_prefill(&service, 1000.0, 0.0, 60.0, &model, &targets(500.0, 50.0), 1, 8);
+        let capped = size_prefill(&service, 1000.0, 0.0, 60.0, poisson, &targets(500.0, 50.0), 1, 8);
         assert_eq!((capped.replicas, capped.bound), (8, Bound::Maximum));
     }
 
@@ -877,41 +823,19 @@ mod tests {
             mean_s: 0.2,
             scv: 1.0,
         };
-        for batches in [false, true] {
-            let model = PrefillQueueModel {
-                arrival_scv: 3.0,
-                batches,
-                batches_queue: true,
-            };
-            let queue = Queue {
-                arrival_rate: 10.0,
-                mean_service_s: 0.2,
-                service_scv: 1.0,
-                arrival_scv: 3.0,
-            };
-            let ttft = prefill_ttft_s(&queue, &model, None, 4);
-            let b = implied_arrival_scv(&service, 10.0, &model, 4, ttft, 1.0).unwrap();
-            assert!((b - 3.0).abs() < 1e-9, "{b}");
-            let poisson_queue = PrefillQueueModel {
-                batches_queue: false,
-                ..model
-            };
-            let poisson_arrivals = Queue {
-                arrival_scv: poisson_queue.queue_scv(),
-                ..queue
-            };
-            let ttft = prefill_ttft_s(&poisson_arrivals, &poisson_queue, None, 4);
-            let b = implied_arrival_scv(&service, 10.0, &poisson_queue, 4, ttft, 1.0).unwrap();
-            assert!((b - 3.0).abs() < 1e-9, "{b}");
-        }
-        let poisson = PrefillQueueModel::default();
-        assert_eq!(implied_arrival_scv(&service, 0.0, &poisson, 4, 1.0, 1.0), None);
-        assert_eq!(implied_arrival_scv(&service, 100.0, &poisson, 4, 1.0, 1.0), None);
+        let queue = Queue {
+            arrival_rate: 10.0,
+            mean_service_s: 0.2,
+            service_scv: 1.0,
+            arrival_scv: 3.0,
+        };
+        let ttft = prefill_ttft_s(&queue, 3.0, None, 4);
+        let b = implied_burstiness(&service, 10.0, 4, ttft).unwrap();
+        assert!((b - 3.0).abs() < 1e-9, "{b}");
+        assert_eq!(implied_burstiness(&service, 0.0, 4, 1.0), None);
+        assert_eq!(implied_burstiness(&service, 100.0, 4, 1.0), None);
         // Faster than the model with Poisson arrivals: no less than Poisson.
-        assert_eq!(
-            implied_arrival_scv(&service, 10.0, &poisson, 4, 0.2, 1.0),
-            Some(1.0)
-        );
+        assert_eq!(implied_burstiness(&service, 10.0, 4, 0.2), Some(MIN_BURSTINESS));
     }
 
     #[test]

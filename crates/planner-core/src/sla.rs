@@ -155,6 +155,54 @@ pub struct Limits {
     pub decode_gpus_per_engine: u32,
 }
 
+/// Replicas after the bounds and the GPU budget.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Bounded {
+    /// After the minimum and the maximum, before the GPU budget.
+    pub unbudgeted: (u32, u32),
+    /// After the budget too: the replicas to run.
+    pub replicas: (u32, u32),
+    /// Bounds and budget that changed the result, in the order applied.
+    pub limits: Vec<Limit>,
+}
+
+impl Limits {
+    /// The replicas to run for what the load needs (prefill, decode): each pool raised to the
+    /// minimum and cut to the maximum, then both scaled to the GPU budget
+    /// ([`apply_gpu_budget`]). Every planning model bounds its replicas here.
+    pub fn apply(&self, needed: (u32, u32)) -> Bounded {
+        let mut limits = Vec::new();
+        let mut bound = |pool: Pool, needed: u32| {
+            let mut replicas = needed;
+            if replicas < self.min_replicas {
+                limits.push(Limit::MinReplicas {
+                    pool,
+                    needed,
+                    min: self.min_replicas,
+                });
+                replicas = self.min_replicas;
+            }
+            if let Some(max) = self.max_replicas.filter(|&max| replicas > max) {
+                limits.push(Limit::MaxReplicas {
+                    pool,
+                    needed: replicas,
+                    max,
+                });
+                replicas = max;
+            }
+            replicas
+        };
+        let unbudgeted = (bound(Pool::Prefill, needed.0), bound(Pool::Decode, needed.1));
+        let (prefill, decode, budget) = apply_gpu_budget(unbudgeted.0, unbudgeted.1, self);
+        limits.extend(budget);
+        Bounded {
+            unbudgeted,
+            replicas: (prefill, decode),
+            limits,
+        }
+    }
+}
+
 /// Correction factors (observed / profiled latency); 1.0 means the profile matches.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Corrections {
@@ -330,8 +378,6 @@ pub fn plan_replicas(
     limits: &Limits,
     interval_s: f64,
 ) -> ReplicaPlan {
-    let mut applied = Vec::new();
-
     let prefill_thpt_per_gpu = model.prefill_thpt_per_gpu(load.isl);
     let prefill_load = load.num_req * load.isl / interval_s * corrections.prefill.min(1.0);
     // Out-of-range utilisation (not admitted by the API) falls back to upstream's sizing.
@@ -365,41 +411,18 @@ pub fn plan_replicas(
         0
     };
 
-    let bound = |pool: Pool, needed: u32, applied: &mut Vec<Limit>| -> u32 {
-        let mut replicas = needed;
-        if replicas < limits.min_replicas {
-            applied.push(Limit::MinReplicas {
-                pool,
-                needed,
-                min: limits.min_replicas,
-            });
-            replicas = limits.min_replicas;
-        }
-        if let Some(max) = limits.max_replicas.filter(|&max| replicas > max) {
-            applied.push(Limit::MaxReplicas {
-                pool,
-                needed: replicas,
-                max,
-            });
-            replicas = max;
-        }
-        replicas
-    };
-    let prefill_unbudgeted = bound(Pool::Prefill, prefill_needed, &mut applied);
-    let decode_unbudgeted = bound(Pool::Decode, decode_needed, &mut applied);
-    let (prefill, decode, budget_limit) = apply_gpu_budget(prefill_unbudgeted, decode_unbudgeted, limits);
-    applied.extend(budget_limit);
+    let bounded = limits.apply((prefill_needed, decode_needed));
 
     ReplicaPlan {
         prefill_thpt_per_gpu,
         decode_point,
         prefill_load_tokens_per_s: prefill_load,
         decode_load_tokens_per_s: decode_load,
-        prefill_unbudgeted,
-        decode_unbudgeted,
-        prefill,
-        decode,
-        limits: applied,
+        prefill_unbudgeted: bounded.unbudgeted.0,
+        decode_unbudgeted: bounded.unbudgeted.1,
+        prefill: bounded.replicas.0,
+        decode: bounded.replicas.1,
+        limits: bounded.limits,
     }
 }
 

@@ -19,6 +19,10 @@ enum Command {
     /// Replay request traces through the SLA planner and the other policies in the trace-driven
     /// simulator; print a comparison table per trace and rate scale and draw the figures.
     Simulate(Box<sim::command::SimulateArgs>),
+    /// Search the queueing planner's tuned settings on the benchmark's runs, as its defaults were
+    /// chosen: print what each stage found and what every value of every setting scores around
+    /// the winner.
+    Tune(Box<sim::tune::TuneArgs>),
     /// Serve the metrics of a synthetic Dynamo frontend for tests: replay a request trace in
     /// real time against the prefill and decode pods that are Ready (or fixed counts), with
     /// TTFT and ITL from a profile.
@@ -40,6 +44,16 @@ fn main() -> ExitCode {
             Ok(text) => write_stdout(text.trim_end()),
             Err(error) => {
                 eprintln!("planner-sim simulate: {error}");
+                match error {
+                    sim::command::SimulateError::Input(_) => ExitCode::from(EXIT_BAD_INPUT),
+                    sim::command::SimulateError::Output(_) => ExitCode::FAILURE,
+                }
+            }
+        },
+        Command::Tune(args) => match sim::tune::tune(&args) {
+            Ok(text) => write_stdout(text.trim_end()),
+            Err(error) => {
+                eprintln!("planner-sim tune: {error}");
                 match error {
                     sim::command::SimulateError::Input(_) => ExitCode::from(EXIT_BAD_INPUT),
                     sim::command::SimulateError::Output(_) => ExitCode::FAILURE,

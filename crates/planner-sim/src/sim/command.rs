@@ -92,14 +92,14 @@ pub struct SimulateArgs {
     #[arg(long)]
     decode_gpus: Option<u32>,
     /// Arrival jitter of rate-scaled copies (s).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = JITTER_S)]
     jitter_s: f64,
     /// Threads (default: available cores).
     #[arg(long)]
     jobs: Option<usize>,
     /// JSON object of queueing-model settings for the `sla-*` policies (planner-core's
-    /// `QueueingConfig` field names; unnamed ones keep their defaults), to compare settings
-    /// against the defaults.
+    /// `QueueingConfig` fields, by group: `{"margins": {"cold": 1.3}}`; unnamed ones keep their
+    /// defaults), to compare settings against the defaults.
     #[arg(long, value_name = "FILE")]
     queueing_config: Option<PathBuf>,
     /// Also write every policy's per-interval records (replicas, cohort latencies, whether the
@@ -107,6 +107,10 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "FILE")]
     intervals_csv: Option<PathBuf>,
 }
+
+/// Arrival jitter of rate-scaled copies (s), by default: copies of a request do not arrive in
+/// lockstep.
+pub(super) const JITTER_S: f64 = 1.0;
 
 /// Why `simulate` failed.
 #[derive(Debug, thiserror::Error)]
@@ -135,37 +139,68 @@ struct SuiteTrace {
     itl_ms: Option<f64>,
 }
 
-/// Reads queueing-model settings: a JSON object whose fields override the defaults. A field
-/// the model does not have is an error (a misspelt setting would otherwise compare the
-/// defaults against themselves).
+/// Reads queueing-model settings: a JSON object whose fields override the defaults (groups
+/// field by field, as [`overlay_queueing`]).
 fn read_queueing_config(path: &Path) -> Result<QueueingConfig, SimulateError> {
     let input = |e: String| SimulateError::Input(format!("{}: {e}", path.display()));
     let text = std::fs::read_to_string(path).map_err(|e| input(format!("cannot read: {e}")))?;
     let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| input(e.to_string()))?;
-    let serde_json::Value::Object(fields) = &value else {
-        return Err(input("expected a JSON object of settings".into()));
+    overlay_queueing(&QueueingConfig::default(), &value).map_err(input)
+}
+
+/// `base` with the settings `overlay` names replaced: a JSON object of `QueueingConfig`'s
+/// fields, whose groups (`margins`, `burstiness`, ...) are merged field by field. A setting the
+/// model does not have is an error that names it and the valid ones (a misspelt setting would
+/// otherwise compare the defaults against themselves).
+pub fn overlay_queueing(
+    base: &QueueingConfig,
+    overlay: &serde_json::Value,
+) -> Result<QueueingConfig, String> {
+    let mut merged = serde_json::to_value(base).map_err(|e| e.to_string())?;
+    merge_settings(&mut merged, overlay, "")?;
+    serde_json::from_value(merged).map_err(|e| e.to_string())
+}
+
+fn merge_settings(into: &mut serde_json::Value, from: &serde_json::Value, group: &str) -> Result<(), String> {
+    let (serde_json::Value::Object(into), serde_json::Value::Object(from)) = (into, from) else {
+        return Err(format!(
+            "expected a JSON object of settings{}",
+            if group.is_empty() {
+                String::new()
+            } else {
+                format!(" for {}", group.trim_end_matches('.'))
+            }
+        ));
     };
-    let known = serde_json::to_value(QueueingConfig::default()).map_err(|e| input(e.to_string()))?;
-    if let Some(unknown) = fields.keys().find(|k| known.get(k.as_str()).is_none()) {
-        let mut names: Vec<&str> = known
-            .as_object()
-            .map(|o| o.keys().map(String::as_str).collect())
-            .unwrap_or_default();
-        names.sort_unstable();
-        return Err(input(format!(
-            "unknown setting {unknown:?}; the settings are: {}",
-            names.join(", ")
-        )));
+    for (name, value) in from {
+        let Some(slot) = into.get_mut(name) else {
+            let mut names: Vec<String> = into.keys().map(|k| format!("{group}{k}")).collect();
+            names.sort_unstable();
+            return Err(format!(
+                "unknown setting \"{group}{name}\"; the settings{} are: {}",
+                if group.is_empty() {
+                    String::new()
+                } else {
+                    format!(" of {}", group.trim_end_matches('.'))
+                },
+                names.join(", ")
+            ));
+        };
+        if slot.is_object() {
+            merge_settings(slot, value, &format!("{group}{name}."))?;
+        } else {
+            *slot = value.clone();
+        }
     }
-    serde_json::from_value(value).map_err(|e| input(e.to_string()))
+    Ok(())
 }
 
 /// One trace to run, with its targets.
-struct TraceJob {
-    path: PathBuf,
-    name: String,
-    sla: SlaTargets,
-    requests: Vec<trace::Request>,
+pub(super) struct TraceJob {
+    pub path: PathBuf,
+    pub name: String,
+    pub sla: SlaTargets,
+    pub requests: Vec<trace::Request>,
 }
 
 /// One (trace, rate scale) comparison.
@@ -234,20 +269,89 @@ type Overview = Vec<(String, Vec<OverviewCell>)>;
 
 /// The policy the scorecard judges (the default `mode: sla` with the default predictor) and
 /// the baseline it must beat.
-const SCORED: &str = "sla-arima";
-const BASELINE: &str = "hpa";
+pub(super) const SCORED: &str = "sla-arima";
+pub(super) const BASELINE: &str = "hpa";
 /// The scorecard's cost bar: GPU-hours within this multiple of the oracle's...
-const SCORE_COST: f64 = 1.3;
+pub(super) const SCORE_COST: f64 = 1.3;
 /// ...with at least this share of intervals meeting the SLA.
-const SCORE_INTERVALS: f64 = 0.95;
+pub(super) const SCORE_INTERVALS: f64 = 0.95;
+
+/// The traces of a suite (paths relative to the suite file, its targets overriding
+/// `default_sla` per trace) and of `traces`, read.
+pub(super) fn load_traces(
+    suite: Option<&Path>,
+    traces: &[PathBuf],
+    default_sla: SlaTargets,
+) -> Result<Vec<TraceJob>, SimulateError> {
+    let mut jobs = Vec::new();
+    let mut add = |path: PathBuf, sla: SlaTargets| -> Result<(), SimulateError> {
+        let requests = trace::load(&path).map_err(|e| SimulateError::Input(e.to_string()))?;
+        let name = path
+            .file_stem()
+            .map_or_else(|| "trace".to_string(), |s| s.to_string_lossy().into_owned());
+        jobs.push(TraceJob {
+            path,
+            name,
+            sla,
+            requests,
+        });
+        Ok(())
+    };
+    if let Some(suite_path) = suite {
+        let text = std::fs::read_to_string(suite_path)
+            .map_err(|e| SimulateError::Input(format!("cannot read {}: {e}", suite_path.display())))?;
+        let suite: Suite = serde_json::from_str(&text)
+            .map_err(|e| SimulateError::Input(format!("{}: {e}", suite_path.display())))?;
+        let base = suite_path.parent().unwrap_or(Path::new("."));
+        for t in suite.traces {
+            let sla = SlaTargets::new(
+                t.ttft_ms.unwrap_or(default_sla.ttft_ms),
+                t.itl_ms.unwrap_or(default_sla.itl_ms),
+            );
+            add(base.join(t.path), sla)?;
+        }
+    }
+    for path in traces {
+        add(path.clone(), default_sla)?;
+    }
+    Ok(jobs)
+}
+
+/// How the scored policy's run compares with the baseline's, and with the scorecard's bar.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// Fewer intervals met the SLA than the baseline's.
+    pub fewer: bool,
+    /// More GPU-hours than the baseline's.
+    pub dearer: bool,
+    /// At least [`SCORE_INTERVALS`] of intervals met the SLA within [`SCORE_COST`]x the
+    /// oracle's GPU-hours.
+    pub meets: bool,
+}
+
+impl Verdict {
+    /// `(GPU-hours, intervals meeting the SLA)` of the scored policy and of the baseline, the
+    /// scored policy's share of intervals meeting it and its GPU-hours over the oracle's.
+    pub fn of(scored: (f64, usize), baseline: (f64, usize), attainment: f64, ratio: f64) -> Self {
+        Self {
+            fewer: scored.1 < baseline.1,
+            dearer: scored.0 > baseline.0,
+            meets: attainment >= SCORE_INTERVALS - 1e-9 && ratio <= SCORE_COST + 1e-9,
+        }
+    }
+
+    /// At least as many intervals for no more GPU-hours.
+    pub fn beats(&self) -> bool {
+        !self.fewer && !self.dearer
+    }
+}
 
 /// GPUs per engine from a profile name ending in `-tpN`.
-/// GPUs per engine from a profile name's `-tpN` suffix.
-pub(crate) fn gpus_from_name(name: &str) -> Option<u32> {
+pub(super) fn gpus_from_name(name: &str) -> Option<u32> {
     name.rsplit_once("-tp").and_then(|(_, n)| n.parse().ok())
 }
 
-fn k_label(k: f64) -> String {
+pub(super) fn k_label(k: f64) -> String {
     let text = format!("{k}");
     text.trim_end_matches(".0").to_string()
 }
@@ -272,37 +376,7 @@ pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
         decode_gpus_per_engine: args.decode_gpus.unwrap_or(gpus).max(1),
     };
     let default_sla = SlaTargets::new(args.ttft_ms, args.itl_ms);
-    let mut traces = Vec::new();
-    let mut add = |path: PathBuf, sla: SlaTargets| -> Result<(), SimulateError> {
-        let requests = trace::load(&path).map_err(|e| SimulateError::Input(e.to_string()))?;
-        let name = path
-            .file_stem()
-            .map_or_else(|| "trace".to_string(), |s| s.to_string_lossy().into_owned());
-        traces.push(TraceJob {
-            path,
-            name,
-            sla,
-            requests,
-        });
-        Ok(())
-    };
-    if let Some(suite_path) = &args.suite {
-        let text = std::fs::read_to_string(suite_path)
-            .map_err(|e| SimulateError::Input(format!("cannot read {}: {e}", suite_path.display())))?;
-        let suite: Suite = serde_json::from_str(&text)
-            .map_err(|e| SimulateError::Input(format!("{}: {e}", suite_path.display())))?;
-        let base = suite_path.parent().unwrap_or(Path::new("."));
-        for t in suite.traces {
-            let sla = SlaTargets::new(
-                t.ttft_ms.unwrap_or(default_sla.ttft_ms),
-                t.itl_ms.unwrap_or(default_sla.itl_ms),
-            );
-            add(base.join(t.path), sla)?;
-        }
-    }
-    for path in &args.trace {
-        add(path.clone(), default_sla)?;
-    }
+    let traces = load_traces(args.suite.as_deref(), &args.trace, default_sla)?;
     let specs: Vec<PolicySpec> = if args.policies.is_empty() {
         PolicySpec::standard()
     } else {
@@ -627,8 +701,12 @@ fn scorecard(overview: &Overview, shapes: &[LoadShape]) -> String {
             continue;
         };
         runs += 1;
-        let fewer = scored.intervals_meeting < baseline.intervals_meeting;
-        let dearer = scored.gpu_hours > baseline.gpu_hours;
+        let Verdict { fewer, dearer, meets } = Verdict::of(
+            (scored.gpu_hours, scored.intervals_meeting),
+            (baseline.gpu_hours, baseline.intervals_meeting),
+            scored.interval_attainment,
+            scored.ratio,
+        );
         let verdict = match (fewer, dearer) {
             (false, false) => {
                 beats += 1;
@@ -638,7 +716,6 @@ fn scorecard(overview: &Overview, shapes: &[LoadShape]) -> String {
             (false, true) => "no: more GPU-hours".to_string(),
             (true, true) => "no: both".to_string(),
         };
-        let meets = scored.interval_attainment >= SCORE_INTERVALS - 1e-9 && scored.ratio <= SCORE_COST + 1e-9;
         if meets {
             good += 1;
         }
@@ -708,23 +785,35 @@ mod tests {
     fn queueing_settings_override_the_defaults_and_unknown_ones_are_named() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("q.json");
-        std::fs::write(&path, r#"{"stabilisation_s": 120, "kv_sigmas": 1.0}"#).unwrap();
+        std::fs::write(
+            &path,
+            r#"{"stabilisation": {"window_s": 120}, "decode_kv": {"sigmas": 1.0}}"#,
+        )
+        .unwrap();
         let read = read_queueing_config(&path).unwrap();
-        assert_eq!(read.stabilisation_s, 120.0);
-        assert_eq!(read.kv_sigmas, 1.0);
-        assert_eq!(
-            read.forecast_quantile,
-            QueueingConfig::default().forecast_quantile
-        );
+        let defaults = QueueingConfig::default();
+        assert_eq!(read.stabilisation.window_s, 120.0);
+        assert_eq!(read.stabilisation.quantile, defaults.stabilisation.quantile);
+        assert_eq!(read.decode_kv.sigmas, 1.0);
+        assert_eq!(read.margins, defaults.margins);
 
-        std::fs::write(&path, r#"{"stabilization_s": 120}"#).unwrap();
+        std::fs::write(&path, r#"{"stabilisation": {"window": 120}}"#).unwrap();
         let error = read_queueing_config(&path).unwrap_err().to_string();
-        assert!(error.contains("unknown setting \"stabilization_s\""), "{error}");
-        assert!(error.contains("stabilisation_s"), "{error}");
+        assert!(
+            error.contains("unknown setting \"stabilisation.window\""),
+            "{error}"
+        );
+        assert!(error.contains("stabilisation.window_s"), "{error}");
+        std::fs::write(&path, r#"{"kv_sigmas": 1.0}"#).unwrap();
+        let error = read_queueing_config(&path).unwrap_err().to_string();
+        assert!(error.contains("decode_kv, fast_path"), "{error}");
         std::fs::write(&path, "[1]").unwrap();
         let error = read_queueing_config(&path).unwrap_err().to_string();
         assert!(error.contains("expected a JSON object"), "{error}");
-        std::fs::write(&path, r#"{"kv_sigmas": "many"}"#).unwrap();
+        std::fs::write(&path, r#"{"margins": 2}"#).unwrap();
+        let error = read_queueing_config(&path).unwrap_err().to_string();
+        assert!(error.contains("for margins"), "{error}");
+        std::fs::write(&path, r#"{"decode_kv": {"sigmas": "many"}}"#).unwrap();
         assert!(read_queueing_config(&path).is_err());
     }
 
@@ -762,7 +851,7 @@ mod tests {
         assert_eq!(rows[0][14], "1", "{defaults}");
         // A decode pool sized for ten standard deviations of KV demand is larger: the settings
         // reach the planner.
-        let wide = run(Some(r#"{"kv_sigmas": 10.0}"#));
+        let wide = run(Some(r#"{"decode_kv": {"sigmas": 10.0}}"#));
         let decode = |csv: &str| -> f64 {
             csv.lines()
                 .skip(1)

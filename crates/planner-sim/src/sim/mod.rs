@@ -10,6 +10,9 @@
 //!   HPA, fixed peak deployment, perfect prediction and the oracle.
 //! - [`report`] and [`plot`]: the comparison table, the Markdown report and the figures.
 //! - [`budget`]: several graphs sharing one GPU budget, against the same GPUs split statically.
+//! - [`scenario`]: hand-computable workloads and the overload recovery the queueing planner
+//!   must pass.
+//! - [`tune`]: the search the queueing planner's defaults come from.
 
 pub mod budget;
 pub mod command;
@@ -19,7 +22,9 @@ pub mod plot;
 pub mod policy;
 pub mod report;
 pub mod run;
+pub mod scenario;
 pub mod trace;
+pub mod tune;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -244,7 +244,7 @@ impl<C: PerformanceCurves> Policy<C> for SlaPolicy {
     fn fast_period_s(&self, _: &SimConfig) -> f64 {
         match self.config.model {
             SlaModel::Upstream => f64::INFINITY,
-            SlaModel::Queueing => self.config.queueing.fast_period_s,
+            SlaModel::Queueing => self.config.queueing.fast_path.period_s,
         }
     }
     fn fast_decide(&mut self, ctx: &DecisionContext<'_, C>, signals: &FastSignals) -> Option<(u32, u32)> {

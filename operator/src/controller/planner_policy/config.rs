@@ -7,11 +7,15 @@ use planner_core::{
     load::LoadConfig,
     predictor::{self, KalmanConfig, PredictorConfig},
     sla::{Limits, SlaTargets},
-    state::{self, QueueingConfig, SlaPlannerConfig},
+    state::{self, FastPath, QueueingConfig, SlaPlannerConfig, Stabilisation},
 };
 
-use super::decide::{ABSOLUTE_MAX_REPLICAS, Guards};
+use super::decide::Guards;
 use crate::validation::ValidatedPolicy;
+
+/// Most replicas of a pool whatever the metrics say, when the policy sets no maximum: garbage
+/// metrics must never ask for thousands of GPUs.
+pub const ABSOLUTE_MAX_REPLICAS: u32 = 512;
 
 /// Scale-up delay assumed until one is measured (and when `spec.behavior.scaleUpDelay` is not
 /// set and nothing has been measured yet).
@@ -64,21 +68,35 @@ pub fn sla_config(
                 .or(measured_delay)
                 .unwrap_or(DEFAULT_SCALE_UP_DELAY)
                 .as_secs_f64(),
-            stabilisation_s: validated.stabilization.as_secs_f64(),
-            fast_period_s: if validated.fast_check_period.is_zero() {
-                f64::INFINITY
-            } else {
-                validated.fast_check_period.as_secs_f64()
+            stabilisation: Stabilisation {
+                window_s: validated.stabilization.as_secs_f64(),
+                ..Stabilisation::default()
+            },
+            fast_path: FastPath {
+                period_s: if validated.fast_check_period.is_zero() {
+                    f64::INFINITY
+                } else {
+                    validated.fast_check_period.as_secs_f64()
+                },
+                ..FastPath::default()
             },
             ..QueueingConfig::default()
         },
     }
 }
 
+/// The bounds every planner applies to its decisions (`spec.bounds`; the maximum never above
+/// [`ABSOLUTE_MAX_REPLICAS`]).
 fn limits(spec: &PlannerPolicySpec, validated: &ValidatedPolicy) -> Limits {
+    let max = spec
+        .bounds
+        .max_replicas
+        .and_then(|m| u32::try_from(m).ok())
+        .filter(|m| *m > 0)
+        .map_or(ABSOLUTE_MAX_REPLICAS, |m| m.min(ABSOLUTE_MAX_REPLICAS));
     Limits {
         min_replicas: u32::try_from(spec.bounds.min_replicas).unwrap_or(1),
-        max_replicas: spec.bounds.max_replicas.and_then(|m| u32::try_from(m).ok()),
+        max_replicas: Some(max),
         max_gpu_budget: u32::try_from(spec.bounds.max_gpu_budget).ok(),
         prefill_gpus_per_engine: validated.target.prefill.gpus,
         decode_gpus_per_engine: validated.target.decode.gpus,
@@ -89,9 +107,6 @@ fn limits(spec: &PlannerPolicySpec, validated: &ValidatedPolicy) -> Limits {
 pub fn guards(spec: &PlannerPolicySpec) -> Guards {
     let positive = |v: Option<i32>| v.and_then(|v| u32::try_from(v).ok()).filter(|v| *v > 0);
     Guards {
-        max_replicas: positive(spec.bounds.max_replicas)
-            .unwrap_or(ABSOLUTE_MAX_REPLICAS)
-            .min(ABSOLUTE_MAX_REPLICAS),
         max_step_up: positive(spec.bounds.max_scale_up_step),
         max_step_down: positive(spec.bounds.max_scale_down_step),
         allow_zero: spec.bounds.allow_scale_to_zero,
@@ -150,8 +165,8 @@ mod tests {
         assert_eq!(config.predictor.kind, predictor::PredictorKind::Arima);
         assert_eq!(config.model, state::SlaModel::Queueing);
         assert_eq!(config.queueing.scale_up_delay_s, 60.0);
-        assert_eq!(config.queueing.stabilisation_s, 300.0);
-        assert_eq!(config.queueing.fast_period_s, 10.0);
+        assert_eq!(config.queueing.stabilisation.window_s, 300.0);
+        assert_eq!(config.queueing.fast_path.period_s, 10.0);
         // A measured delay is used unless the spec sets one.
         let measured = sla_config(&spec, &validated, Some(Duration::from_secs(95)));
         assert_eq!(measured.queueing.scale_up_delay_s, 95.0);
@@ -161,6 +176,12 @@ mod tests {
             &validation::validate(&load_spec, "llm", Some(&dgd()), &validation::Tenancy::default()).unwrap(),
         );
         assert_eq!((load.kv_scale_up, load.queue_scale_down), (0.9, 0.2));
+        // Without a maximum, every planner stops at the absolute one.
+        assert_eq!(load.max_replicas, Some(ABSOLUTE_MAX_REPLICAS));
+        let mut unbounded = spec.clone();
+        unbounded.bounds.max_replicas = None;
+        let config = sla_config(&unbounded, &validated, None);
+        assert_eq!(config.limits.max_replicas, Some(ABSOLUTE_MAX_REPLICAS));
         assert_eq!(validated.dynamo_namespace, "llm-llama-disagg");
     }
 }

@@ -129,7 +129,7 @@ pub fn decide_fast(state: &mut PlannerState, signals: &FastSignals, replicas: Re
     Some(Decision {
         target: tick.target(),
         conditions: tick
-            .plan
+            .target()
             .is_some()
             .then(|| scaling_limited(tick.limits()))
             .into_iter()
@@ -139,15 +139,10 @@ pub fn decide_fast(state: &mut PlannerState, signals: &FastSignals, replicas: Re
     })
 }
 
-/// Most replicas of a pool whatever the metrics say, when the policy sets no maximum: garbage
-/// metrics must never ask for thousands of GPUs.
-pub const ABSOLUTE_MAX_REPLICAS: u32 = 512;
-
-/// Limits on what one decision may do, from `spec.bounds`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Limits on what one decision may do, from `spec.bounds`. The replica bounds themselves
+/// (`minReplicas`, `maxReplicas`, the GPU budget) are the planners' (`Limits::apply`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Guards {
-    /// Most replicas of a pool (`maxReplicas`, else [`ABSOLUTE_MAX_REPLICAS`]).
-    pub max_replicas: u32,
     /// Most replicas one decision adds to a pool.
     pub max_step_up: Option<u32>,
     /// Most replicas one decision removes from a pool.
@@ -156,21 +151,10 @@ pub struct Guards {
     pub allow_zero: bool,
 }
 
-impl Default for Guards {
-    fn default() -> Self {
-        Self {
-            max_replicas: ABSOLUTE_MAX_REPLICAS,
-            max_step_up: None,
-            max_step_down: None,
-            allow_zero: false,
-        }
-    }
-}
-
 /// Applies `guards` to a decision against the replicas asked for now: a decision to zero
 /// replicas (the GPU budget below both pools' minimums, as Dynamo's planner computes it) keeps
-/// the replicas unless zero is allowed, and every pool stays within the absolute cap and the
-/// step limits. Each change is said in the message and `ScalingLimited`.
+/// the replicas unless zero is allowed, and every pool stays within the step limits. Each
+/// change is said in the message and `ScalingLimited`.
 pub fn guard(mut decision: Decision, asked: (u32, u32), guards: &Guards) -> Decision {
     let Some(target) = decision.target else {
         return decision;
@@ -193,10 +177,6 @@ pub fn guard(mut decision: Decision, asked: (u32, u32), guards: &Guards) -> Deci
     let mut notes = Vec::new();
     let mut bound = |pool: &str, want: u32, now: u32| -> u32 {
         let mut r = want;
-        if r > guards.max_replicas {
-            notes.push(format!("{pool} capped at {} replicas", guards.max_replicas));
-            r = guards.max_replicas;
-        }
         if let Some(up) = guards.max_step_up.filter(|&up| r > now.saturating_add(up)) {
             notes.push(format!("{pool} +{up} per decision (asked {r})"));
             r = now.saturating_add(up);
@@ -229,7 +209,7 @@ fn report_tick(tick: &SlaDecision, origin: &MetricsOrigin) -> Decision {
         message: tick.explanation(),
         ..Decision::default()
     };
-    decision.conditions.push(match &tick.hold {
+    decision.conditions.push(match tick.hold() {
         Some(Hold::MetricsUnavailable { reason }) => {
             DesiredCondition::unmet(METRICS_AVAILABLE, "MetricsUnavailable", reason.clone())
         }
@@ -247,7 +227,7 @@ fn report_tick(tick: &SlaDecision, origin: &MetricsOrigin) -> Decision {
             ),
         ),
     });
-    if tick.plan.is_some() {
+    if tick.target().is_some() {
         decision.conditions.push(scaling_limited(tick.limits()));
     }
     decision.observed = tick.observed.as_ref().map(|o| ObservedLoad {
@@ -537,6 +517,34 @@ mod tests {
     }
 
     #[test]
+    fn the_queueing_model_reports_the_maximum_that_limited_it() {
+        let mut state = sla_state_with(SlaModel::Queueing);
+        // Far more arrivals than three engines of each pool serve.
+        let mut flooded = observed(60.0);
+        flooded.arrivals = Some(60_000.0);
+        flooded.inflight = Some(5_000.0);
+        flooded.queued = Some(4_000.0);
+        let decision = decide(
+            &mut state,
+            Observed::Sla(IntervalMetrics::Observed(flooded)),
+            both(1),
+            &origin(),
+        );
+        assert_eq!(decision.target, Some((3, 3)));
+        let limited = decision
+            .conditions
+            .iter()
+            .find(|c| c.type_ == super::super::status::SCALING_LIMITED)
+            .unwrap();
+        assert_eq!((limited.status, limited.reason.as_str()), ("True", "MaxReplicas"));
+        assert!(
+            decision.message.contains("capped at the maximum of 3"),
+            "{}",
+            decision.message
+        );
+    }
+
+    #[test]
     fn the_fast_path_scales_up_on_a_backlog_and_never_down() {
         let mut state = sla_state_with(SlaModel::Queueing);
         let mut calm = observed(60.0);
@@ -606,10 +614,7 @@ mod tests {
     }
 
     #[test]
-    fn garbage_is_capped_and_steps_are_limited() {
-        let capped = guard(wanting((1_000_000, 3)), (2, 2), &Guards::default());
-        assert_eq!(capped.target, Some((ABSOLUTE_MAX_REPLICAS, 3)));
-        assert!(capped.message.contains("capped at 512"), "{}", capped.message);
+    fn steps_are_limited() {
         let stepped = Guards {
             max_step_up: Some(4),
             max_step_down: Some(1),

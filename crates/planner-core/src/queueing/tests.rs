@@ -1,0 +1,551 @@
+//! The queueing planner end to end: interval ticks and fast checks through [`SlaPlanner`].
+
+use super::*;
+use crate::{
+    interpolation::PerformanceModel,
+    predictor::{PredictorConfig, PredictorKind},
+    profile::Profile,
+    sizing::{self, LengthMoments},
+    sla::{Limits, Observation, SlaTargets},
+    state::{IntervalMetrics, SlaDecision, SlaModel, SlaPlanner, SlaPlannerConfig},
+};
+
+fn model() -> PerformanceModel {
+    PerformanceModel::new(&Profile::builtin("h200-llama3.1-8b-tp1").unwrap()).unwrap()
+}
+
+fn config(kind: PredictorKind) -> SlaPlannerConfig {
+    SlaPlannerConfig {
+        interval_s: 60.0,
+        sla: SlaTargets::new(500.0, 50.0),
+        limits: Limits {
+            min_replicas: 1,
+            max_replicas: None,
+            max_gpu_budget: Some(8),
+            prefill_gpus_per_engine: 1,
+            decode_gpus_per_engine: 1,
+        },
+        correction: true,
+        predictor: PredictorConfig {
+            kind,
+            interval_seconds: 60.0,
+            ..PredictorConfig::default()
+        },
+        model: SlaModel::Upstream,
+        queueing: QueueingConfig::default(),
+    }
+}
+
+fn observed(num_req: f64) -> Observation {
+    Observation {
+        arrivals: None,
+        inflight: None,
+        queued: None,
+        isl_second_moment: None,
+        osl_second_moment: None,
+        ttft_quantile_ms: None,
+        prefill_engines: None,
+        decode_kv_usage: None,
+        decode_kv_usage_peak: None,
+        num_req,
+        isl: 3000.0,
+        osl: 300.0,
+        ttft_ms: 100.0,
+        itl_ms: 20.0,
+        request_duration_s: 8.0,
+    }
+}
+
+fn queueing_config() -> SlaPlannerConfig {
+    SlaPlannerConfig {
+        model: SlaModel::Queueing,
+        limits: Limits {
+            min_replicas: 1,
+            max_replicas: Some(64),
+            max_gpu_budget: None,
+            prefill_gpus_per_engine: 1,
+            decode_gpus_per_engine: 1,
+        },
+        ..config(PredictorKind::Constant)
+    }
+}
+
+/// An interval with `arrivals` requests of 3000/300 tokens, served without queueing by
+/// `engines` prefill engines.
+fn seen(arrivals: f64, queued: f64, engines: f64) -> Observation {
+    Observation {
+        arrivals: Some(arrivals),
+        inflight: Some(queued + 10.0),
+        queued: Some(queued),
+        isl_second_moment: Some(1.5 * 3000.0 * 3000.0),
+        osl_second_moment: Some(1.5 * 300.0 * 300.0),
+        ttft_quantile_ms: None,
+        prefill_engines: Some(engines),
+        decode_kv_usage: Some(0.3),
+        ttft_ms: 150.0,
+        ..observed(arrivals)
+    }
+}
+
+fn tick(
+    planner: &mut SlaPlanner,
+    config: &SlaPlannerConfig,
+    o: Observation,
+    current: (u32, u32),
+) -> SlaDecision {
+    planner.tick(config, &model(), IntervalMetrics::Observed(o), current)
+}
+
+#[test]
+fn queueing_sizes_prefill_with_queueing_and_explains_why() {
+    let config = queueing_config();
+    let mut planner = SlaPlanner::new(&config);
+    let low = tick(&mut planner, &config, seen(600.0, 0.0, 1.0), (1, 1));
+    let plan = low.queueing().cloned().unwrap();
+    assert_eq!(plan.reason, ScaleReason::Forecast);
+    assert!(plan.prefill_sizing.ttft_ms <= 500.0);
+    assert_eq!(plan.forecast_requests, 600.0);
+    // Ten times the arrivals: more prefill engines, and the explanation says so.
+    let mut planner = SlaPlanner::new(&config);
+    let high = tick(&mut planner, &config, seen(6000.0, 0.0, 1.0), (1, 1));
+    let (p_high, _) = high.target().unwrap();
+    assert!(p_high > low.target().unwrap().0, "{:?}", high.queueing());
+    assert!(high.explanation().contains("prefill"), "{}", high.explanation());
+    // Its predicted TTFT includes the wait: more than the bare prefill time.
+    let sizing = high.queueing().cloned().unwrap().prefill_sizing;
+    assert!(sizing.ttft_ms > sizing.service_ms);
+}
+
+#[test]
+fn queueing_counts_arrivals_or_completions_plus_inflight_growth() {
+    let config = queueing_config();
+    let mut planner = SlaPlanner::new(&config);
+    let mut o = seen(600.0, 0.0, 1.0);
+    o.arrivals = None;
+    o.inflight = Some(10.0);
+    tick(&mut planner, &config, o, (1, 1));
+    // 600 completed and the inflight gauge grew by 300: 900 arrived.
+    o.inflight = Some(310.0);
+    let d = tick(&mut planner, &config, o, (1, 1));
+    assert_eq!(d.predicted.unwrap().num_req, 900.0);
+}
+
+#[test]
+fn queueing_scale_down_waits_for_the_stabilisation_window_and_the_backlog() {
+    // Held at the window's highest recommendation, as Kubernetes' HPA does.
+    let mut config = queueing_config();
+    config.queueing.stabilisation.quantile = 1.0;
+    let mut planner = SlaPlanner::new(&config);
+    let busy = tick(&mut planner, &config, seen(12_000.0, 0.0, 1.0), (1, 1));
+    let high = busy.target().unwrap();
+    assert!(high.0 > 1);
+    // Load drops: what the arrivals needed is held for the 300 s window (the recommendation
+    // five 60 s intervals old has left it), then released.
+    let mut replicas = high;
+    let mut released_after = None;
+    for i in 1..=8 {
+        let d = tick(
+            &mut planner,
+            &config,
+            seen(600.0, 0.0, f64::from(replicas.0)),
+            replicas,
+        );
+        let plan = d.queueing().cloned().unwrap();
+        if plan.reason != ScaleReason::Stabilising && released_after.is_none() {
+            released_after = Some(i);
+            assert!(plan.replicas.0 < replicas.0);
+        } else if released_after.is_none() {
+            assert!(plan.replicas.0 > plan.desired.0 + 4, "{plan:?}");
+        }
+        replicas = d.target().unwrap();
+    }
+    assert_eq!(released_after, Some(5), "held for the window");
+    // With a backlog nothing scales down, whatever the window says.
+    let mut planner = SlaPlanner::new(&config);
+    tick(&mut planner, &config, seen(600.0, 0.0, 8.0), (8, 8));
+    for _ in 0..8 {
+        let d = tick(&mut planner, &config, seen(600.0, 500.0, 8.0), (8, 8));
+        assert_eq!(d.target(), Some((8, 8)));
+    }
+    let d = tick(&mut planner, &config, seen(600.0, 500.0, 8.0), (8, 8));
+    assert!(matches!(
+        d.queueing().cloned().unwrap().reason,
+        ScaleReason::BacklogHold { .. }
+    ));
+}
+
+#[test]
+fn a_backlog_scale_up_is_not_held_once_the_backlog_is_gone() {
+    let config = queueing_config();
+    let mut planner = SlaPlanner::new(&config);
+    for _ in 0..3 {
+        tick(&mut planner, &config, seen(600.0, 0.0, 2.0), (2, 2));
+    }
+    // A backlog of 3000 requests: sized to drain it within the interval.
+    let drain = tick(&mut planner, &config, seen(600.0, 3000.0, 2.0), (2, 2));
+    let plan = drain.queueing().cloned().unwrap();
+    assert!(
+        matches!(plan.reason, ScaleReason::Backlog { .. }),
+        "{:?}",
+        plan.reason
+    );
+    let high = plan.replicas;
+    assert!(high.0 > 4, "{high:?}");
+    // Drained, same arrivals: back to what the arrivals need at once, not after the window.
+    let after = tick(&mut planner, &config, seen(600.0, 0.0, f64::from(high.0)), high);
+    let (p, _) = after.target().unwrap();
+    assert!(p < high.0, "{p} vs {high:?}");
+    assert!(p <= 3, "{:?}", after.queueing());
+}
+
+#[test]
+fn observed_kv_usage_corrects_the_decode_model() {
+    let config = queueing_config();
+    // The pool holds far more KV than the model says 3000 requests a minute hold (long
+    // outputs on long prompts, say): the corrected plan asks for more decode engines.
+    let run = |usage: Option<f64>| {
+        let mut planner = SlaPlanner::new(&config);
+        let mut last = None;
+        for _ in 0..8 {
+            let o = Observation {
+                decode_kv_usage: usage,
+                ..seen(3000.0, 0.0, 4.0)
+            };
+            last = tick(&mut planner, &config, o, (4, 4)).target();
+        }
+        last.unwrap().1
+    };
+    // Without a usage reading, the model as it is.
+    let plain = run(None);
+    assert!(run(Some(0.8)) > plain, "{} vs {plain}", run(Some(0.8)));
+    assert!(run(Some(0.02)) <= plain);
+    // A saturated cache says nothing (admission waits cap what it shows).
+    assert_eq!(run(Some(0.95)), plain);
+}
+
+#[test]
+fn decode_has_its_own_cold_start_margin() {
+    let with = |decode_cold: f64| {
+        let mut config = queueing_config();
+        config.queueing.margins.cold = 1.4;
+        config.queueing.margins.decode_cold = decode_cold;
+        config
+    };
+    // The first interval: no forecast errors known yet, so both margins are the cold ones.
+    let first = |config: &SlaPlannerConfig| {
+        let mut planner = SlaPlanner::new(config);
+        tick(&mut planner, config, seen(3000.0, 0.0, 4.0), (4, 4))
+            .queueing()
+            .cloned()
+            .unwrap()
+    };
+    let shared = first(&with(1.4));
+    let own = first(&with(1.1));
+    assert_eq!(shared.forecast_multiplier, 1.4);
+    assert_eq!(shared.decode_multiplier, 1.4);
+    assert_eq!(own.forecast_multiplier, 1.4, "prefill keeps the cold margin");
+    assert_eq!(own.decode_multiplier, 1.1);
+    assert!(
+        own.decode_sizing.replicas < shared.decode_sizing.replicas,
+        "{own:?} vs {shared:?}"
+    );
+    assert_eq!(own.prefill_sizing.replicas, shared.prefill_sizing.replicas);
+}
+
+#[test]
+fn a_decode_cache_that_filled_teaches_no_prefill_burstiness() {
+    let config = queueing_config();
+    // Four engines serve a steady load, then one interval's first tokens come slowly.
+    let burst_after = |peak: Option<f64>| {
+        let mut planner = SlaPlanner::new(&config);
+        for _ in 0..4 {
+            tick(&mut planner, &config, seen(600.0, 0.0, 4.0), (4, 4));
+        }
+        let before = tick(&mut planner, &config, seen(600.0, 0.0, 4.0), (4, 4))
+            .queueing()
+            .cloned()
+            .unwrap()
+            .burstiness;
+        let slow = Observation {
+            ttft_ms: 1500.0,
+            decode_kv_usage: Some(0.5),
+            decode_kv_usage_peak: peak,
+            ..seen(600.0, 0.0, 4.0)
+        };
+        let after = tick(&mut planner, &config, slow, (4, 4))
+            .queueing()
+            .cloned()
+            .unwrap()
+            .burstiness;
+        (before, after)
+    };
+    // With room in the cache throughout, the wait was the prefill queue's: bursts.
+    let (before, roomy) = burst_after(Some(0.8));
+    assert!(roomy > before, "{roomy} vs {before}");
+    assert_eq!(burst_after(None).1, roomy, "no peak read: the mean alone decides");
+    // The cache filled at some point (its mean is low): first tokens also waited for room.
+    let (before, full) = burst_after(Some(1.0));
+    assert_eq!(full, before);
+}
+
+#[test]
+fn a_surge_the_pool_can_absorb_does_not_scale() {
+    let config = queueing_config();
+    let mut planner = SlaPlanner::new(&config);
+    for _ in 0..8 {
+        tick(&mut planner, &config, seen(600.0, 0.0, 8.0), (8, 8));
+    }
+    // Twice the planned rate, but eight engines serve it well within the target.
+    let calm = FastSignals {
+        elapsed_s: 10.0,
+        window_s: 10.0,
+        arrivals: Some(200.0),
+        completions: 200.0,
+        inflight: Some(20.0),
+        queued: Some(1.0),
+        prefill_engines: 8.0,
+        isl: 3000.0,
+        isl_second_moment: None,
+        osl: 300.0,
+        osl_second_moment: None,
+    };
+    for i in 0..3 {
+        let signals = FastSignals {
+            elapsed_s: 10.0 + 10.0 * f64::from(i),
+            ..calm
+        };
+        assert!(planner.fast_check(&config, &model(), &signals, (8, 8)).is_none());
+    }
+}
+
+#[test]
+fn fast_check_scales_up_on_overload_never_down() {
+    let upstream = config(PredictorKind::Constant);
+    let config = queueing_config();
+    let mut planner = SlaPlanner::new(&config);
+    tick(&mut planner, &config, seen(600.0, 0.0, 2.0), (2, 2));
+    let calm = FastSignals {
+        elapsed_s: 10.0,
+        window_s: 10.0,
+        arrivals: Some(100.0),
+        completions: 100.0,
+        inflight: Some(20.0),
+        queued: Some(1.0),
+        prefill_engines: 2.0,
+        isl: 3000.0,
+        isl_second_moment: None,
+        osl: 300.0,
+        osl_second_moment: None,
+    };
+    assert!(planner.fast_check(&config, &model(), &calm, (2, 2)).is_none());
+    // Lighter than planned: still nothing (never down).
+    let light = FastSignals {
+        arrivals: Some(10.0),
+        ..calm
+    };
+    assert!(planner.fast_check(&config, &model(), &light, (2, 2)).is_none());
+    // Four times the arrivals and a queue building: up at once, with the reason.
+    let mut up = None;
+    for i in 0..3 {
+        let surge = FastSignals {
+            elapsed_s: 20.0 + 10.0 * f64::from(i),
+            arrivals: Some(2000.0),
+            queued: Some(3000.0),
+            ..calm
+        };
+        up = up.or(planner.fast_check(&config, &model(), &surge, (2, 2)));
+    }
+    let up = up.unwrap();
+    let (p, d) = up.target().unwrap();
+    assert!(p > 2 && d >= 2, "{p}/{d}");
+    let reason = up.queueing().cloned().unwrap().reason;
+    assert!(matches!(
+        reason,
+        ScaleReason::FastPath { .. } | ScaleReason::Surge { .. }
+    ));
+    // The upstream model has no fast path.
+    let mut old = SlaPlanner::new(&upstream);
+    assert!(old.fast_check(&upstream, &model(), &calm, (2, 2)).is_none());
+}
+
+#[test]
+fn percentile_targets_need_at_least_the_mean_targets_replicas() {
+    let config = queueing_config();
+    let mut p95 = queueing_config();
+    p95.queueing.ttft_percentile = Some(95.0);
+    let mean = tick(
+        &mut SlaPlanner::new(&config),
+        &config,
+        seen(9000.0, 0.0, 1.0),
+        (1, 1),
+    );
+    let tail = tick(&mut SlaPlanner::new(&p95), &p95, seen(9000.0, 0.0, 1.0), (1, 1));
+    assert!(tail.target().unwrap().0 >= mean.target().unwrap().0);
+}
+
+#[test]
+fn queueing_state_survives_serialization() {
+    let config = queueing_config();
+    let mut planner = SlaPlanner::new(&config);
+    for i in 0..10 {
+        tick(
+            &mut planner,
+            &config,
+            seen(600.0 + 50.0 * f64::from(i), 0.0, 1.0),
+            (1, 1),
+        );
+    }
+    let restored: SlaPlanner = serde_json::from_str(&serde_json::to_string(&planner).unwrap()).unwrap();
+    let (mut a, mut b) = (planner, restored);
+    let x = tick(&mut a, &config, seen(1200.0, 0.0, 1.0), (1, 1));
+    let y = tick(&mut b, &config, seen(1200.0, 0.0, 1.0), (1, 1));
+    assert_eq!(x.target(), y.target());
+    assert_eq!(
+        x.queueing().map(|q| q.planned_rate),
+        y.queueing().map(|q| q.planned_rate)
+    );
+}
+
+/// A planner warmed on a steady 10 requests/s, with the replicas its ticks asked for.
+fn steady(settings: QueueingConfig) -> (SlaPlanner, SlaPlannerConfig, (u32, u32)) {
+    let config = SlaPlannerConfig {
+        queueing: settings,
+        ..queueing_config()
+    };
+    let mut planner = SlaPlanner::new(&config);
+    let replicas = ticks_at(&mut planner, &config, 600.0, (1, 1), 8);
+    (planner, config, replicas)
+}
+
+/// `ticks` intervals of `arrivals` requests each, served without a backlog by the replicas
+/// the ticks ask for.
+fn ticks_at(
+    planner: &mut SlaPlanner,
+    config: &SlaPlannerConfig,
+    arrivals: f64,
+    mut replicas: (u32, u32),
+    ticks: usize,
+) -> (u32, u32) {
+    for _ in 0..ticks {
+        let observed = seen(arrivals, 0.0, f64::from(replicas.0));
+        replicas = tick(planner, config, observed, replicas)
+            .target()
+            .unwrap_or(replicas);
+    }
+    replicas
+}
+
+fn window(elapsed_s: f64, arrivals: f64, engines: u32) -> FastSignals {
+    FastSignals {
+        elapsed_s,
+        window_s: 10.0,
+        arrivals: Some(arrivals),
+        completions: arrivals,
+        inflight: Some(20.0),
+        queued: Some(0.0),
+        prefill_engines: f64::from(engines),
+        isl: 3000.0,
+        isl_second_moment: None,
+        osl: 300.0,
+        osl_second_moment: None,
+    }
+}
+
+#[test]
+fn a_busy_window_right_after_a_tick_is_judged_with_the_windows_before_it() {
+    // Three calm windows at the planned 10 requests/s (or none), then the tick, then one
+    // window at 2.5 times the rate.
+    let busy_after_tick = |calm_windows: u32| {
+        let mut settings = QueueingConfig::default();
+        settings.fast_path.rate_samples = 3;
+        let (mut planner, config, replicas) = steady(settings);
+        for i in 1..=calm_windows {
+            let calm = window(10.0 * f64::from(i), 100.0, replicas.0);
+            assert!(planner.fast_check(&config, &model(), &calm, replicas).is_none());
+        }
+        tick(
+            &mut planner,
+            &config,
+            seen(600.0, 0.0, f64::from(replicas.0)),
+            replicas,
+        );
+        let busy = window(10.0, 250.0, replicas.0);
+        planner.fast_check(&config, &model(), &busy, replicas)
+    };
+    // The median of the last three, kept across the tick, is still calm.
+    assert!(busy_after_tick(3).is_none());
+    // The same window on its own is a surge.
+    let up = busy_after_tick(0).expect("a surge");
+    assert!(matches!(
+        up.queueing().cloned().unwrap().reason,
+        ScaleReason::Surge { .. }
+    ));
+}
+
+#[test]
+fn a_surge_is_held_for_its_hold_time_not_the_whole_window() {
+    for (hold, kept) in [(60.0, false), (300.0, true)] {
+        let mut settings = QueueingConfig::default();
+        settings.fast_path.surge_hold_s = hold;
+        settings.fast_path.rate_samples = 3;
+        settings.stabilisation.quantile = 1.0;
+        let (mut planner, config, calm) = steady(settings);
+        // A minute of twice the planned rate, all prompts served at once (no backlog).
+        let mut up = calm;
+        for i in 1..=5 {
+            let busy = window(10.0 * f64::from(i), 250.0, up.0);
+            if let Some(decision) = planner.fast_check(&config, &model(), &busy, up) {
+                assert!(matches!(
+                    decision.queueing().unwrap().reason,
+                    ScaleReason::Surge { .. }
+                ));
+                up = decision.target().unwrap();
+            }
+        }
+        assert!(up.0 > calm.0, "{up:?} over {calm:?}");
+        // Calm again: the first tick still has the surge's minute in its window; the next
+        // one, 60 s after the surge, lets it go unless surges are held for the window.
+        let replicas = ticks_at(&mut planner, &config, 600.0, up, 2);
+        assert_eq!(
+            replicas.0 == up.0,
+            kept,
+            "hold {hold}: {replicas:?} after {up:?}, calm {calm:?}"
+        );
+    }
+}
+
+#[test]
+fn a_backlog_the_engines_clear_within_the_target_puts_nothing_at_risk() {
+    // Settled at 50 requests/s.
+    let config = queueing_config();
+    let mut planner = SlaPlanner::new(&config);
+    let replicas = ticks_at(&mut planner, &config, 3000.0, (1, 1), 8);
+    // Two engines are asked for and serve, slower than requests arrive: a backlog would
+    // never drain.
+    let service = sizing::prefill_service(&model(), &LengthMoments::with_scv(3000.0, 0.5)).mean_s;
+    assert!(
+        replicas.0 > 2 && 50.0 * service > 2.0,
+        "{replicas:?}, {service} s"
+    );
+    let two = (2, replicas.1);
+    let with_waiting = |waiting: f64| FastSignals {
+        queued: Some(2.0 + waiting),
+        prefill_engines: 2.0,
+        ..window(10.0, 500.0, 2)
+    };
+    // Fewer waiting than the engines clear within the 500 ms target: no action.
+    let few = (2.0 * 0.5 / service).floor() - 1.0;
+    assert!(few >= 1.0);
+    let mut unmoved = planner.clone();
+    let held = unmoved.fast_check(&config, &model(), &with_waiting(few), two);
+    assert!(held.is_none(), "{:?}", held.map(|d| d.explanation()));
+    // More than that: at risk, scaled up at once.
+    let up = planner.fast_check(&config, &model(), &with_waiting(few + 10.0), two);
+    let plan = up.and_then(|d| d.queueing().cloned()).unwrap();
+    assert!(
+        matches!(plan.reason, ScaleReason::FastPath { .. }),
+        "{:?}",
+        plan.reason
+    );
+    assert!(plan.replicas.0 > 2);
+}
