@@ -9,11 +9,15 @@
 //! 1. **Floors first**, members in [`rank`] order (priority, then name). A member whose whole
 //!    floor does not fit in what is left gets none of it ([`GrantReason::FloorUnfunded`]); a
 //!    later, smaller floor may still fit. When the floors fit, every member gets its floor.
-//! 2. **Then one replica at a time** to the member of the highest priority that still asks for
-//!    a replica that fits; among equal priorities, the one with the largest
-//!    `weight × risk × shortfall` (`shortfall`: the share of the GPUs it asked for that are not
-//!    granted yet, so equals converge to the same share; `risk`: [`sla_risk`], how far it is
-//!    missing its SLA). Within a member, the pool furthest from what it asked, relatively.
+//! 2. **Then whole requests**, one member after another: the highest priority first; among
+//!    equal priorities, the one with the fewest GPUs still unmet per unit of `weight`, then the
+//!    highest `risk` ([`sla_risk`], how far it is missing its SLA), then by name. It is granted
+//!    all it asks for that fits, replica by replica (within a member, the pool furthest from what
+//!    it asked, relatively), before the next is served. A request is what meets the member's
+//!    SLA, so a grant short of it tends to miss whatever its size: filling as many requests as
+//!    possible in full meets more SLAs than cutting every member by the same share (measured in
+//!    the simulator's multi-graph run, where cutting by share, or by share times risk, met fewer
+//!    intervals than the same GPUs split statically).
 //!
 //! What a member does not ask for is free for the others in the same round: GPUs one graph gives
 //! back are granted to another by the same call.
@@ -57,10 +61,11 @@ pub struct Request {
     pub member: String,
     /// Higher is served first, after every floor.
     pub priority: i32,
-    /// Share among members of the same priority (> 0; anything else counts as 1).
+    /// Among members of the same priority, its unmet GPUs are divided by it to choose who is
+    /// served next (> 0; anything else counts as 1).
     pub weight: f64,
     /// How far the member misses its SLA ([`sla_risk`]; anything not finite and > 0 counts
-    /// as 1).
+    /// as 1): among equal priorities and unmet GPUs per weight, the higher is served first.
     pub risk: f64,
     /// Its pools.
     pub pools: Vec<PoolAsk>,
@@ -279,6 +284,33 @@ fn next_pool(request: &Request, granted: &[u32], target: &[u32], left: u64) -> O
     best.map(|(p, _)| p)
 }
 
+/// The member of `pending` (indices in [`rank`] order) to serve next above the floors: the
+/// highest priority; among equal priorities the smallest request still unmet per unit of
+/// weight, then the highest SLA risk, then the first in rank order (by name). Its position in
+/// `pending`.
+fn next_member(requests: &[Request], pending: &[usize], granted: &[Vec<u32>]) -> Option<usize> {
+    let unmet = |i: usize| {
+        let r = &requests[i];
+        r.asked_gpus().saturating_sub(r.gpus_of(&granted[i])) as f64 / r.weight()
+    };
+    let mut best: Option<usize> = None;
+    for (at, &i) in pending.iter().enumerate() {
+        let better = best.is_none_or(|b| {
+            let (candidate, current) = (&requests[i], &requests[pending[b]]);
+            candidate
+                .priority
+                .cmp(&current.priority)
+                .then_with(|| unmet(pending[b]).total_cmp(&unmet(i)))
+                .then_with(|| candidate.risk().total_cmp(&current.risk()))
+                == Ordering::Greater
+        });
+        if better {
+            best = Some(at);
+        }
+    }
+    best
+}
+
 /// Grants replicas to every member of one round within `total_gpus` (see the module docs).
 /// The grants are in the order of `requests`.
 pub fn arbitrate(total_gpus: u64, requests: &[Request]) -> Vec<Grant> {
@@ -301,35 +333,14 @@ pub fn arbitrate(total_gpus: u64, requests: &[Request]) -> Vec<Grant> {
         }
     }
 
-    // 2. Above the floors, one replica at a time.
-    loop {
-        let mut best: Option<(usize, usize, f64)> = None;
-        for &i in order.iter().filter(|&&i| funded[i]) {
-            let request = &requests[i];
-            if let Some((b, _, _)) = best
-                && requests[b].priority > request.priority
-            {
-                // `order` is by priority: nobody after this can outrank the best.
-                break;
-            }
-            let Some(pool) = next_pool(request, &granted[i], &asked[i], left) else {
-                continue;
-            };
-            let asked_gpus = request.asked_gpus() as f64;
-            let shortfall = if asked_gpus > 0.0 {
-                (asked_gpus - request.gpus_of(&granted[i]) as f64) / asked_gpus
-            } else {
-                0.0
-            };
-            let score = request.weight() * request.risk() * shortfall;
-            // Among equal priorities the larger score; on a tie the earlier in `order` (name).
-            if best.is_none_or(|(_, _, s)| score.total_cmp(&s) == Ordering::Greater) {
-                best = Some((i, pool, score));
-            }
+    // 2. Above the floors, whole requests: the next member takes all it asks for that fits.
+    let mut pending: Vec<usize> = order.iter().copied().filter(|&i| funded[i]).collect();
+    while let Some(at) = next_member(requests, &pending, &granted) {
+        let i = pending.remove(at);
+        while let Some(pool) = next_pool(&requests[i], &granted[i], &asked[i], left) {
+            granted[i][pool] += 1;
+            left -= requests[i].pools[pool].gpus();
         }
-        let Some((i, pool, _)) = best else { break };
-        granted[i][pool] += 1;
-        left -= requests[i].pools[pool].gpus();
     }
 
     let above_floor = |i: usize| {
@@ -525,25 +536,33 @@ mod tests {
     }
 
     #[test]
-    fn equal_priorities_share_by_weight_and_sla_risk() {
-        let mut a = member("a", 0, &[(1, 10, 1)]);
-        let mut b = member("b", 0, &[(1, 10, 1)]);
-        // Equal: the 12 GPUs split evenly.
+    fn equal_priorities_are_granted_whole_requests_smallest_first() {
+        let a = member("a", 0, &[(1, 10, 1)]);
+        let b = member("b", 0, &[(1, 10, 1)]);
+        // Equal: one request whole (the first by name), the other gets the rest.
+        let grants = arbitrate(12, &[a.clone(), b.clone()]);
+        assert_eq!(replicas(&grants), [vec![10], vec![2]]);
         assert_eq!(
-            replicas(&arbitrate(12, &[a.clone(), b.clone()])),
-            [vec![6], vec![6]]
+            (grants[0].reason, grants[1].reason),
+            (GrantReason::Full, GrantReason::Cut)
         );
-        // Twice the risk: its shortfall is half the other's, as a share of what each asked.
-        a.risk = 2.0;
+        assert_eq!(grants[1].contenders[0].member, "a");
+        // The smaller request is filled first, whatever the names.
+        let small = member("z", 0, &[(1, 4, 1)]);
         assert_eq!(
-            replicas(&arbitrate(12, &[a.clone(), b.clone()])),
+            replicas(&arbitrate(12, &[a.clone(), small.clone()])),
             [vec![8], vec![4]]
         );
-        // Weight counts the same way.
-        a.risk = 1.0;
-        b.weight = 3.0;
-        let grants = arbitrate(12, &[a, b]);
-        assert_eq!(replicas(&grants), [vec![4], vec![8]]);
+        // Twice the risk breaks a tie of unmet GPUs.
+        let mut risky = b.clone();
+        risky.risk = 2.0;
+        assert_eq!(replicas(&arbitrate(12, &[a.clone(), risky])), [vec![2], vec![10]]);
+        // Weight divides the unmet GPUs: 9 / 3 is less than 3 / 1.
+        let mut heavy = b.clone();
+        heavy.weight = 3.0;
+        let c = member("c", 0, &[(1, 4, 1)]);
+        let grants = arbitrate(12, &[c, heavy]);
+        assert_eq!(replicas(&grants), [vec![2], vec![10]]);
         assert_eq!(grants[0].contenders[0].member, "b");
     }
 
@@ -634,15 +653,17 @@ mod tests {
     fn nothing_grows_while_the_budget_is_overcommitted() {
         let requests = [member("a", 0, &[(1, 4, 1)]), member("b", 0, &[(1, 4, 1)])];
         let grants = arbitrate(4, &requests);
-        assert_eq!(replicas(&grants), [vec![2], vec![2]]);
-        // 7 held in a budget of 4: a releases 3 (to its grant); b cannot grow past what it holds.
+        assert_eq!(replicas(&grants), [vec![3], vec![1]]);
+        // 6 held in a budget of 4: a releases 2 (to its grant); b, granted 1 and holding none,
+        // cannot grow into them before they are released.
         assert_eq!(
-            allowances(4, &requests, &grants, &[vec![5], vec![2]]),
-            [vec![2], vec![2]]
+            allowances(4, &requests, &grants, &[vec![5], vec![0]]),
+            [vec![3], vec![0]]
         );
+        // Once a has released them, b grows.
         assert_eq!(
-            allowances(4, &requests, &grants, &[vec![5], vec![1]]),
-            [vec![2], vec![1]]
+            allowances(4, &requests, &grants, &[vec![3], vec![0]]),
+            [vec![3], vec![1]]
         );
     }
 

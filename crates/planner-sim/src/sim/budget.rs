@@ -31,6 +31,7 @@ use super::{
     latency::{EngineSpec, LatencyModel},
     parallel_map,
     policy::PolicySpec,
+    report,
     run::{Replay, RunResult, SimConfig},
     trace::{self, Request},
 };
@@ -269,8 +270,10 @@ pub fn proportional_shares(total: u64, demand: &[f64], engine_gpus: u32, floor_g
 /// Arguments of `budget`.
 #[derive(Debug, Args)]
 pub struct BudgetArgs {
-    /// JSON file `{"total_gpus": N, "policy": "sla-arima", "graphs": [{"name", "path",
-    /// "rate_scale", "ttft_ms", "itl_ms", "priority", "weight"}]}`; paths are relative to it.
+    /// JSON file `{"total_gpus": N, "sweep": [N, ...], "policy": "sla-arima", "graphs": [{"name",
+    /// "path", "rate_scale", "ttft_ms", "itl_ms", "priority", "weight"}]}`: the table per graph
+    /// is at `total_gpus`, the sweep compares all graphs together at each total; paths are
+    /// relative to it.
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
     /// Built-in profile.
@@ -298,12 +301,20 @@ pub struct BudgetArgs {
     /// Threads (default: available cores).
     #[arg(long)]
     jobs: Option<usize>,
+    /// Also write every split's per-interval records per graph to this CSV file (the `policy`
+    /// column names the split, the `k` column the graph's rate scale).
+    #[arg(long, value_name = "FILE")]
+    intervals_csv: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct BudgetFile {
     total_gpus: u64,
+    /// Further totals at which the shared budget and the static splits are compared (a table of
+    /// all graphs together per total).
+    #[serde(default)]
+    sweep: Vec<u64>,
     #[serde(default = "default_policy")]
     policy: String,
     graphs: Vec<GraphEntry>,
@@ -374,7 +385,9 @@ pub fn run_command(args: &BudgetArgs) -> Result<String, BudgetError> {
     let base_dir = args.config.parent().unwrap_or(Path::new("."));
     let mut graphs = Vec::new();
     let mut sources = Vec::new();
+    let mut rate_scales = Vec::new();
     for entry in &file.graphs {
+        rate_scales.push(super::command::k_label(entry.rate_scale));
         let path = base_dir.join(&entry.path);
         let requests = trace::load(&path).map_err(|e| BudgetError::Input(e.to_string()))?;
         graphs.push(Graph {
@@ -427,36 +440,67 @@ pub fn run_command(args: &BudgetArgs) -> Result<String, BudgetError> {
         "no budget (demand)",
     );
     let demand_gpus: Vec<f64> = demand.graphs.iter().map(|r| r.summary.gpu_hours).collect();
-    let even = u32::try_from(total / graphs.len() as u64 / u64::from(engine_gpus) * u64::from(engine_gpus))
-        .unwrap_or(u32::MAX);
-    let splits = [
-        (Split::Shared(total), "shared budget".to_string()),
-        (
-            Split::Static(vec![even; graphs.len()]),
-            "static, split evenly".to_string(),
-        ),
-        (
-            Split::Static(proportional_shares(total, &demand_gpus, engine_gpus, floor_gpus)),
-            "static, split by demand".to_string(),
-        ),
-    ];
-    let mut runs = vec![demand];
-    runs.extend(parallel_map(&splits, jobs, |(split, label)| {
+    let splits_at = |total: u64| {
+        let even =
+            u32::try_from(total / graphs.len() as u64 / u64::from(engine_gpus) * u64::from(engine_gpus))
+                .unwrap_or(u32::MAX);
+        [
+            (Split::Shared(total), "shared budget".to_string()),
+            (
+                Split::Static(vec![even; graphs.len()]),
+                "static, split evenly".to_string(),
+            ),
+            (
+                Split::Static(proportional_shares(total, &demand_gpus, engine_gpus, floor_gpus)),
+                "static, split by demand".to_string(),
+            ),
+        ]
+    };
+    let mut totals = vec![total];
+    totals.extend(file.sweep.iter().copied().filter(|t| *t != total));
+    let jobs_list: Vec<(u64, Split, String)> = totals
+        .iter()
+        .flat_map(|&t| splits_at(t).map(|(split, label)| (t, split, label)))
+        .collect();
+    let mut all = parallel_map(&jobs_list, jobs, |(_, split, label)| {
         run_split(&graphs, &latency, &base, spec, split, label)
-    }));
-    if let Some(shared) = runs.iter().find(|r| r.split == Split::Shared(total))
-        && shared.steps_over > 0
-    {
-        return Err(BudgetError::Exceeded {
-            total,
-            steps: shared.steps_over,
-            peak: shared.peak_gpus,
-        });
+    });
+    for run in &all {
+        if let Split::Shared(t) = run.split
+            && run.steps_over > 0
+        {
+            return Err(BudgetError::Exceeded {
+                total: t,
+                steps: run.steps_over,
+                peak: run.peak_gpus,
+            });
+        }
+    }
+    let rest = all.split_off(3.min(all.len()));
+    let sweep: Vec<SweepRow> = std::iter::once(&all[..])
+        .chain(rest.chunks(3))
+        .zip(&totals)
+        .map(|(runs, &t)| SweepRow::of(t, runs))
+        .collect();
+    let mut runs = vec![demand];
+    runs.extend(all);
+    if let Some(path) = &args.intervals_csv {
+        let mut csv = String::from(report::INTERVALS_CSV_HEADER);
+        for run in &runs {
+            for ((graph, k), result) in graphs.iter().zip(&rate_scales).zip(&run.graphs) {
+                let mut named = result.clone();
+                named.policy = run.label.clone();
+                report::intervals_csv(&mut csv, &graph.name, k, &graph.sla, std::slice::from_ref(&named));
+            }
+        }
+        std::fs::write(path, csv)
+            .map_err(|e| BudgetError::Output(format!("cannot write {}: {e}", path.display())))?;
     }
     let seconds = started.elapsed().as_secs_f64();
     let report = render(
         &graphs,
         &runs,
+        &sweep,
         total,
         &file.policy,
         &args.profile,
@@ -472,6 +516,38 @@ pub fn run_command(args: &BudgetArgs) -> Result<String, BudgetError> {
         let _ = writeln!(out, "report: {}", path.display());
     }
     Ok(out)
+}
+
+/// All graphs together under the shared budget and the two static splits of one total.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SweepRow {
+    /// The total.
+    pub total: u64,
+    /// Per split (shared, even, by demand): intervals meeting the SLA, GPU-hours, most GPUs
+    /// held at once.
+    pub splits: Vec<(usize, f64, u64)>,
+    /// Intervals with arrivals (the same in every split).
+    pub intervals: usize,
+}
+
+impl SweepRow {
+    fn of(total: u64, runs: &[SplitRun]) -> Self {
+        Self {
+            total,
+            splits: runs
+                .iter()
+                .map(|r| (r.intervals().1, r.gpu_hours(), r.peak_gpus))
+                .collect(),
+            intervals: runs.first().map_or(0, |r| r.intervals().0),
+        }
+    }
+
+    /// Intervals the shared budget met over the better of the static splits.
+    pub fn gain(&self) -> i64 {
+        let shared = self.splits.first().map_or(0, |s| s.0);
+        let best_static = self.splits.iter().skip(1).map(|s| s.0).max().unwrap_or(0);
+        shared as i64 - best_static as i64
+    }
 }
 
 fn split_note(split: &Split) -> String {
@@ -493,6 +569,7 @@ fn split_note(split: &Split) -> String {
 fn render(
     graphs: &[Graph],
     runs: &[SplitRun],
+    sweep: &[SweepRow],
     total: u64,
     policy: &str,
     profile: &str,
@@ -578,5 +655,128 @@ fn render(
             );
         }
     }
+    if sweep.len() > 1 {
+        let _ = writeln!(
+            md,
+            "\n## At other totals\n\nAll graphs together ({} intervals with arrivals): intervals meeting the SLA / \
+             GPU-hours / most GPUs held at once, and the shared budget's intervals over the better static split.\n",
+            sweep.first().map_or(0, |r| r.intervals)
+        );
+        let _ = writeln!(
+            md,
+            "| total GPUs | shared budget | static, split evenly | static, split by demand | shared vs best static |"
+        );
+        let _ = writeln!(md, "|---:|---:|---:|---:|---:|");
+        let mut rows: Vec<&SweepRow> = sweep.iter().collect();
+        rows.sort_by_key(|r| r.total);
+        for row in rows {
+            let _ = write!(md, "| {} | ", row.total);
+            for (ok, hours, peak) in &row.splits {
+                let _ = write!(md, "{ok} / {hours:.1} / {peak} | ");
+            }
+            let _ = writeln!(md, "{:+} |", row.gain());
+        }
+        let (shared, best): (usize, usize) = sweep.iter().fold((0, 0), |(s, b), r| {
+            let shared = r.splits.first().map_or(0, |x| x.0);
+            (s + shared, b + (shared as i64 - r.gain()).max(0) as usize)
+        });
+        let _ = writeln!(
+            md,
+            "\nOver the {} totals: {shared} intervals meeting the SLA with the shared budget, {best} with the better \
+             static split at each total.",
+            sweep.len()
+        );
+    }
     md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budget_with(config: &str, extra: &[&str]) -> Result<String, BudgetError> {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: BudgetArgs,
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("budget.json");
+        std::fs::write(&file, config).unwrap();
+        let mut argv = vec![
+            "budget",
+            "--config",
+            file.to_str().unwrap(),
+            "--profile",
+            "h100-llama3.3-70b-tp4",
+            "--jobs",
+            "1",
+        ];
+        argv.extend_from_slice(extra);
+        let cli = <Cli as clap::Parser>::try_parse_from(argv).unwrap();
+        run_command(&cli.args)
+    }
+
+    #[test]
+    fn the_command_tables_each_graph_and_every_total_of_the_sweep() {
+        let trace = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../planner-core/tests/fixtures/mooncake_tiny.jsonl"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let csv = dir.path().join("intervals.csv");
+        let config = format!(
+            r#"{{"total_gpus": 24, "sweep": [16, 24, 32], "graphs": [
+                {{"name": "one", "path": "{trace}", "ttft_ms": 2000, "itl_ms": 50}},
+                {{"name": "two", "path": "{trace}", "rate_scale": 2, "ttft_ms": 2000, "itl_ms": 50, "priority": 1}}]}}"#
+        );
+        let text = budget_with(&config, &["--intervals-csv", csv.to_str().unwrap()]).unwrap();
+        assert!(text.contains("| split | one | two | all graphs |"), "{text}");
+        for row in [
+            "no budget (demand)",
+            "shared budget",
+            "static, split evenly",
+            "static, split by demand",
+        ] {
+            assert!(text.contains(&format!("| {row} | ")), "{row}: {text}");
+        }
+        // The main total once, the others in order.
+        let totals: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("| "))
+            .filter_map(|l| l.split(" | ").next())
+            .filter(|t| t.parse::<u64>().is_ok())
+            .collect();
+        assert_eq!(totals, ["16", "24", "32"], "{text}");
+        assert!(text.contains("Over the 3 totals: "), "{text}");
+        // Four splits of two graphs, each over the same intervals, one row per interval.
+        let rows = std::fs::read_to_string(&csv).unwrap();
+        let per_split: Vec<usize> = ["no budget (demand)", "shared budget"]
+            .iter()
+            .map(|s| rows.lines().filter(|l| l.contains(&format!(",{s},"))).count())
+            .collect();
+        assert!(per_split[0] > 0 && per_split[0] == per_split[1], "{per_split:?}");
+        assert!(rows.starts_with(report::INTERVALS_CSV_HEADER));
+        // One graph is no shared budget.
+        let one = format!(
+            r#"{{"total_gpus": 8, "graphs": [{{"name": "one", "path": "{trace}", "ttft_ms": 1, "itl_ms": 1}}]}}"#
+        );
+        let error = budget_with(&one, &[]).unwrap_err().to_string();
+        assert!(error.contains("at least two graphs"), "{error}");
+    }
+
+    #[test]
+    fn the_sweep_compares_the_shared_budget_with_the_better_static_split() {
+        let row = SweepRow {
+            total: 10,
+            splits: vec![(7, 1.0, 10), (5, 1.0, 8), (8, 1.0, 10)],
+            intervals: 10,
+        };
+        assert_eq!(row.gain(), -1);
+        let row = SweepRow {
+            splits: vec![(9, 1.0, 10), (5, 1.0, 8), (8, 1.0, 10)],
+            ..row
+        };
+        assert_eq!(row.gain(), 1);
+    }
 }
