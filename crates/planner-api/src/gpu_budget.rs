@@ -1,6 +1,7 @@
 //! `GpuBudget` (`planner.dynamo.io/v1alpha1`, cluster-scoped): GPUs that several PlannerPolicies
 //! share. Every interval the operator grants each member replicas so that, together, they stay
-//! within `spec.totalGpus`: every member's floor first, then by priority, then by SLA risk.
+//! within `spec.totalGpus`: every member's floor first, then whole requests by priority, the
+//! smallest (per weight) first, then by SLA risk.
 //!
 //! Cluster-scoped, and only the members it lists may join: GPUs are a cluster's, the graphs that
 //! share them are usually different teams' namespaces, and creating a cluster-scoped object takes
@@ -27,7 +28,7 @@ use super::schema;
     category = "dynamo",
     status = "GpuBudgetStatus",
     derive = "PartialEq",
-    doc = "GPUs shared by the PlannerPolicies it admits, granted every interval: floors first, then by priority, then by SLA risk.",
+    doc = "GPUs shared by the PlannerPolicies it admits, granted every interval: floors first, then whole requests by priority, the smallest (per weight) first, then by SLA risk.",
     printcolumn(
         name = "Total",
         type_ = "integer",
@@ -101,8 +102,9 @@ pub struct BudgetMember {
     #[schemars(range(min = 0, max = 1000))]
     pub priority: i32,
 
-    /// Among members of the same priority, GPUs above the floors are shared in proportion to
-    /// weight times SLA risk (how far a member misses its latency targets). 1 to 100.
+    /// Among members of the same priority, requests above the floors are granted whole, the
+    /// smallest first: a member's GPUs still to grant are divided by its weight (then the
+    /// higher SLA risk, how far a member misses its latency targets, goes first). 1 to 100.
     #[serde(default = "default_weight")]
     #[schemars(range(min = 1, max = 100))]
     pub weight: i32,
