@@ -176,8 +176,9 @@ pub struct Grant {
     pub floor_gpus: u64,
     /// Why.
     pub reason: GrantReason,
-    /// For a member not granted in full: the members of its priority or higher that were
-    /// granted GPUs it asked for, highest priority and most GPUs first.
+    /// For a cut member: those served before it that were granted GPUs above their floors; for
+    /// a member whose floor went unfunded: those of its priority or higher whose floors were
+    /// funded. Highest priority and most GPUs first.
     pub contenders: Vec<Contender>,
 }
 
@@ -335,8 +336,13 @@ pub fn arbitrate(total_gpus: u64, requests: &[Request]) -> Vec<Grant> {
 
     // 2. Above the floors, whole requests: the next member takes all it asks for that fits.
     let mut pending: Vec<usize> = order.iter().copied().filter(|&i| funded[i]).collect();
+    // When each member was served: a cut member names those served before it.
+    let mut served = vec![usize::MAX; requests.len()];
+    let mut turn = 0;
     while let Some(at) = next_member(requests, &pending, &granted) {
         let i = pending.remove(at);
+        served[i] = turn;
+        turn += 1;
         while let Some(pool) = next_pool(&requests[i], &granted[i], &asked[i], left) {
             granted[i][pool] += 1;
             left -= requests[i].pools[pool].gpus();
@@ -363,7 +369,7 @@ pub fn arbitrate(total_gpus: u64, requests: &[Request]) -> Vec<Grant> {
             let mut contenders: Vec<Contender> = match reason {
                 GrantReason::Full => Vec::new(),
                 GrantReason::Cut => (0..requests.len())
-                    .filter(|&j| j != i && requests[j].priority >= request.priority && above_floor(j) > 0)
+                    .filter(|&j| j != i && served[j] < served[i] && above_floor(j) > 0)
                     .map(|j| Contender {
                         member: requests[j].member.clone(),
                         priority: requests[j].priority,
@@ -564,6 +570,13 @@ mod tests {
         let grants = arbitrate(12, &[c, heavy]);
         assert_eq!(replicas(&grants), [vec![2], vec![10]]);
         assert_eq!(grants[0].contenders[0].member, "b");
+        // A cut member names only those served before it: what a later one took did not fit it.
+        let four = member("four", 0, &[(1, 4, 4)]);
+        let ones = member("ones", 0, &[(1, 14, 1)]);
+        let grants = arbitrate(14, &[four, ones]);
+        assert_eq!(replicas(&grants), [vec![3], vec![2]]);
+        assert!(grants[0].contenders.is_empty(), "{:?}", grants[0].contenders);
+        assert_eq!(grants[1].contenders[0].member, "four");
     }
 
     #[test]
