@@ -713,9 +713,9 @@ impl<'r, 'm, C: PerformanceCurves> Replay<'r, 'm, C> {
         self.serving_sums.0 += f64::from(self.cluster.prefill_engines()) * step;
         self.serving_sums.1 += f64::from(self.cluster.decode_engines()) * step;
 
-        let period_end = (k + 1) % self.steps_per_period == 0;
+        let period_end = (k + 1).is_multiple_of(self.steps_per_period);
         let mut decision = None;
-        if !period_end && (k + 1) % self.steps_per_fast == 0 {
+        if !period_end && (k + 1).is_multiple_of(self.steps_per_fast) {
             let window = self.window.observation(Some(Gauges::of(&self.cluster)));
             let signals = FastSignals {
                 isl: window.isl,
@@ -783,7 +783,7 @@ impl<'r, 'm, C: PerformanceCurves> Replay<'r, 'm, C> {
             self.samples = LoadSamples::default();
         }
 
-        if (k + 1) % self.steps_per_interval == 0 {
+        if (k + 1).is_multiple_of(self.steps_per_interval) {
             let span = self.steps_per_interval as f64 * step;
             self.records.push(IntervalRecord {
                 start_s: t1 - span,
