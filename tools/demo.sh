@@ -4,7 +4,7 @@
 # control plane (fake GPU nodes played by kwok) unless KUBECONFIG names a cluster, installs the
 # CRDs and the chart's RBAC (rendered with `helm template`, namespace-scoped), builds and runs the
 # operator on the host with a token of the chart's ServiceAccount, creates the sample
-# ClusterTopology and DGD and a PlannerPolicy that plans every 10 s (config/demo/), starts the
+# ClusterTopologyBinding (Grove's CRD, from ../shared/upstream/grove/) and DGD and a PlannerPolicy that plans every 10 s (config/demo/), starts the
 # synthetic Dynamo frontend replaying a generated trace (2 -> 40 -> 2 requests/s over 5.5 min,
 # looped) against the DGD's Ready pods and a real Prometheus scraping it, then prints one line per
 # planner interval: what the planner observed, predicted and decided. Runs until Ctrl-C, or for
@@ -14,7 +14,7 @@
 #   KUBECONFIG                 use this cluster instead of starting one. It must be a test cluster
 #                              whose nodes are fake (kwok): the DGD's pods ask for nvidia.com/gpu
 #                              and vLLM images. The demo creates DEMO_NAMESPACE, applies the CRDs,
-#                              the ClusterTopology `gpu-cluster` and a ClusterRole(Binding), and
+#                              the ClusterTopologyBinding `gpu-cluster` and a ClusterRole(Binding), and
 #                              deletes what it created on exit (the CRDs stay).
 #   PLANNER_CLUSTER_DIR        state of the cluster the demo starts (default: its own,
 #                              .../planner-operator-demo-cluster-<uid>, apart from `make cluster-up`'s)
@@ -133,7 +133,7 @@ cleanup() {
   step "cleaning up"
   stop_all
   if [[ "$started_cluster" == true ]]; then
-    # The whole cluster goes, and with it the namespace, the RBAC and the ClusterTopology.
+    # The whole cluster goes, and with it the namespace, the RBAC and the ClusterTopologyBinding.
     bash ./cluster-down.sh
   else
     if [[ "$created_namespace" == true ]]; then
@@ -144,7 +144,7 @@ cleanup() {
       k delete -f "$rbac_file" --ignore-not-found --wait=false >/dev/null 2>&1
     fi
     if [[ "$created_topology" == true ]]; then
-      k delete clustertopology gpu-cluster --ignore-not-found >/dev/null
+      k delete clustertopologybinding gpu-cluster --ignore-not-found >/dev/null
     fi
   fi
   rm -rf "$DEMO_DIR"
@@ -189,9 +189,13 @@ SIM_BIN="$TARGET_DIR/debug/planner-sim"
 [[ -x "$BIN" && -x "$SIM_BIN" ]] || fail "$BIN or $SIM_BIN was not built"
 
 # --- CRDs, namespace, RBAC, samples ------------------------------------------------------------
-step "installing the CRDs (server-side apply of config/crd/)"
-k apply --server-side --force-conflicts --field-manager="$FIELD_MANAGER" -f "$REPO/config/crd/" >/dev/null
-k wait --for condition=Established --timeout=60s -f "$REPO/config/crd/" >/dev/null
+# Grove's own ClusterTopologyBinding CRD (Grove ships it; this project ships no Grove CRD), for the
+# sample binding the sample DGD names.
+GROVE_CRD="$REPO/../shared/upstream/grove/grove.io_clustertopologybindings.yaml"
+[[ -f "$GROVE_CRD" ]] || fail "$GROVE_CRD not found: the demo installs Grove's ClusterTopologyBinding CRD from ../shared/upstream beside the repository"
+step "installing the CRDs (server-side apply of config/crd/ and Grove's ClusterTopologyBinding CRD)"
+k apply --server-side --force-conflicts --field-manager="$FIELD_MANAGER" -f "$REPO/config/crd/" -f "$GROVE_CRD" >/dev/null
+k wait --for condition=Established --timeout=60s -f "$REPO/config/crd/" -f "$GROVE_CRD" >/dev/null
 
 if k get namespace "$NS" >/dev/null 2>&1; then
   fail "namespace $NS already exists (left by an earlier demo?): delete it (kubectl delete namespace $NS) or set DEMO_NAMESPACE"
@@ -218,7 +222,7 @@ k --kubeconfig "$op_kubeconfig" config set-credentials demo-operator --token="$t
 k --kubeconfig "$op_kubeconfig" config set-context --current --user=demo-operator --namespace="$NS" >/dev/null
 unset token
 
-if ! k get clustertopology gpu-cluster >/dev/null 2>&1; then
+if ! k get clustertopologybinding gpu-cluster >/dev/null 2>&1; then
   created_topology=true
 fi
 k apply --server-side --field-manager="$FIELD_MANAGER" -f "$REPO/config/samples/cluster-topology.yaml" >/dev/null

@@ -40,6 +40,17 @@ else
   unset PROMETHEUS_BIN
   log "warning: no prometheus installed and none built (make tools builds one): the closed-loop test will fail"
 fi
+# The topology tests run the released Dynamo runtime's topology reader on what worker pods get:
+# the python of `make dynamo` (tools/dynamo-venv.sh).
+if [[ -z "${DYNAMO_PYTHON:-}" && -f "$DYNAMO_DIR/.complete" ]]; then
+  DYNAMO_PYTHON="$(dynamo_python)"
+fi
+if [[ -n "${DYNAMO_PYTHON:-}" ]]; then
+  export DYNAMO_PYTHON
+  log "Dynamo's runtime for the topology conformance tests: $DYNAMO_PYTHON"
+else
+  log "warning: Dynamo is not installed (make dynamo): the topology conformance tests will fail"
+fi
 log "e2e tests against KUBECONFIG=$KUBECONFIG"
 cd "$TOOLS_SRC/.."
 # Tests that run the operator as separate processes (leader election) use this binary, and the
@@ -47,12 +58,14 @@ cd "$TOOLS_SRC/.."
 "${CARGO:-cargo}" build -p planner-operator --bin planner-operator -p planner-sim --bin planner-sim --locked
 # Not exec: the EXIT trap removes the PATH directory afterwards.
 if [[ $# -eq 0 ]]; then
-  # Tests that delete, replace (with NVIDIA's shapes) or add shared CRDs: alone, before the
-  # others (each puts this operator's CRDs back).
+  # Tests that delete or replace (with NVIDIA's or an earlier Grove's real CRDs) shared CRDs:
+  # alone, before the others (each puts the usual CRDs back).
   "${CARGO:-cargo}" test -p e2e --features e2e --locked --test e2e -- --ignored --exact \
     crd_race::operator_started_before_its_crds_reconciles_once_they_are_served \
-    dynamo_operator::planner_only_scales_nvidia_dgds_of_both_versions_and_adapters_and_writes_nothing_else \
-    dynamo_operator::a_cluster_topology_binding_is_read_and_named
+    dynamo_operator::planner_only_on_nvidias_current_crds_scales_upstreams_examples \
+    dynamo_operator::planner_only_on_dynamo_1_1_crds_scales_at_v1alpha1 \
+    dynamo_operator::conversion_through_nvidias_webhook_and_its_outage \
+    topology::nvidias_kv_transfer_policy_with_groves_earlier_cluster_topology
 fi
 "${CARGO:-cargo}" test -p e2e --features e2e --locked --test e2e -- "$@"
 if [[ $# -eq 0 && $local_cluster -eq 1 ]]; then

@@ -29,6 +29,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 pub mod chart;
+pub mod dynamo_runtime;
+pub mod upstream;
 
 /// Errors of the helpers and of tests that use `?`.
 pub type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -170,31 +172,43 @@ fn short_type_name<K>() -> &'static str {
     name.rsplit("::").next().unwrap_or(name)
 }
 
-/// Applies every CRD of `config/crd/` server-side (the DGD CRD is too large for a client-side
-/// apply's annotation) and waits until each is Established. Idempotent, so every test that needs
-/// the CRDs calls it. Returns the CRD names.
+/// Applies every CRD of `config/crd/` (this operator's) and today's Grove topology CRD (from
+/// `../shared/upstream/grove/`, see [`upstream::grove_crds`]) server-side (the DGD CRD is too large
+/// for a client-side apply's annotation) and waits until each is Established. Idempotent, so every
+/// test that needs the CRDs calls it. Returns the CRD names.
 pub async fn install_crds(client: &Client) -> Result<Vec<String>> {
-    apply_crds(client, &yaml_files(&repo_root().join("config/crd"))?).await
+    let mut files = yaml_files(&repo_root().join("config/crd"))?;
+    files.extend(upstream::grove_crds()?);
+    apply_crds(client, &files).await
 }
 
 /// Applies the CRDs of `files` server-side under the tests' field manager (so a CRD of the same
 /// name applied before is replaced, field for field) and waits until each is Established.
 /// Returns the CRD names.
 pub async fn apply_crds(client: &Client, files: &[PathBuf]) -> Result<Vec<String>> {
+    let mut crds = Vec::new();
+    for path in files {
+        for crd in load_yaml(path)? {
+            crds.push((path.display().to_string(), crd));
+        }
+    }
+    apply_crd_objects(client, &crds).await
+}
+
+/// Applies CRDs given as `(where from, object)` as [`apply_crds`] does.
+pub async fn apply_crd_objects(client: &Client, crds: &[(String, Value)]) -> Result<Vec<String>> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let params = PatchParams::apply(FIELD_MANAGER).force().validation_strict();
     let mut names = Vec::new();
-    for path in files {
-        for crd in load_yaml(path)? {
-            let name = crd["metadata"]["name"]
-                .as_str()
-                .ok_or_else(|| format!("{}: CRD without metadata.name", path.display()))?
-                .to_string();
-            api.patch(&name, &params, &Patch::Apply(&crd))
-                .await
-                .map_err(|e| format!("applying {}: {e}", path.display()))?;
-            names.push(name);
-        }
+    for (origin, crd) in crds {
+        let name = crd["metadata"]["name"]
+            .as_str()
+            .ok_or_else(|| format!("{origin}: CRD without metadata.name"))?
+            .to_string();
+        api.patch(&name, &params, &Patch::Apply(crd))
+            .await
+            .map_err(|e| format!("applying {origin}: {e}"))?;
+        names.push(name);
     }
     for name in &names {
         wait_for(
@@ -204,6 +218,36 @@ pub async fn apply_crds(client: &Client, files: &[PathBuf]) -> Result<Vec<String
             Duration::from_secs(60),
         )
         .await?;
+    }
+    // Established is not yet served: after a CRD of the same name was deleted and created again,
+    // API discovery lags for a moment. Wait until every served version lists the resource.
+    for (_, crd) in crds {
+        let (Some(group), Some(plural)) = (
+            crd["spec"]["group"].as_str(),
+            crd["spec"]["names"]["plural"].as_str(),
+        ) else {
+            continue;
+        };
+        let served = crd["spec"]["versions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|v| v["served"] == true)
+            .filter_map(|v| v["name"].as_str());
+        for version in served {
+            let group_version = format!("{group}/{version}");
+            poll_until(
+                &format!("{plural} to be served at {group_version}"),
+                Duration::from_secs(60),
+                || async {
+                    Ok(match client.list_api_group_resources(&group_version).await {
+                        Ok(list) => list.resources.iter().any(|r| r.name == plural),
+                        Err(_) => false,
+                    })
+                },
+            )
+            .await?;
+        }
     }
     Ok(names)
 }
@@ -269,7 +313,7 @@ where
 }
 
 /// A random lowercase suffix, unique enough for namespace names of concurrent tests.
-fn random_suffix() -> String {
+pub(crate) fn random_suffix() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -9,8 +9,7 @@ use kube::{
     core::{ApiResource, DynamicObject},
 };
 
-use planner_api::{ClusterTopologySpec, DynamoGraphDeployment, TopologyLevel};
-use serde::Deserialize;
+use planner_api::{ClusterTopologySpec, DynamoGraphDeployment};
 
 use crate::{
     target::{ShapeError, TargetGraph, graph_resource},
@@ -108,33 +107,6 @@ impl TopologyKindsServed {
     }
 }
 
-/// A ClusterTopologyBinding's spec as far as it is read: `levels[]` of `{domain, key}`.
-#[derive(Deserialize)]
-struct BindingSpec {
-    levels: Vec<BindingLevel>,
-}
-
-#[derive(Deserialize)]
-struct BindingLevel {
-    domain: String,
-    key: String,
-}
-
-impl From<BindingSpec> for ClusterTopologySpec {
-    fn from(spec: BindingSpec) -> Self {
-        Self {
-            levels: spec
-                .levels
-                .into_iter()
-                .map(|l| TopologyLevel {
-                    domain: l.domain,
-                    label_key: l.key,
-                })
-                .collect(),
-        }
-    }
-}
-
 /// Why a lookup failed (as opposed to finding that something is absent).
 #[derive(Debug, thiserror::Error)]
 pub enum LookupError {
@@ -148,8 +120,9 @@ pub enum LookupError {
     },
 }
 
-/// Looks up the topology a DGD names: a ClusterTopologyBinding when that CRD is served, else (or
-/// when no binding has the name) a ClusterTopology when that CRD is served. API discovery first
+/// Looks up the topology a DGD names: a ClusterTopologyBinding (Grove v0.1.0-alpha.9 and later)
+/// when that CRD is served, else (or when no binding has the name) a ClusterTopology (alpha.4 to
+/// alpha.8) when that CRD is served; both are read as `spec.levels[]` of `{domain, key}`. API discovery first
 /// tells which are served, so that a missing CRD (Grove not installed) is told apart from a
 /// missing object.
 pub async fn cluster_topology(
@@ -159,8 +132,8 @@ pub async fn cluster_topology(
 ) -> Result<ClusterTopologyLookup, LookupError> {
     let served = topology_kinds_served(client, api).await?;
     if served.binding {
-        match get_spec::<BindingSpec>(client, &api.binding_resource(), name).await? {
-            Some(Ok(spec)) => return Ok(ClusterTopologyLookup::FoundBinding(spec.into())),
+        match get_spec::<ClusterTopologySpec>(client, &api.binding_resource(), name).await? {
+            Some(Ok(spec)) => return Ok(ClusterTopologyLookup::FoundBinding(spec)),
             Some(Err(error)) => return Ok(ClusterTopologyLookup::BindingUnreadable(error)),
             None if !served.legacy => {
                 return Ok(ClusterTopologyLookup::BindingNotFound { legacy_served: false });
@@ -227,10 +200,10 @@ pub async fn topology_kinds_served(
 }
 
 /// What looking a PlannerPolicy's target up found.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum TargetLookup {
-    /// The DGD, read at either served version.
-    Found(TargetGraph),
+    /// The DGD, read at either served version (boxed: it is much larger than the others).
+    Found(Box<TargetGraph>),
     /// No DGD has the name (or no version of the DGD CRD is served).
     NotFound,
     /// The object exists but is not a DGD of either layout.
@@ -247,7 +220,7 @@ pub async fn target_graph(client: &Client, namespace: &str, name: &str) -> Resul
         match api.get(name).await {
             Ok(object) => {
                 return Ok(match TargetGraph::from_object(&object) {
-                    Ok(graph) => TargetLookup::Found(graph),
+                    Ok(graph) => TargetLookup::Found(Box::new(graph)),
                     Err(error) => TargetLookup::Unreadable(error),
                 });
             }

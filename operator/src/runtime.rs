@@ -111,11 +111,13 @@ pub struct RunArgs {
     /// controller's) or `marked` (only those labelled planner.dynamo.io/dgd-controller=planner-operator).
     #[arg(long, env = "DGD_SELECTION", value_enum, default_value = "unmarked")]
     pub dgd_selection: DgdSelection,
-    /// Environment contract of the topology injected into worker pods: `planner` (this
-    /// operator's names, files at /etc/podinfo/topology) or `dynamo` (the released Dynamo
-    /// runtime's DYN_KV_TRANSFER_DOMAIN, DYN_TOPOLOGY_MOUNT_PATH, files at /etc/dynamo/topology).
-    /// A DGD's planner.dynamo.io/topology-env annotation overrides it.
-    #[arg(long, env = "TOPOLOGY_ENV", value_enum, default_value = "planner")]
+    /// Environment contract of the topology injected into worker pods: `dynamo` (the released
+    /// Dynamo runtime's DYN_KV_TRANSFER_DOMAIN, DYN_TOPOLOGY_MOUNT_PATH, files at
+    /// /etc/dynamo/topology; what a stock Dynamo >= 1.2 worker reads) or `planner` (this
+    /// operator's first names, DYN_ROUTER_KV_TRANSFER_*, files at /etc/podinfo/topology, for
+    /// runtimes built to read them: a stock worker exits at start-up under it). A DGD's
+    /// planner.dynamo.io/topology-env annotation overrides it.
+    #[arg(long, env = "TOPOLOGY_ENV", value_enum, default_value_t = EnvContract::default())]
     pub topology_env: EnvContract,
     /// Do not serve the admission webhook (e.g. when another replica set serves it).
     #[arg(long, env = "WEBHOOK_DISABLED")]

@@ -1,25 +1,26 @@
 //! The target of a PlannerPolicy: a `DynamoGraphDeployment` of either version NVIDIA's Dynamo
 //! operator serves, read as JSON into the few fields the planner needs.
 //!
-//! NVIDIA's operator serves `nvidia.com/v1beta1` (its storage version: `spec.components`, a list
-//! keyed by `name`, each with `type` and `replicas`) and `nvidia.com/v1alpha1` (`spec.services`,
-//! a map from the service name to its spec, with `componentType`, `subComponentType` and
-//! `replicas`), and converts between them with its webhook. This operator's own CRD serves
-//! v1beta1 only. [`TargetGraph`] reads either layout, decided by the data (`spec.components` or
-//! `spec.services`), not by the `apiVersion` it was read at, so that a cluster serving the two
-//! versions without conversion (the tests' CRD) is read right too; [`Shape::version`] is the
-//! version whose schema matches the data, which is where the connector writes.
+//! NVIDIA's operator serves `nvidia.com/v1beta1` (`spec.components`, a list keyed by `name`, each
+//! with `type` and `replicas`; `status.components`) and `nvidia.com/v1alpha1` (`spec.services`, a
+//! map from the service name to its spec, with `componentType`, `subComponentType` and
+//! `replicas`; `status.services`): Dynamo up to 1.1 serves v1alpha1 only; from 1.2 it serves both
+//! and converts between them with its webhook. This operator's own CRD serves v1beta1 only.
+//! [`TargetGraph`] reads either layout, and remembers the version it was read at, which is where
+//! the connector writes ([`TargetGraph::resource`]).
 //!
 //! A component that declares `scalingAdapter` (v1beta1: the field is present, even as `{}`;
 //! v1alpha1: `scalingAdapter.enabled: true`) has its replicas owned by a
-//! `DynamoGraphDeploymentScalingAdapter` named [`adapter_name`]; see [`crate::connector::kubernetes`].
+//! `DynamoGraphDeploymentScalingAdapter` named [`adapter_name`], served at the same versions as
+//! the graph (v1alpha1 `dgdRef.serviceName`, v1beta1 `dgdRef.componentName`); see
+//! [`crate::connector::kubernetes`].
 
 use std::{collections::BTreeMap, fmt};
 
 use kube::core::{ApiResource, DynamicObject};
 use serde_json::Value;
 
-use planner_api::{ComponentType, DynamoGraphDeployment};
+use planner_api::{ComponentType, DynamoGraphDeployment, Enforcement, KvTransferStatus};
 
 /// API group of NVIDIA Dynamo's resources.
 pub const GROUP: &str = "nvidia.com";
@@ -31,8 +32,8 @@ pub const PLURAL: &str = "dynamographdeployments";
 pub const ADAPTER_KIND: &str = "DynamoGraphDeploymentScalingAdapter";
 /// Resource (plural) of the scaling adapter, which has a Scale subresource on `.spec.replicas`.
 pub const ADAPTER_PLURAL: &str = "dynamographdeploymentscalingadapters";
-/// Version the scaling adapter is served at.
-pub const ADAPTER_VERSION: &str = "v1beta1";
+/// The versions NVIDIA's operator serves its resources at, newest first.
+pub const VERSIONS: [&str; 2] = ["v1beta1", "v1alpha1"];
 /// Resource name of GPUs in pod templates.
 pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 /// Name of the container that runs a component (v1beta1 `podTemplate`).
@@ -81,12 +82,12 @@ pub fn graph_resource(version: &str) -> ApiResource {
     }
 }
 
-/// The scaling adapter resource (`dynamographdeploymentscalingadapters.nvidia.com/v1beta1`).
-pub fn adapter_resource() -> ApiResource {
+/// The scaling adapter resource (`dynamographdeploymentscalingadapters.nvidia.com`) at `version`.
+pub fn adapter_resource(version: &str) -> ApiResource {
     ApiResource {
         group: GROUP.into(),
-        version: ADAPTER_VERSION.into(),
-        api_version: format!("{GROUP}/{ADAPTER_VERSION}"),
+        version: version.into(),
+        api_version: format!("{GROUP}/{version}"),
         kind: ADAPTER_KIND.into(),
         plural: ADAPTER_PLURAL.into(),
     }
@@ -120,7 +121,7 @@ pub struct GraphComponent {
 }
 
 /// Replica counts NVIDIA's operator (or this one) reports for a component in
-/// `status.components`.
+/// `status.components` (v1beta1) or `status.services` (v1alpha1).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ComponentCounts {
     /// Replicas that exist.
@@ -129,6 +130,8 @@ pub struct ComponentCounts {
     pub ready: Option<i32>,
     /// Replicas that are available (`availableReplicas`; likewise optional upstream).
     pub available: Option<i32>,
+    /// Replicas that run the current spec (`updatedReplicas`).
+    pub updated: Option<i32>,
 }
 
 impl ComponentCounts {
@@ -143,20 +146,31 @@ impl ComponentCounts {
 }
 
 /// A DynamoGraphDeployment as the planner sees it, whichever version it was read at.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TargetGraph {
     /// `metadata.name`.
     pub name: String,
     /// `metadata.namespace`.
     pub namespace: String,
+    /// The version it was read at (`v1beta1` or `v1alpha1`), where it is written.
+    pub version: String,
+    /// `metadata.generation`.
+    pub generation: Option<i64>,
     /// Layout of the spec.
     pub shape: Shape,
     /// The components, in `spec.components` order (by name for `spec.services`).
     pub components: Vec<GraphComponent>,
     /// `status.conditions[type=Ready].status == "True"`, when the condition is there.
     pub ready: Option<bool>,
-    /// `status.components`, by component name.
+    /// `status.observedGeneration`: the generation the status describes.
+    pub observed_generation: Option<i64>,
+    /// `status.rollingUpdate.phase` (NVIDIA's: `Pending`, `InProgress`, `Completed`, `Failed`).
+    pub rollout_phase: Option<String>,
+    /// `status.components` (or, read at v1alpha1, `status.services`), by component name.
     pub status_components: BTreeMap<String, ComponentCounts>,
+    /// The graph's KV-transfer topology: `spec.experimental.kvTransferPolicy`, or a frontend's
+    /// `kvCacheTransferTopology` (this operator's DGD).
+    pub kv_transfer: Option<KvTransferStatus>,
 }
 
 /// Why an object cannot be read as a DynamoGraphDeployment: the field and what is wrong.
@@ -179,9 +193,17 @@ fn shape_error(field: impl Into<String>, problem: impl Into<String>) -> ShapeErr
 impl TargetGraph {
     /// Reads an object of either version.
     pub fn from_object(object: &DynamicObject) -> Result<Self, ShapeError> {
-        let name = object.metadata.name.clone().unwrap_or_default();
-        let namespace = object.metadata.namespace.clone().unwrap_or_default();
-        Self::from_parts(name, namespace, &object.data)
+        let meta = Meta {
+            name: object.metadata.name.clone().unwrap_or_default(),
+            namespace: object.metadata.namespace.clone().unwrap_or_default(),
+            api_version: object
+                .types
+                .as_ref()
+                .map(|t| t.api_version.clone())
+                .unwrap_or_default(),
+            generation: object.metadata.generation,
+        };
+        Self::from_parts(meta, &object.data)
     }
 
     /// Reads a whole object (`metadata`, `spec`, `status`) given as JSON.
@@ -193,10 +215,22 @@ impl TargetGraph {
                 .unwrap_or_default()
                 .to_string()
         };
-        Self::from_parts(text("/metadata/name"), text("/metadata/namespace"), value)
+        let meta = Meta {
+            name: text("/metadata/name"),
+            namespace: text("/metadata/namespace"),
+            api_version: text("/apiVersion"),
+            generation: value.pointer("/metadata/generation").and_then(Value::as_i64),
+        };
+        Self::from_parts(meta, value)
     }
 
-    fn from_parts(name: String, namespace: String, data: &Value) -> Result<Self, ShapeError> {
+    fn from_parts(meta: Meta, data: &Value) -> Result<Self, ShapeError> {
+        let Meta {
+            name,
+            namespace,
+            api_version,
+            generation,
+        } = meta;
         let spec = data.get("spec").unwrap_or(&Value::Null);
         let (shape, components) = match (spec.get("components"), spec.get("services")) {
             (Some(Value::Array(list)), _) => (Shape::Components, components_of_list(list)?),
@@ -238,6 +272,7 @@ impl TargetGraph {
             .map(|c| c.get("status") == Some(&Value::from("True")));
         let status_components = status
             .get("components")
+            .or_else(|| status.get("services"))
             .and_then(Value::as_object)
             .map(|map| {
                 map.iter()
@@ -254,20 +289,65 @@ impl TargetGraph {
                                 replicas: count("replicas"),
                                 ready: count("readyReplicas"),
                                 available: count("availableReplicas"),
+                                updated: count("updatedReplicas"),
                             },
                         )
                     })
                     .collect()
             })
             .unwrap_or_default();
+        // Read at a served version, the layout says which; an object given as JSON without an
+        // apiVersion (tests) is written where its layout belongs.
+        let version = api_version
+            .strip_prefix(&format!("{GROUP}/"))
+            .filter(|v| VERSIONS.contains(v))
+            .unwrap_or(shape.version())
+            .to_string();
         Ok(Self {
             name,
             namespace,
+            version,
+            generation,
             shape,
+            kv_transfer: kv_transfer(spec, &components),
             components,
             ready,
+            observed_generation: status.get("observedGeneration").and_then(Value::as_i64),
+            rollout_phase: status
+                .pointer("/rollingUpdate/phase")
+                .and_then(Value::as_str)
+                .filter(|p| !p.is_empty())
+                .map(String::from),
             status_components,
         })
+    }
+
+    /// The graph resource at the version it was read at, where it is written.
+    pub fn resource(&self) -> ApiResource {
+        graph_resource(&self.version)
+    }
+
+    /// Whether the status describes the current spec: `status.observedGeneration` is at least
+    /// `metadata.generation` (when both are reported).
+    pub fn generation_observed(&self) -> bool {
+        match (self.generation, self.observed_generation) {
+            (Some(generation), Some(observed)) => observed >= generation,
+            _ => true,
+        }
+    }
+
+    /// Whether NVIDIA's operator reports a rolling update under way (`Pending` or `InProgress`).
+    pub fn rolling_out(&self) -> bool {
+        matches!(self.rollout_phase.as_deref(), Some("Pending" | "InProgress"))
+    }
+
+    /// The components that run upstream Dynamo's own planner (`type: planner`, v1alpha1
+    /// `componentType: planner`) with replicas above zero.
+    pub fn running_planners(&self) -> Vec<&GraphComponent> {
+        self.components
+            .iter()
+            .filter(|c| c.kind == Some(ComponentType::Planner) && c.replicas.is_none_or(|r| r > 0))
+            .collect()
     }
 
     /// The component named `name`.
@@ -292,6 +372,60 @@ impl TryFrom<&DynamoGraphDeployment> for TargetGraph {
         let value = serde_json::to_value(dgd).map_err(|e| shape_error("metadata", e.to_string()))?;
         Self::from_value(&value)
     }
+}
+
+/// What identifies the object, beside its spec and status.
+struct Meta {
+    name: String,
+    namespace: String,
+    api_version: String,
+    generation: Option<i64>,
+}
+
+/// The graph's KV-transfer topology: NVIDIA's `spec.experimental.kvTransferPolicy` (the same at
+/// both versions), else a frontend's `kvCacheTransferTopology` (this operator's DGD) in that shape.
+fn kv_transfer(spec: &Value, components: &[GraphComponent]) -> Option<KvTransferStatus> {
+    let text = |value: &Value, key: &str| value.get(key).and_then(Value::as_str).map(String::from);
+    let enforcement = |value: Option<String>, fallback: Enforcement| match value.as_deref() {
+        Some("preferred" | "fallback") => Enforcement::Preferred,
+        Some("required" | "fail") => Enforcement::Required,
+        _ => fallback,
+    };
+    if let Some(policy) = spec.pointer("/experimental/kvTransferPolicy") {
+        return Some(KvTransferStatus {
+            domain: text(policy, "domain")?,
+            enforcement: enforcement(text(policy, "enforcement"), Enforcement::Required),
+            label_key: text(policy, "labelKey"),
+            cluster_topology_name: text(policy, "clusterTopologyName"),
+            preferred_weight: policy.get("preferredWeight").and_then(Value::as_f64),
+            field: "spec.experimental.kvTransferPolicy".into(),
+        });
+    }
+    let list = spec.get("components").and_then(Value::as_array)?;
+    let (index, settings) = list.iter().enumerate().find_map(|(index, component)| {
+        component
+            .get("kvCacheTransferTopology")
+            .filter(|s| s.is_object())
+            .map(|s| (index, s))
+    })?;
+    let label = text(settings, "label");
+    Some(KvTransferStatus {
+        domain: text(settings, "level")?,
+        enforcement: enforcement(text(settings, "mismatchPolicy"), Enforcement::Required),
+        cluster_topology_name: if label.is_none() {
+            spec.pointer("/topologyConstraint/clusterTopologyName")
+                .and_then(Value::as_str)
+                .map(String::from)
+        } else {
+            None
+        },
+        label_key: label,
+        preferred_weight: settings.get("kvTransferWeight").and_then(Value::as_f64),
+        field: format!(
+            "spec.components[{index}].kvCacheTransferTopology ({})",
+            components.get(index).map(|c| c.name.as_str()).unwrap_or_default()
+        ),
+    })
 }
 
 fn kind_of(value: &Value) -> &'static str {
@@ -564,12 +698,91 @@ mod tests {
         assert_eq!(error.field, "spec.components[0].name");
     }
 
+    /// Upstream's planner examples run it as a `type: planner` (v1alpha1 `componentType:
+    /// planner`) component; scaled to zero it no longer runs.
+    #[test]
+    fn upstream_planner_components_are_found_at_both_versions() {
+        let beta = TargetGraph::from_value(&json!({
+            "apiVersion": "nvidia.com/v1beta1",
+            "metadata": {"name": "g", "namespace": "ns"},
+            "spec": {"components": [
+                {"name": "Frontend", "type": "frontend"},
+                {"name": "Planner", "type": "planner", "replicas": 1},
+                {"name": "decode", "type": "decode"}
+            ]}
+        }))
+        .unwrap();
+        let names: Vec<&str> = beta.running_planners().iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["Planner"]);
+        let alpha = TargetGraph::from_value(&json!({
+            "apiVersion": "nvidia.com/v1alpha1",
+            "metadata": {"name": "g", "namespace": "ns"},
+            "spec": {"services": {
+                "Planner": {"componentType": "planner"},
+                "Idle": {"componentType": "planner", "replicas": 0}
+            }}
+        }))
+        .unwrap();
+        let names: Vec<&str> = alpha.running_planners().iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["Planner"],
+            "no replicas means one; zero replicas does not run"
+        );
+        assert_eq!(alpha.version, "v1alpha1");
+        assert_eq!(beta.resource().version, "v1beta1");
+    }
+
+    /// NVIDIA's `kvTransferPolicy` (the same at both versions) and this operator's frontend field
+    /// are both reported in NVIDIA's shape.
+    #[test]
+    fn the_kv_transfer_topology_is_read_in_nvidia_shape() {
+        let policy = TargetGraph::from_value(&json!({
+            "apiVersion": "nvidia.com/v1alpha1",
+            "metadata": {"name": "g", "namespace": "ns"},
+            "spec": {
+                "experimental": {"kvTransferPolicy": {"clusterTopologyName": "gpu", "domain": "rack", "enforcement": "preferred", "preferredWeight": 0.5}},
+                "services": {"decode": {"componentType": "worker", "subComponentType": "decode"}}
+            }
+        }))
+        .unwrap();
+        assert_eq!(
+            policy.kv_transfer,
+            Some(KvTransferStatus {
+                domain: "rack".into(),
+                enforcement: Enforcement::Preferred,
+                label_key: None,
+                cluster_topology_name: Some("gpu".into()),
+                preferred_weight: Some(0.5),
+                field: "spec.experimental.kvTransferPolicy".into(),
+            })
+        );
+        let frontend = TargetGraph::try_from(&sample()).unwrap();
+        let kv = frontend.kv_transfer.unwrap();
+        assert_eq!(
+            (
+                kv.domain.as_str(),
+                kv.enforcement,
+                kv.cluster_topology_name.as_deref()
+            ),
+            ("zone", Enforcement::Required, Some("gpu-cluster"))
+        );
+        assert_eq!(kv.field, "spec.components[0].kvCacheTransferTopology (frontend)");
+        let mut none = serde_json::to_value(sample()).unwrap();
+        none["spec"]["components"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("kvCacheTransferTopology");
+        assert_eq!(TargetGraph::from_value(&none).unwrap().kv_transfer, None);
+    }
+
     #[test]
     fn counts_prefer_available_then_ready() {
         let counts = |ready, available| ComponentCounts {
             replicas: Some(3),
             ready,
             available,
+            updated: Some(3),
         };
         assert_eq!(counts(Some(2), Some(3)).serving(), Some(3));
         assert_eq!(counts(Some(2), Some(0)).serving(), Some(2));

@@ -33,8 +33,7 @@ fn crd_command_prints_every_crd() {
         [
             "plannerpolicies.planner.dynamo.io",
             "gpubudgets.planner.dynamo.io",
-            "dynamographdeployments.nvidia.com",
-            "clustertopologies.grove.io"
+            "dynamographdeployments.nvidia.com"
         ]
     );
 }

@@ -1,6 +1,6 @@
 //! The admission webhook in process: AdmissionReview JSON in, AdmissionReview out, through the
 //! same axum router the server runs, with lookups answered from a fixed world (the samples'
-//! ClusterTopology `gpu-cluster` and DGD `llama-disagg`). Also fuzzes the handler with arbitrary
+//! ClusterTopologyBinding `gpu-cluster` and DGD `llama-disagg`). Also fuzzes the handler with arbitrary
 //! bodies, checks the server's limits (body size and time, concurrent reviews, header time) and
 //! load-tests it over TLS.
 
@@ -23,7 +23,7 @@ use axum::{
     body::Body,
     http::{Request, StatusCode},
 };
-use planner_api::{ClusterTopology, ClusterTopologySpec, DynamoGraphDeployment, GpuBudget};
+use planner_api::{ClusterTopologySpec, DynamoGraphDeployment, GpuBudget};
 use planner_operator::{
     lookup::TargetLookup,
     target::TargetGraph,
@@ -72,13 +72,14 @@ impl Lookups for World {
         if let Some(message) = &self.failing {
             return Err(message.clone());
         }
+        // Today's Grove: the ClusterTopologyBinding CRD served, as in the e2e cluster.
         Ok(if !self.grove_installed {
             ClusterTopologyLookup::GroveNotInstalled
         } else {
-            self.topologies
-                .get(name)
-                .cloned()
-                .map_or(ClusterTopologyLookup::NotFound, ClusterTopologyLookup::Found)
+            self.topologies.get(name).cloned().map_or(
+                ClusterTopologyLookup::BindingNotFound { legacy_served: false },
+                ClusterTopologyLookup::FoundBinding,
+            )
         })
     }
 
@@ -89,7 +90,7 @@ impl Lookups for World {
         }
         Ok(match self.dgds.get(&(namespace.into(), name.into())) {
             Some(dgd) => match TargetGraph::try_from(dgd) {
-                Ok(graph) => TargetLookup::Found(graph),
+                Ok(graph) => TargetLookup::Found(Box::new(graph)),
                 Err(error) => TargetLookup::Unreadable(error),
             },
             None => TargetLookup::NotFound,
@@ -112,11 +113,12 @@ fn sample<T: serde::de::DeserializeOwned>(file: &str) -> T {
 }
 
 fn world() -> World {
-    let topology: ClusterTopology = sample("cluster-topology.yaml");
+    let binding = load_yaml(&repo_root().join("config/samples/cluster-topology.yaml"));
+    let topology: ClusterTopologySpec = serde_json::from_value(binding["spec"].clone()).unwrap();
     let dgd: DynamoGraphDeployment = sample("dgd-disagg.yaml");
     World {
         grove_installed: true,
-        topologies: BTreeMap::from([("gpu-cluster".to_string(), topology.spec)]),
+        topologies: BTreeMap::from([("gpu-cluster".to_string(), topology)]),
         dgds: BTreeMap::from([((NAMESPACE.to_string(), "llama-disagg".to_string()), dgd)]),
         budgets: BTreeMap::new(),
         failing: None,
@@ -278,8 +280,8 @@ async fn samples_and_valid_fixtures_are_allowed() {
     ));
     for path in files {
         let object = load_yaml(&path);
-        // Cluster-scoped kinds the webhook does not review (their schema does).
-        if object["kind"] == "ClusterTopology" || object["kind"] == "GpuBudget" {
+        // Kinds the webhook does not review (their schema does).
+        if object["kind"] == "ClusterTopologyBinding" || object["kind"] == "GpuBudget" {
             continue;
         }
         let response = admit(world(), &object, None).await;
@@ -351,6 +353,36 @@ async fn the_admins_allowances_admit_what_the_default_denies() {
         "{text}"
     );
     assert!(!text.contains("pw"), "{text}");
+}
+
+/// A target that runs upstream Dynamo's planner is admitted with a warning that names the
+/// component and how to hand the graph over (the reconciler refuses it until then).
+#[tokio::test]
+async fn a_target_running_upstreams_planner_is_admitted_with_a_warning() {
+    let mut planned = world();
+    let dgd = planned
+        .dgds
+        .get_mut(&(NAMESPACE.to_string(), "llama-disagg".to_string()))
+        .unwrap();
+    let mut planner = dgd.spec.components[2].clone();
+    planner.name = "Planner".into();
+    planner.kind = Some(planner_api::ComponentType::Planner);
+    dgd.spec.components.push(planner);
+    let policy: Value = sample("plannerpolicy-sla.yaml");
+    let response = admit(planned.clone(), &policy, None).await;
+    assert_eq!(response["allowed"], true, "{}", message(&response));
+    let warnings = response["warnings"].as_array().cloned().unwrap_or_default();
+    assert_eq!(warnings.len(), 1, "{response}");
+    let warning = warnings[0].as_str().unwrap_or_default();
+    assert!(
+        warning.contains("runs upstream Dynamo's planner (component \"Planner\", type planner, 1 replica)")
+            && warning.contains("scaling it to zero replicas (spec.components[3].replicas: 0)")
+            && warning.contains("reason UpstreamPlannerRunning"),
+        "{warning}"
+    );
+    // Without the planner component, no warning.
+    let response = admit(world(), &policy, None).await;
+    assert!(response.get("warnings").is_none_or(Value::is_null), "{response}");
 }
 
 #[tokio::test]
@@ -434,7 +466,7 @@ async fn updates_check_lookups_only_when_their_fields_change() {
     let dgd = load_yaml(&repo_root().join("config/samples/dgd-disagg.yaml"));
     let mut gone = world();
     gone.topologies.clear();
-    // The ClusterTopology was deleted after admission: the planner can still scale.
+    // The ClusterTopologyBinding was deleted after admission: the planner can still scale.
     let mut scaled = dgd.clone();
     scaled["spec"]["components"][1]["replicas"] = json!(4);
     let response = admit(gone.clone(), &scaled, Some(&dgd)).await;
@@ -448,7 +480,7 @@ async fn updates_check_lookups_only_when_their_fields_change() {
     moved["spec"]["components"][0]["kvCacheTransferTopology"]["level"] = json!("rack");
     let response = admit(gone, &moved, Some(&dgd)).await;
     assert_eq!(response["allowed"], false);
-    assert!(message(&response).contains("ClusterTopology \"gpu-cluster\" not found"));
+    assert!(message(&response).contains("ClusterTopologyBinding \"gpu-cluster\" not found"));
     // A policy whose target was deleted can still be edited, unless it retargets.
     let policy = load_yaml(&repo_root().join("config/samples/plannerpolicy-sla.yaml"));
     let mut no_dgds = world();
@@ -484,12 +516,12 @@ async fn deletes_and_objects_being_deleted_are_allowed() {
 async fn failed_and_slow_lookups_deny_with_a_reason_to_retry() {
     let dgd = load_yaml(&repo_root().join("config/samples/dgd-disagg.yaml"));
     let mut failing = world();
-    failing.failing = Some("clustertopologies.grove.io is forbidden".into());
+    failing.failing = Some("clustertopologybindings.grove.io is forbidden".into());
     let response = admit(failing, &dgd, None).await;
     assert_eq!(response["allowed"], false);
     assert_eq!(response["status"]["code"], 503);
     assert!(
-        message(&response).contains("cannot read ClusterTopology \"gpu-cluster\" to check kvCacheTransferTopology (clustertopologies.grove.io is forbidden); retry"),
+        message(&response).contains("spec.topologyConstraint.clusterTopologyName: cannot read ClusterTopologyBinding \"gpu-cluster\" to check the KV-transfer topology (clustertopologybindings.grove.io is forbidden); retry"),
         "{}",
         message(&response)
     );

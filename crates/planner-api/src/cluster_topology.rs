@@ -1,44 +1,45 @@
-//! `ClusterTopology` (`grove.io/v1alpha1`, cluster-scoped): Grove's mapping of topology domains to
-//! node labels. This operator only reads it; the CRD here reproduces its relevant fields so that
-//! clusters without Grove (and the tests) can install it.
+//! The topology levels of Grove's `ClusterTopologyBinding` (Grove v0.1.0-alpha.9 and later) and
+//! of its predecessor `ClusterTopology` (alpha.4 to alpha.8), both `grove.io/v1alpha1` and
+//! cluster-scoped. Both kinds keep their levels in `spec.levels[]` as `{domain, key}`, `key` being
+//! the node label that holds the node's domain. This operator only reads them: Grove owns both
+//! CRDs, and this project ships neither.
 
-use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use super::dgd::{DOMAIN_PATTERN, LABEL_KEY_PATTERN};
-
-/// Topology levels of the cluster, broadest first (e.g. zone, rack, host).
-#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[kube(
-    group = "grove.io",
-    version = "v1alpha1",
-    kind = "ClusterTopology",
-    plural = "clustertopologies",
-    singular = "clustertopology",
-    derive = "PartialEq",
-    doc = "Topology levels of the cluster, broadest first, each mapped to a node label.",
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
-)]
-#[serde(rename_all = "camelCase")]
+/// The part of a ClusterTopologyBinding's (or ClusterTopology's) spec this operator reads.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct ClusterTopologySpec {
     /// Topology levels ordered from the broadest (e.g. `zone`) to the narrowest (e.g. `host`).
-    #[schemars(length(min = 1, max = 16))]
-    #[x_kube(validation = Rule::new("self.all(l, self.exists_one(m, m.domain == l.domain))")
-        .message("each spec.levels[].domain may appear only once"))]
-    #[x_kube(validation = Rule::new("self.all(l, self.exists_one(m, m.labelKey == l.labelKey))")
-        .message("each spec.levels[].labelKey may appear only once"))]
     pub levels: Vec<TopologyLevel>,
 }
 
 /// One topology level.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct TopologyLevel {
     /// Name of the level, e.g. `zone`, `rack` or `host`.
-    #[schemars(length(min = 1, max = 63), regex(pattern = DOMAIN_PATTERN))]
     pub domain: String,
     /// Node label whose value names the node's domain at this level, e.g.
     /// `topology.kubernetes.io/zone`.
-    #[schemars(length(min = 1, max = 317), regex(pattern = LABEL_KEY_PATTERN))]
-    pub label_key: String,
+    pub key: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Grove's own objects (a binding of today's Grove, a ClusterTopology of alpha.8) parse; the
+    /// invented `labelKey` of earlier versions of this project does not.
+    #[test]
+    fn both_grove_kinds_read_key() {
+        let binding: ClusterTopologySpec = serde_json::from_value(serde_json::json!({
+            "levels": [{"domain": "zone", "key": "topology.kubernetes.io/zone"}],
+            "schedulerTopologyBindings": [{"schedulerName": "kai-scheduler", "topologyReference": "x"}]
+        }))
+        .unwrap();
+        assert_eq!(binding.levels[0].key, "topology.kubernetes.io/zone");
+        let invented = serde_json::from_value::<ClusterTopologySpec>(serde_json::json!({
+            "levels": [{"domain": "zone", "labelKey": "topology.kubernetes.io/zone"}]
+        }));
+        assert!(invented.unwrap_err().to_string().contains("missing field `key`"));
+    }
 }

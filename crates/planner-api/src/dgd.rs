@@ -1,5 +1,6 @@
 //! `DynamoGraphDeployment` (`nvidia.com/v1beta1`): the fields of upstream Dynamo's v1beta1 API
-//! that this operator reads or renders, plus the frontend's `kvCacheTransferTopology`.
+//! that this operator reads or renders (among them NVIDIA's `spec.experimental.kvTransferPolicy`),
+//! plus this operator's own frontend field `kvCacheTransferTopology`.
 //!
 //! Every other upstream field is kept as it is (`x-kubernetes-preserve-unknown-fields`), so a DGD
 //! written for Dynamo's own operator round-trips through this one unchanged.
@@ -57,6 +58,9 @@ pub const LABEL_KEY_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]
 #[x_kube(validation = Rule::new("self.components.filter(c, has(c.kvCacheTransferTopology)).size() <= 1")
     .message("at most one frontend in spec.components may set kvCacheTransferTopology")
     .field_path(".components"))]
+#[x_kube(validation = Rule::new("!has(self.experimental) || !has(self.experimental.kvTransferPolicy) || self.components.all(c, !has(c.kvCacheTransferTopology))")
+    .message("set either spec.experimental.kvTransferPolicy or a frontend's kvCacheTransferTopology, not both")
+    .field_path(".experimental.kvTransferPolicy"))]
 #[x_kube(validation = Rule::new("self.components.all(c, !has(c.kvCacheTransferTopology) || has(c.kvCacheTransferTopology.label)) || (has(self.topologyConstraint) && has(self.topologyConstraint.clusterTopologyName))")
     .message("spec.topologyConstraint.clusterTopologyName is required when kvCacheTransferTopology has no label: name the Grove ClusterTopology whose levels it uses, or set kvCacheTransferTopology.label")
     .field_path(".topologyConstraint"))]
@@ -85,10 +89,114 @@ pub struct DynamoGraphDeploymentSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend_framework: Option<BackendFramework>,
 
+    /// Graph-level preview features (NVIDIA's `spec.experimental`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub experimental: Option<Experimental>,
+
     /// Upstream fields this operator does not interpret, kept unchanged.
     #[serde(flatten)]
     #[schemars(skip)]
     pub other: BTreeMap<String, Value>,
+}
+
+/// Graph-level preview features, as NVIDIA's DGD names them.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[schemars(transform = schema::preserve_unknown_fields)]
+#[serde(rename_all = "camelCase")]
+pub struct Experimental {
+    /// Keep KV-cache transfers between prefill and decode workers inside one topology domain
+    /// (NVIDIA's shape; the same field in both API versions NVIDIA's operator serves).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_transfer_policy: Option<KvTransferPolicy>,
+
+    /// Upstream fields this operator does not interpret, kept unchanged.
+    #[serde(flatten)]
+    #[schemars(skip)]
+    pub other: BTreeMap<String, Value>,
+}
+
+/// NVIDIA's topology-aware KV-transfer policy of a graph: the domain transfers stay in, where a
+/// worker's domain comes from (a node label, or the levels of a Grove ClusterTopologyBinding) and
+/// how strictly the router keeps to it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(validation = Rule::new("has(self.labelKey) != has(self.clusterTopologyName)")
+    .message("exactly one of labelKey or clusterTopologyName is required"))]
+#[x_kube(validation = Rule::new("self.enforcement != 'preferred' || has(self.preferredWeight)")
+    .message("preferredWeight is required when enforcement is preferred")
+    .field_path(".preferredWeight"))]
+#[x_kube(validation = Rule::new("!has(self.preferredWeight) || self.enforcement == 'preferred'")
+    .message("preferredWeight may only be set when enforcement is preferred")
+    .field_path(".preferredWeight"))]
+#[serde(rename_all = "camelCase")]
+pub struct KvTransferPolicy {
+    /// Node label whose value is a worker's domain, e.g. `topology.kubernetes.io/zone`; the
+    /// operator copies it onto worker pods after scheduling. Exclusive with
+    /// `clusterTopologyName`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 317), regex(pattern = LABEL_KEY_PATTERN))]
+    pub label_key: Option<String>,
+
+    /// Name of the Grove ClusterTopologyBinding (or, before Grove v0.1.0-alpha.9,
+    /// ClusterTopology) whose levels hold `domain`. Exclusive with `labelKey`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub cluster_topology_name: Option<String>,
+
+    /// The topology domain transfers stay in, e.g. `zone` or `rack`.
+    #[schemars(length(min = 1, max = 63), regex(pattern = DOMAIN_PATTERN))]
+    pub domain: String,
+
+    /// `required`: only decode workers in the prefill worker's domain; `preferred`: any decode
+    /// worker, biased towards the domain by `preferredWeight`.
+    #[serde(default)]
+    pub enforcement: Enforcement,
+
+    /// Strength of the same-domain preference, 0 to 1; set exactly when `enforcement` is
+    /// `preferred`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub preferred_weight: Option<f64>,
+}
+
+/// How strictly KV-cache transfers keep to the domain (NVIDIA's values).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Enforcement {
+    /// Only decode workers in the prefill worker's domain.
+    #[default]
+    Required,
+    /// Any decode worker, preferring the prefill worker's domain.
+    Preferred,
+}
+
+impl Enforcement {
+    /// The name used in the spec and in `DYN_KV_TRANSFER_ENFORCEMENT`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Required => "required",
+            Self::Preferred => "preferred",
+        }
+    }
+}
+
+impl From<MismatchPolicy> for Enforcement {
+    /// `fail` keeps transfers in the domain (`required`); `fallback` allows others
+    /// (`preferred`).
+    fn from(policy: MismatchPolicy) -> Self {
+        match policy {
+            MismatchPolicy::Fail => Self::Required,
+            MismatchPolicy::Fallback => Self::Preferred,
+        }
+    }
+}
+
+impl From<Enforcement> for MismatchPolicy {
+    fn from(enforcement: Enforcement) -> Self {
+        match enforcement {
+            Enforcement::Required => Self::Fail,
+            Enforcement::Preferred => Self::Fallback,
+        }
+    }
 }
 
 /// One component of the graph, rendered as one workload.
@@ -193,7 +301,9 @@ pub enum BackendFramework {
 #[schemars(transform = schema::preserve_unknown_fields)]
 #[serde(rename_all = "camelCase")]
 pub struct TopologyConstraint {
-    /// Name of the Grove `ClusterTopology` whose levels the graph's topology settings refer to.
+    /// Name of the Grove ClusterTopologyBinding (or, before Grove v0.1.0-alpha.9,
+    /// ClusterTopology) whose levels a frontend's `kvCacheTransferTopology` refers to. (In
+    /// NVIDIA's DGD this object means Grove topology-aware pod placement.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
         length(min = 1, max = 253),
@@ -219,8 +329,8 @@ pub struct TopologyConstraint {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct KvCacheTransferTopology {
-    /// Topology domain transfers stay in, e.g. `zone` or `rack`: one of the ClusterTopology's
-    /// `spec.levels[].domain` (or any name when `label` is set).
+    /// Topology domain transfers stay in, e.g. `zone` or `rack`: one of the
+    /// ClusterTopologyBinding's `spec.levels[].domain` (or any name when `label` is set).
     #[schemars(
         length(min = 1, max = 63),
         regex(pattern = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
@@ -233,8 +343,8 @@ pub struct KvCacheTransferTopology {
     pub mismatch_policy: MismatchPolicy,
 
     /// Node label key whose value is the worker's domain, e.g. `topology.kubernetes.io/zone`.
-    /// When set, no Grove ClusterTopology is needed: the operator copies the node's label onto
-    /// worker pods after scheduling.
+    /// When set, no Grove ClusterTopologyBinding is needed: the operator copies the node's label
+    /// onto worker pods after scheduling.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
         length(min = 1, max = 317),

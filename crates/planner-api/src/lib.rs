@@ -1,5 +1,6 @@
-//! Custom resource types: the operator's own `PlannerPolicy` and `GpuBudget`, and the third-party
-//! `DynamoGraphDeployment` (Dynamo) and `ClusterTopology` (Grove) it reads and writes.
+//! Custom resource types: the operator's own `PlannerPolicy` and `GpuBudget`, the third-party
+//! `DynamoGraphDeployment` (Dynamo) it reads and writes, and the levels of Grove's
+//! `ClusterTopologyBinding` / `ClusterTopology` it reads (Grove's CRDs are Grove's: not shipped).
 
 mod cluster_topology;
 mod dgd;
@@ -9,11 +10,11 @@ pub mod labels;
 mod planner_policy;
 pub mod schema;
 
-pub use cluster_topology::{ClusterTopology, ClusterTopologySpec, TopologyLevel};
+pub use cluster_topology::{ClusterTopologySpec, TopologyLevel};
 pub use dgd::{
     BackendFramework, Component, ComponentReplicaStatus, ComponentType, DOMAIN_PATTERN,
-    DynamoGraphDeployment, DynamoGraphDeploymentSpec, DynamoGraphDeploymentStatus, KvCacheTransferTopology,
-    LABEL_KEY_PATTERN, MismatchPolicy, TopologyConstraint,
+    DynamoGraphDeployment, DynamoGraphDeploymentSpec, DynamoGraphDeploymentStatus, Enforcement, Experimental,
+    KvCacheTransferTopology, KvTransferPolicy, LABEL_KEY_PATTERN, MismatchPolicy, TopologyConstraint,
 };
 pub use gpu_budget::{
     BudgetGrant, BudgetMember, BudgetMemberStatus, BudgetRef, EVERY as EVERY_POLICY, GpuBudget,
@@ -21,10 +22,10 @@ pub use gpu_budget::{
 };
 pub use planner_policy::{
     BUILTIN_PROFILES, Behavior, Bounds, BuiltinProfile, ConfigMapKeyRef, Connector, ConnectorKind,
-    Correction, CorrectionFactors, EtcdSource, KalmanSettings, LoadThresholds, LocalObjectRef, MetricsSource,
-    ObservedLoad, PlannerMode, PlannerPolicy, PlannerPolicySpec, PlannerPolicyStatus, PoolComponents,
-    PoolReplicas, PredictedLoad, Predictor, PredictorKind, Profile, PrometheusSource, ProphetSettings,
-    SecretKeyRef, Sla, SlaModel, TargetRef, WarmupTrace,
+    Correction, CorrectionFactors, EtcdSource, KalmanSettings, KvTransferStatus, LoadThresholds,
+    LocalObjectRef, MetricsSource, ObservedLoad, PlannerMode, PlannerPolicy, PlannerPolicySpec,
+    PlannerPolicyStatus, PoolComponents, PoolReplicas, PredictedLoad, Predictor, PredictorKind, Profile,
+    PrometheusSource, ProphetSettings, SecretKeyRef, Sla, SlaModel, TargetRef, WarmupTrace,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -32,16 +33,11 @@ use kube::core::CustomResourceExt;
 
 /// Every CRD this project ships, in the order they are written to `config/crd/`.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![
-        PlannerPolicy::crd(),
-        GpuBudget::crd(),
-        DynamoGraphDeployment::crd(),
-        ClusterTopology::crd(),
-    ]
+    vec![PlannerPolicy::crd(), GpuBudget::crd(), DynamoGraphDeployment::crd()]
 }
 
 /// Folder of the Helm chart (`charts/planner-operator/`) a CRD file is written to: `crds/`, which
-/// Helm installs with the chart, for the PlannerPolicy and ClusterTopology CRDs; `files/crds/`
+/// Helm installs with the chart, for the PlannerPolicy CRD; `files/crds/`
 /// for the DynamoGraphDeployment CRD, which the chart installs only when asked
 /// (`dgdCrd.install`), since NVIDIA's Dynamo operator owns that kind in clusters that run it.
 pub fn chart_crd_dir(file_name: &str) -> &'static str {

@@ -11,6 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{
+    dgd::Enforcement,
     gpu_budget::{BudgetGrant, BudgetRef},
     schema,
 };
@@ -873,6 +874,33 @@ pub struct PlannerPolicyStatus {
     /// With `spec.budgetRef`: what the shared GPU budget granted at the last decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<BudgetGrant>,
+    /// The target graph's KV-transfer topology as last read: its
+    /// `spec.experimental.kvTransferPolicy`, or a frontend's `kvCacheTransferTopology` in that
+    /// shape. Reported only; the planner renders nothing from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_transfer: Option<KvTransferStatus>,
+}
+
+/// Where a graph keeps its KV-cache transfers, in the shape of NVIDIA's `kvTransferPolicy`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct KvTransferStatus {
+    /// The topology domain transfers stay in, e.g. `zone`.
+    pub domain: String,
+    /// `required` or `preferred`.
+    pub enforcement: Enforcement,
+    /// The node label that holds a worker's domain, when the graph names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_key: Option<String>,
+    /// The Grove ClusterTopologyBinding (or ClusterTopology) whose levels hold the domain, when
+    /// the graph names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_topology_name: Option<String>,
+    /// The weight of the same-domain preference, when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preferred_weight: Option<f64>,
+    /// The field of the graph it was read from.
+    pub field: String,
 }
 
 /// Frontend metrics averaged over one interval.

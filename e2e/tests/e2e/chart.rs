@@ -356,6 +356,32 @@ async fn notes_say_what_to_apply_next_in_every_mode() -> Result<()> {
     Ok(())
 }
 
+/// The CRDs Helm installs (`crds/` and the templates, `--include-crds`) are this project's only:
+/// none in Grove's group, whose CRDs Grove installs (an invented `clustertopologies.grove.io`
+/// would shadow a real Grove's, or be one Grove never had).
+#[tokio::test]
+async fn the_chart_installs_no_crd_in_groves_group() -> Result<()> {
+    for mode in modes()? {
+        let mut args: Vec<&str> = mode.args.iter().map(String::as_str).collect();
+        args.extend(["--include-crds", "--set", "dgdCrd.install=true"]);
+        let objects = template(RELEASE, NAMESPACE, &args).await?;
+        let names: Vec<String> = of_kind(&objects, "CustomResourceDefinition")
+            .iter()
+            .map(|crd| crd["metadata"]["name"].as_str().unwrap_or_default().to_string())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "plannerpolicies.planner.dynamo.io",
+                "dynamographdeployments.nvidia.com"
+            ],
+            "{}",
+            mode.name
+        );
+    }
+    Ok(())
+}
+
 /// The DGD CRD is installed only when asked (`dgdCrd.install`), kept on uninstall, and is the
 /// generated one; planner-only mode registers no DGD webhook and passes `--dgd-controller=false`.
 #[tokio::test]

@@ -503,11 +503,14 @@ async fn exercise(
         })
         .await?;
     }
+    // The reconcile applies the Services after the Deployments: wait for them too.
     for service in ["frontend", "frontend-b"] {
-        check(
-            services.get_opt(&format!("{GRAPH}-{service}")).await?.is_some(),
-            || format!("no Service {GRAPH}-{service}"),
-        )?;
+        let name = format!("{GRAPH}-{service}");
+        poll_until(&format!("Service {name}"), WAIT, || {
+            let (services, name) = (services.clone(), name.clone());
+            async move { Ok(services.get_opt(&name).await?.is_some()) }
+        })
+        .await?;
     }
     wait_condition(&dgds, GRAPH, "Ready", "True").await?;
     let topology = wait_condition(&dgds, GRAPH, "TopologyResolved", "True").await?;
@@ -519,9 +522,10 @@ async fn exercise(
         .await?;
     check(!workers.items.is_empty(), || "no worker pods".into())?;
     for pod in &workers.items {
-        check(pod.labels().contains_key("grove.io/topology.zone"), || {
-            format!("pod {} has no zone label", pod.name_any())
-        })?;
+        check(
+            pod.labels().contains_key("nvidia.com/dynamo-topology.zone"),
+            || format!("pod {} has no zone label", pod.name_any()),
+        )?;
     }
 
     // PlannerPolicy reconcile: profile from a ConfigMap, metrics from the fake Prometheus, the
@@ -576,12 +580,21 @@ async fn exercise(
     .await?;
 
     // Stale workloads: the removed components' Deployments and Service are deleted.
-    let mut dgd = dgds.get(GRAPH).await?;
-    dgd.spec
-        .components
-        .retain(|c| c.name != "frontend-b" && c.name != "aux");
-    dgd.metadata.managed_fields = None;
-    dgds.replace(GRAPH, &PostParams::default(), &dgd).await?;
+    // The planner (replicas) and the DGD controller (status) write the DGD meanwhile: a replace
+    // that lost the race (409) is read and tried again.
+    poll_until("the DGD without frontend-b and aux", WAIT, || async {
+        let mut dgd = dgds.get(GRAPH).await?;
+        dgd.spec
+            .components
+            .retain(|c| c.name != "frontend-b" && c.name != "aux");
+        dgd.metadata.managed_fields = None;
+        match dgds.replace(GRAPH, &PostParams::default(), &dgd).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+            Err(error) => Err(error.into()),
+        }
+    })
+    .await?;
     poll_until(
         "the removed components' workloads to be deleted",
         WAIT,
@@ -636,7 +649,7 @@ fn names(manifest: &[Value]) -> Result<Names> {
 fn cluster_topology(name: &str) -> Result<Value> {
     let [mut topology] = load_yaml(&repo_root().join("config/samples/cluster-topology.yaml"))?
         .try_into()
-        .map_err(|_| "one ClusterTopology in the sample")?;
+        .map_err(|_| "one ClusterTopologyBinding in the sample")?;
     topology["metadata"]["name"] = json!(name);
     Ok(topology)
 }

@@ -1,6 +1,7 @@
-//! The generated CRDs against a real API server: they install, and the server's own schema
-//! validation and CEL rules agree with the offline schema tests (`operator/tests/crd_schema.rs`)
-//! on every sample and every bad fixture.
+//! The generated CRDs against a real API server: they install (with Grove's own
+//! ClusterTopologyBinding CRD, which the tests install beside them), and the server's own schema validation and CEL rules
+//! agree with the offline schema tests (`operator/tests/crd_schema.rs`) on every sample and every
+//! bad fixture; the sample ClusterTopologyBinding is valid on Grove's own CRD.
 
 use std::time::Duration;
 
@@ -8,50 +9,55 @@ use std::time::Duration;
 #[path = "../../../operator/tests/support/mod.rs"]
 mod offline;
 
-use e2e::{
-    Result, client, describe, expectation, in_namespace, install_crds, load_yaml, repo_root, yaml_files,
-};
+use e2e::{Result, describe, expectation, in_namespace, install_crds, load_yaml, repo_root, yaml_files};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{Api, runtime::wait::conditions};
 
+/// Under the shared lock (hence a namespace of its own): it re-applies the shared CRDs, which must
+/// not happen while a test that replaces them (with NVIDIA's or an earlier Grove's) runs.
 #[tokio::test]
 async fn crds_install_and_become_established() -> Result<()> {
-    let client = client().await?;
-    let names = install_crds(&client).await?;
-    let mut expected = vec![
-        "clustertopologies.grove.io",
-        "dynamographdeployments.nvidia.com",
-        "plannerpolicies.planner.dynamo.io",
-    ];
-    expected.sort_unstable();
-    let mut installed: Vec<&str> = names.iter().map(String::as_str).collect();
-    installed.sort_unstable();
-    assert_eq!(installed, expected);
+    in_namespace("crds", |ns| async move {
+        let client = ns.client.clone();
+        let names = install_crds(&client).await?;
+        let mut expected = vec![
+            // Grove's own (../shared/upstream/grove/), not this project's.
+            "clustertopologybindings.grove.io",
+            "dynamographdeployments.nvidia.com",
+            "gpubudgets.planner.dynamo.io",
+            "plannerpolicies.planner.dynamo.io",
+        ];
+        expected.sort_unstable();
+        let mut installed: Vec<&str> = names.iter().map(String::as_str).collect();
+        installed.sort_unstable();
+        assert_eq!(installed, expected);
 
-    // Established, and the names were accepted (no conflict with another CRD).
-    let api: Api<CustomResourceDefinition> = Api::all(client);
-    for name in &names {
-        let crd = e2e::wait_for(
-            &api,
-            name,
-            conditions::is_crd_established(),
-            Duration::from_secs(10),
-        )
-        .await?
-        .expect("CRD exists");
-        let status = crd.status.expect("CRD has a status");
-        let condition = |kind: &str| {
-            status
-                .conditions
-                .iter()
-                .flatten()
-                .find(|c| c.type_ == kind)
-                .map(|c| c.status.clone())
-        };
-        assert_eq!(condition("Established").as_deref(), Some("True"), "{name}");
-        assert_eq!(condition("NamesAccepted").as_deref(), Some("True"), "{name}");
-    }
-    Ok(())
+        // Established, and the names were accepted (no conflict with another CRD).
+        let api: Api<CustomResourceDefinition> = Api::all(client);
+        for name in &names {
+            let crd = e2e::wait_for(
+                &api,
+                name,
+                conditions::is_crd_established(),
+                Duration::from_secs(10),
+            )
+            .await?
+            .expect("CRD exists");
+            let status = crd.status.expect("CRD has a status");
+            let condition = |kind: &str| {
+                status
+                    .conditions
+                    .iter()
+                    .flatten()
+                    .find(|c| c.type_ == kind)
+                    .map(|c| c.status.clone())
+            };
+            assert_eq!(condition("Established").as_deref(), Some("True"), "{name}");
+            assert_eq!(condition("NamesAccepted").as_deref(), Some("True"), "{name}");
+        }
+        Ok(())
+    })
+    .await
 }
 
 #[tokio::test]

@@ -309,9 +309,17 @@ async fn restart_apiserver(dir: &std::path::Path) -> Result<Duration> {
     let stopped = Instant::now();
     // SIGKILL: a crash, every watch cut at once (SIGTERM drains them for up to a minute).
     Command::new("kill").args(["-KILL", &pid.to_string()]).status()?;
+    // Gone, or a zombie nobody reaps yet whose threads are all gone: a thread-group leader shows
+    // Z as soon as it exits, while its other threads may still hold the listening socket (a
+    // restart then fails with "address already in use").
     poll_until("kube-apiserver to exit", Duration::from_secs(60), || async {
-        Ok(!std::path::Path::new(&format!("/proc/{pid}")).exists()
-            || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z ")))
+        let proc = format!("/proc/{pid}");
+        if !std::path::Path::new(&proc).exists() {
+            return Ok(true);
+        }
+        let zombie = std::fs::read_to_string(format!("{proc}/stat")).is_ok_and(|s| s.contains(") Z "));
+        let threads = std::fs::read_dir(format!("{proc}/task")).map_or(0, |d| d.count());
+        Ok(zombie && threads <= 1)
     })
     .await?;
     let log = std::fs::OpenOptions::new()

@@ -8,6 +8,7 @@ mod chart;
 mod chart_rbac;
 mod closed_loop;
 mod cluster;
+mod conversion;
 mod crd_race;
 mod crds;
 mod dgd;

@@ -222,14 +222,20 @@ pub struct ClusterScoped {
 }
 
 impl ClusterScoped {
-    /// Creates `object` (a ClusterTopology) and returns a guard that deletes it.
+    /// Creates `object` (a Grove ClusterTopologyBinding, or the ClusterTopology of Grove before
+    /// v0.1.0-alpha.9, by its `kind`) and returns a guard that deletes it.
     pub async fn create_cluster_topology(client: &Client, object: &Value) -> Result<Self> {
+        let (kind, plural) = match object["kind"].as_str() {
+            Some("ClusterTopologyBinding") => ("ClusterTopologyBinding", "clustertopologybindings"),
+            Some("ClusterTopology") => ("ClusterTopology", "clustertopologies"),
+            other => return Err(format!("not one of Grove's topology kinds: {other:?}").into()),
+        };
         let resource = kube::api::ApiResource {
             group: "grove.io".into(),
             version: "v1alpha1".into(),
             api_version: "grove.io/v1alpha1".into(),
-            kind: "ClusterTopology".into(),
-            plural: "clustertopologies".into(),
+            kind: kind.into(),
+            plural: plural.into(),
         };
         let api: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &resource);
         let object: kube::api::DynamicObject = serde_json::from_value(object.clone())?;
@@ -237,7 +243,7 @@ impl ClusterScoped {
             .metadata
             .name
             .clone()
-            .ok_or("ClusterTopology without a name")?;
+            .ok_or("topology object without a name")?;
         api.create(&PostParams::default(), &object).await?;
         Ok(Self { api, name })
     }

@@ -79,7 +79,7 @@ async fn only_the_node_labels_the_dgd_resolves_are_copied() -> Result<()> {
             // Asks for the rack, and for the node's hostname, zone and instance type under pod
             // labels of its choosing.
             let pairs = format!(
-                "{RACK}={RACK},stolen-hostname=kubernetes.io/hostname,stolen-zone={ZONE},grove.io/topology.rack=node.kubernetes.io/instance-type"
+                "{RACK}={RACK},stolen-hostname=kubernetes.io/hostname,stolen-zone={ZONE},nvidia.com/dynamo-topology.rack=node.kubernetes.io/instance-type"
             );
             pods.create(&PostParams::default(), &pod("handmade", "llama", &node_name, &pairs)?)
                 .await?;
@@ -98,7 +98,7 @@ async fn only_the_node_labels_the_dgd_resolves_are_copied() -> Result<()> {
             tokio::time::sleep(Duration::from_secs(5)).await;
             let handmade = labels(&pods.get("handmade").await?);
             assert!(
-                ["stolen-hostname", "stolen-zone", "grove.io/topology.rack"]
+                ["stolen-hostname", "stolen-zone", "nvidia.com/dynamo-topology.rack"]
                     .iter()
                     .all(|key| !handmade.contains_key(*key)),
                 "labels the DGD does not resolve were copied: {handmade:?}"

@@ -25,7 +25,7 @@ fn header(text: &str, name: &str) -> Option<String> {
         .find_map(|line| line.strip_prefix(&prefix).map(|v| v.trim().to_string()))
 }
 
-/// The fixtures, with the samples' ClusterTopology name replaced by this test's.
+/// The fixtures, with the samples' ClusterTopologyBinding name replaced by this test's.
 fn fixtures(cluster_topology: &str) -> Result<Vec<Fixture>> {
     let mut fixtures = Vec::new();
     for path in yaml_files(&repo_root().join("operator/tests/fixtures/webhook"))? {
@@ -51,13 +51,14 @@ fn file_name(path: &Path) -> String {
 fn cluster_topology(name: &str) -> Result<Value> {
     let [mut topology] = load_yaml(&repo_root().join("config/samples/cluster-topology.yaml"))?
         .try_into()
-        .map_err(|_| "one ClusterTopology in the sample")?;
+        .map_err(|_| "one ClusterTopologyBinding in the sample")?;
     topology["metadata"]["name"] = json!(name);
     Ok(topology)
 }
 
-/// The samples (but the cluster-scoped ClusterTopology and GpuBudget) and the valid fixtures, with this test's
-/// ClusterTopology name; the DGD sample first, since the policies target it.
+/// The samples (but the ClusterTopologyBinding and the cluster-scoped GpuBudget) and the valid
+/// fixtures, with this test's ClusterTopologyBinding name; the DGD sample first, since the
+/// policies target it.
 fn valid_objects(cluster_topology: &str) -> Result<Vec<Value>> {
     let mut paths = yaml_files(&repo_root().join("config/samples"))?;
     paths.extend(yaml_files(
@@ -67,7 +68,7 @@ fn valid_objects(cluster_topology: &str) -> Result<Vec<Value>> {
     for path in paths {
         let text = std::fs::read_to_string(&path)?.replace("gpu-cluster", cluster_topology);
         let object: Value = serde_yaml::from_str(&text)?;
-        if object["kind"] != "ClusterTopology" && object["kind"] != "GpuBudget" {
+        if object["kind"] != "ClusterTopologyBinding" && object["kind"] != "GpuBudget" {
             objects.push(object);
         }
     }
@@ -140,7 +141,7 @@ async fn the_webhook_rejects_topology_and_planner_policy_violations() -> Result<
 async fn without_grove_a_dgd_that_needs_a_cluster_topology_is_rejected() -> Result<()> {
     in_namespace("webhook-no-grove", |ns| async move {
         install_crds(&ns.client).await?;
-        // This cluster has the ClusterTopology CRD; an API version nobody serves stands in for a
+        // This cluster has Grove's topology CRDs; an API version nobody serves stands in for a
         // cluster without Grove.
         let operator = start(&ns, &["--cluster-topology-api-version", "grove.io/v1alpha9"]).await?;
         let outcome = async {
@@ -154,7 +155,7 @@ async fn without_grove_a_dgd_that_needs_a_cluster_topology_is_rejected() -> Resu
                 .await?;
             let failures = check_rejections(&ns, &fixtures).await;
             assert!(failures.is_empty(), "{}", failures.join("\n"));
-            // With a label the ClusterTopology is not needed, Grove or not.
+            // With a label no Grove object is needed, Grove or not.
             let [label] = load_yaml(
                 &repo_root()
                     .join("operator/tests/fixtures/webhook/valid/dgd-label-without-cluster-topology.yaml"),

@@ -2,16 +2,22 @@
 //! components, whichever version NVIDIA's operator (or this one) serves it at.
 //!
 //! Per component, the way upstream Dynamo's planner scales:
-//! 1. Through the component's `DynamoGraphDeploymentScalingAdapter` (DGDSA, `nvidia.com/v1beta1`,
-//!    named `<dgd>-<component in lower case>`) when it exists: a JSON Patch of its Scale
-//!    subresource (`.spec.replicas`), so the adapter, which owns the component's replicas, carries
-//!    the change to the DGD.
+//! 1. Through the component's `DynamoGraphDeploymentScalingAdapter` (DGDSA, named
+//!    `<dgd>-<component in lower case>`) when it exists: a JSON Patch of its Scale subresource
+//!    (`.spec.replicas`), so the adapter, which owns the component's replicas, carries the change
+//!    to the DGD. The adapter is read at the version the DGD was read at, else the other one:
+//!    Dynamo up to 1.1 serves it at `v1alpha1` only, later releases at both (the Scale
+//!    subresource is the same at either).
 //! 2. A component that declares `scalingAdapter` but whose adapter does not exist (yet) is not
 //!    scaled: its replicas belong to the adapter NVIDIA's operator is about to create, and a DGD
 //!    patch would be undone by it.
-//! 3. Otherwise a JSON Patch of the DGD: v1beta1 `spec.components[i].replicas`, guarded by a `test`
-//!    of the component's name at index `i` (a reordered list makes the patch fail instead of
-//!    scaling the wrong component), or v1alpha1 `spec.services.<name>.replicas`.
+//! 3. Otherwise a JSON Patch of the DGD, at the version it was read at: v1beta1
+//!    `spec.components[i].replicas`, guarded by a `test` of the component's name at index `i` (a
+//!    reordered list makes the patch fail instead of scaling the wrong component), or v1alpha1
+//!    `spec.services.<name>.replicas`.
+//!
+//! An API error other than "not found" (NVIDIA's conversion webhook down answers 500) is an error,
+//! never read as "no adapter": a pool whose adapter cannot be read is not scaled.
 //!
 //! Every write is also guarded by a `test` of the replicas value that was read, so that a
 //! concurrent change (`kubectl scale`, another autoscaler) makes it fail, reported as a conflict
@@ -30,7 +36,7 @@ use kube::{
 };
 use serde_json::{Value, json};
 
-use crate::target::{ADAPTER_KIND, Shape, TargetGraph, adapter_name, adapter_resource};
+use crate::target::{ADAPTER_KIND, Shape, TargetGraph, VERSIONS, adapter_name, adapter_resource};
 
 /// Field manager of the planner's replica writes.
 pub const PLANNER_FIELD_MANAGER: &str = "planner-operator-planner";
@@ -79,6 +85,8 @@ pub struct AdapterScale {
     pub spec_replicas: u32,
     /// `status.replicas`: the replicas the adapter last carried to the DGD.
     pub status_replicas: Option<u32>,
+    /// The version it was read at (`v1beta1` or `v1alpha1`), where it is written.
+    pub version: &'static str,
 }
 
 impl AdapterScale {
@@ -96,34 +104,57 @@ fn to_u32(n: Option<i32>) -> u32 {
     n.map_or(0, |n| u32::try_from(n).unwrap_or(0))
 }
 
-/// Reads the scaling adapter of each of `components` (their Scale subresources); a 404 (no
-/// adapter, or the adapter CRD not installed) leaves the component out.
+/// The versions to read the adapters at: the graph's first, then the other one.
+fn adapter_versions(graph: &TargetGraph) -> Vec<&'static str> {
+    let mut versions: Vec<&'static str> = VERSIONS.to_vec();
+    versions.sort_by_key(|v| *v != graph.version);
+    versions
+}
+
+/// Reads the scaling adapter of each of `components` (their Scale subresources), at the graph's
+/// version or else the other one NVIDIA's operator serves. An adapter that does not exist (or
+/// whose CRD is not installed at either version) leaves the component out; any other error is
+/// returned.
 pub async fn adapters(
     client: &Client,
     graph: &TargetGraph,
     components: &[&str],
 ) -> Result<Adapters, ScaleError> {
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &graph.namespace, &adapter_resource());
+    let versions = adapter_versions(graph);
+    // Versions found not served are skipped for the later components.
+    let mut first = 0;
     let mut found = Adapters::new();
     for component in components {
         let name = adapter_name(&graph.name, component);
-        match api.get_scale(&name).await {
-            Ok(scale) => {
-                found.insert(
-                    (*component).to_string(),
-                    AdapterScale {
-                        name,
-                        spec_replicas: to_u32(scale.spec.and_then(|s| s.replicas)),
-                        status_replicas: scale.status.map(|s| to_u32(Some(s.replicas))),
-                    },
-                );
-            }
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(source) => {
-                return Err(ScaleError::Api {
-                    action: format!("get the scale of {ADAPTER_KIND} {}/{name}", graph.namespace),
-                    source,
-                });
+        for (index, version) in versions.iter().enumerate().skip(first) {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), &graph.namespace, &adapter_resource(version));
+            match api.get_scale(&name).await {
+                Ok(scale) => {
+                    found.insert(
+                        (*component).to_string(),
+                        AdapterScale {
+                            name: name.clone(),
+                            spec_replicas: to_u32(scale.spec.and_then(|s| s.replicas)),
+                            status_replicas: scale.status.map(|s| to_u32(Some(s.replicas))),
+                            version,
+                        },
+                    );
+                    break;
+                }
+                // The adapter is not there (a Status with reason NotFound)...
+                Err(kube::Error::Api(status)) if status.reason == "NotFound" => break,
+                // ...or this version is not served (a plain-text 404): try the next one.
+                Err(kube::Error::Api(status)) if status.code == 404 => first = index + 1,
+                Err(source) => {
+                    return Err(ScaleError::Api {
+                        action: format!(
+                            "get the scale of {ADAPTER_KIND} {}/{name} (nvidia.com/{version})",
+                            graph.namespace
+                        ),
+                        source,
+                    });
+                }
             }
         }
     }
@@ -234,9 +265,15 @@ pub async fn set_replicas(
             if adapter.spec_replicas == *replicas {
                 continue;
             }
-            let api: Api<DynamicObject> =
-                Api::namespaced_with(client.clone(), &graph.namespace, &adapter_resource());
-            let object = format!("the scale of {ADAPTER_KIND} {}", adapter.name);
+            let api: Api<DynamicObject> = Api::namespaced_with(
+                client.clone(),
+                &graph.namespace,
+                &adapter_resource(adapter.version),
+            );
+            let object = format!(
+                "the scale of {ADAPTER_KIND} {} (nvidia.com/{})",
+                adapter.name, adapter.version
+            );
             api.patch_scale(
                 &adapter.name,
                 &patch_params(),
@@ -257,9 +294,11 @@ pub async fn set_replicas(
     let Some(operations) = graph_patch(graph, &direct)? else {
         return Ok(changed);
     };
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), &graph.namespace, &graph.shape.api_resource());
-    let object = format!("DynamoGraphDeployment {} ({})", graph.name, graph.shape);
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &graph.namespace, &graph.resource());
+    let object = format!(
+        "DynamoGraphDeployment {} (nvidia.com/{})",
+        graph.name, graph.version
+    );
     api.patch(
         &graph.name,
         &patch_params(),
@@ -341,12 +380,27 @@ mod tests {
         );
     }
 
+    /// The adapter is looked for at the version the graph was read at first (Dynamo up to 1.1
+    /// serves both at v1alpha1 only).
+    #[test]
+    fn adapters_are_read_at_the_graphs_version_first() {
+        assert_eq!(adapter_versions(&dgd()), ["v1beta1", "v1alpha1"]);
+        let alpha = TargetGraph::from_value(&json!({
+            "apiVersion": "nvidia.com/v1alpha1",
+            "metadata": {"name": "g", "namespace": "ns"},
+            "spec": {"services": {"decode": {"subComponentType": "decode"}}}
+        }))
+        .unwrap();
+        assert_eq!(adapter_versions(&alpha), ["v1alpha1", "v1beta1"]);
+    }
+
     #[test]
     fn adapter_patch_tests_what_was_read() {
         let adapter = AdapterScale {
             name: "g-decode".into(),
             spec_replicas: 2,
             status_replicas: Some(1),
+            version: "v1beta1",
         };
         assert!(!adapter.synced());
         assert_eq!(

@@ -1,16 +1,16 @@
-//! The topology label controller (for the explicit `label` field, and for pods Grove has not
-//! labelled): once a worker pod of a DGD with `kvCacheTransferTopology` is
-//! scheduled, copy its node's topology labels onto the pod, so that the Downward API files under
-//! `/etc/podinfo/topology/` get their values.
+//! The topology label controller: once a worker pod of a DGD with a KV-transfer topology is
+//! scheduled, copy its node's topology labels onto the pod (Grove never labels pods with
+//! topology), so that the Downward API files of the worker (under the env contract's mount path)
+//! get their values.
 //!
 //! Which labels to copy: the DGD reconciler renders the annotation [`topology::LABELS_ANNOTATION`]
 //! (`<pod label>=<node label>,...`) into worker pod templates, and this controller copies the
-//! pairs of the annotation that the pod's DGD resolves to (the levels of its ClusterTopology, or
-//! its explicit `label`), checked against the DGD each time: anyone who can create a pod with the
+//! pairs of the annotation that the pod's DGD resolves to (the levels of its
+//! ClusterTopologyBinding, or its node label key), checked against the DGD each time: anyone who can create a pod with the
 //! graph label and the annotation could otherwise have any node label copied onto it (node
 //! names, instance types, anything an admin put on nodes). Pairs it does not resolve are ignored
-//! with a log line. A label the pod already has (set by Grove, or earlier by this controller) is
-//! left alone. A node without a label gets a Warning Event `TopologyLabelMissing` on the pod and
+//! with a log line. A label the pod already has (set earlier by this controller, or by whoever
+//! created the pod) is left alone. A node without a label gets a Warning Event `TopologyLabelMissing` on the pod and
 //! the DGD, and the pod gets no label.
 //!
 //! Runs on the leader only, like the DGD reconciler, which reads the same pod cache to report the
@@ -370,20 +370,19 @@ mod tests {
         }
     }
 
-    const ANNOTATION: &str =
-        "grove.io/topology.zone=topology.kubernetes.io/zone,grove.io/topology.rack=nvidia.com/rack";
+    const ANNOTATION: &str = "nvidia.com/dynamo-topology.zone=topology.kubernetes.io/zone,nvidia.com/dynamo-topology.rack=nvidia.com/rack";
 
     #[test]
     fn labels_grove_already_set_are_kept() {
         let pod = pod(
             Some("n1"),
-            &[("grove.io/topology.zone", "zone-a")],
+            &[("nvidia.com/dynamo-topology.zone", "zone-a")],
             Some(ANNOTATION),
         );
         assert_eq!(
             missing_labels(&pod),
             [(
-                "grove.io/topology.rack".to_string(),
+                "nvidia.com/dynamo-topology.rack".to_string(),
                 "nvidia.com/rack".to_string()
             )]
         );
@@ -395,10 +394,10 @@ mod tests {
     fn node_labels_are_copied_and_absent_ones_reported() {
         let missing = vec![
             (
-                "grove.io/topology.zone".to_string(),
+                "nvidia.com/dynamo-topology.zone".to_string(),
                 "topology.kubernetes.io/zone".to_string(),
             ),
-            ("grove.io/topology.rack".into(), "nvidia.com/rack".into()),
+            ("nvidia.com/dynamo-topology.rack".into(), "nvidia.com/rack".into()),
         ];
         let node = BTreeMap::from([
             ("topology.kubernetes.io/zone".to_string(), "zone-b".to_string()),
@@ -407,12 +406,15 @@ mod tests {
         let (patch, absent) = labels_from_node(&missing, &node);
         assert_eq!(
             patch,
-            BTreeMap::from([("grove.io/topology.zone".to_string(), "zone-b".to_string())])
+            BTreeMap::from([(
+                "nvidia.com/dynamo-topology.zone".to_string(),
+                "zone-b".to_string()
+            )])
         );
         assert_eq!(
             absent,
             [(
-                "grove.io/topology.rack".to_string(),
+                "nvidia.com/dynamo-topology.rack".to_string(),
                 "nvidia.com/rack".to_string()
             )]
         );
@@ -471,8 +473,8 @@ mod tests {
         let labelled = Arc::new(pod(
             Some("n1"),
             &[
-                ("grove.io/topology.zone", "zone-a"),
-                ("grove.io/topology.rack", "a1"),
+                ("nvidia.com/dynamo-topology.zone", "zone-a"),
+                ("nvidia.com/dynamo-topology.rack", "a1"),
                 ("unrelated", "x"),
             ],
             Some(ANNOTATION),
@@ -480,8 +482,8 @@ mod tests {
         let other_label = Arc::new(pod(
             Some("n1"),
             &[
-                ("grove.io/topology.zone", "zone-a"),
-                ("grove.io/topology.rack", "a1"),
+                ("nvidia.com/dynamo-topology.zone", "zone-a"),
+                ("nvidia.com/dynamo-topology.rack", "a1"),
                 ("unrelated", "y"),
             ],
             Some(ANNOTATION),

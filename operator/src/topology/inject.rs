@@ -17,7 +17,7 @@ use super::{
     ENV_TOPOLOGY_ENABLED, ENV_WEIGHT, EnvContract, LABELS_ANNOTATION, MOUNT_PATH, OWNED_ENV,
     ResolvedTopology, VOLUME_NAME,
 };
-use planner_api::{ComponentType, MismatchPolicy};
+use planner_api::{ComponentType, Enforcement, MismatchPolicy};
 
 fn var(name: &str, value: String) -> EnvVar {
     EnvVar {
@@ -27,10 +27,10 @@ fn var(name: &str, value: String) -> EnvVar {
     }
 }
 
-/// Env of worker-class main containers. This operator's contract: topology on, and the level.
-/// The released Dynamo runtime's (see [`EnvContract::Dynamo`]): topology on, where the files
-/// are, the domain, `required` or `preferred` for `mismatchPolicy` `fail` or `fallback`, and the
-/// preferred weight when set.
+/// Env of worker-class main containers. The released Dynamo runtime's contract (see
+/// [`EnvContract::Dynamo`]): topology on, where the files are, the domain, `required` or
+/// `preferred`, and the preferred weight when set. This operator's first contract: topology on,
+/// and the level.
 pub fn worker_env(topology: &ResolvedTopology) -> Vec<EnvVar> {
     match topology.contract {
         EnvContract::Planner => vec![
@@ -38,17 +38,17 @@ pub fn worker_env(topology: &ResolvedTopology) -> Vec<EnvVar> {
             var(ENV_LEVEL, topology.level.clone()),
         ],
         EnvContract::Dynamo => {
-            let preferred = topology.mismatch_policy == MismatchPolicy::Fallback;
+            let preferred = topology.enforcement == Enforcement::Preferred;
             let mut env = vec![
                 var(ENV_TOPOLOGY_ENABLED, "true".into()),
                 var(ENV_DYN_MOUNT_PATH, topology.contract.mount_path().into()),
                 var(ENV_DYN_KV_TRANSFER_DOMAIN, topology.level.clone()),
                 var(
                     ENV_DYN_KV_TRANSFER_ENFORCEMENT,
-                    if preferred { "preferred" } else { "required" }.into(),
+                    topology.enforcement.as_str().into(),
                 ),
             ];
-            if let (true, Some(weight)) = (preferred, topology.kv_transfer_weight) {
+            if let (true, Some(weight)) = (preferred, topology.weight) {
                 env.push(var(ENV_DYN_KV_TRANSFER_PREFERRED_WEIGHT, weight.to_string()));
             }
             env
@@ -65,9 +65,12 @@ pub fn frontend_env(topology: &ResolvedTopology) -> Vec<EnvVar> {
     }
     let mut env = vec![
         var(ENV_LEVEL, topology.level.clone()),
-        var(ENV_MISMATCH_POLICY, topology.mismatch_policy.as_str().into()),
+        var(
+            ENV_MISMATCH_POLICY,
+            MismatchPolicy::from(topology.enforcement).as_str().into(),
+        ),
     ];
-    if let Some(weight) = topology.kv_transfer_weight {
+    if let Some(weight) = topology.weight {
         env.push(var(ENV_WEIGHT, weight.to_string()));
     }
     env
@@ -137,8 +140,8 @@ pub fn parse_labels_annotation(value: &str) -> Vec<(String, String)> {
 }
 
 /// Adds what a component of type `kind` needs to its pod template. Worker-class components get
-/// the topology env, volume, mount and label annotation; the frontend named in `topology` gets
-/// the router env; others are left alone. In the components it injects into, user copies of
+/// the topology env, volume, mount and label annotation; the frontends that route by `topology`
+/// get the router env (none under the released runtime's contract); others are left alone. In the components it injects into, user copies of
 /// the operator's variables, a volume named [`VOLUME_NAME`] and mounts of that name or at the
 /// contract's mount path are replaced. Does nothing when the template has no container
 /// `main_name`.
@@ -150,7 +153,7 @@ pub fn inject(
     topology: &ResolvedTopology,
 ) {
     let is_worker = kind.is_some_and(ComponentType::is_worker);
-    let is_frontend = kind == Some(ComponentType::Frontend) && component == topology.frontend;
+    let is_frontend = kind == Some(ComponentType::Frontend) && topology.routes(component);
     if !is_worker && !is_frontend {
         return;
     }
@@ -204,20 +207,20 @@ mod tests {
 
     fn topology() -> ResolvedTopology {
         ResolvedTopology {
-            frontend: "frontend".into(),
+            frontend: Some("frontend".into()),
             level: "zone".into(),
-            mismatch_policy: MismatchPolicy::Fallback,
-            kv_transfer_weight: Some(50.0),
+            enforcement: Enforcement::Preferred,
+            weight: Some(50.0),
             source: LabelSource::ClusterTopology("gpu".into()),
             labels: vec![
                 TopologyLabel {
                     domain: "zone".into(),
-                    pod_label: "grove.io/topology.zone".into(),
+                    pod_label: "nvidia.com/dynamo-topology.zone".into(),
                     node_label: "topology.kubernetes.io/zone".into(),
                 },
                 TopologyLabel {
                     domain: "rack".into(),
-                    pod_label: "grove.io/topology.rack".into(),
+                    pod_label: "nvidia.com/dynamo-topology.rack".into(),
                     node_label: "nvidia.com/rack".into(),
                 },
             ],
@@ -283,23 +286,23 @@ mod tests {
         assert_eq!(
             items,
             [
-                ("zone", "metadata.labels['grove.io/topology.zone']"),
-                ("rack", "metadata.labels['grove.io/topology.rack']"),
+                ("zone", "metadata.labels['nvidia.com/dynamo-topology.zone']"),
+                ("rack", "metadata.labels['nvidia.com/dynamo-topology.rack']"),
             ]
         );
         let annotations = t.metadata.as_ref().unwrap().annotations.as_ref().unwrap();
         assert_eq!(
             annotations[LABELS_ANNOTATION],
-            "grove.io/topology.zone=topology.kubernetes.io/zone,grove.io/topology.rack=nvidia.com/rack"
+            "nvidia.com/dynamo-topology.zone=topology.kubernetes.io/zone,nvidia.com/dynamo-topology.rack=nvidia.com/rack"
         );
         assert_eq!(
             parse_labels_annotation(&annotations[LABELS_ANNOTATION]),
             [
                 (
-                    "grove.io/topology.zone".to_string(),
+                    "nvidia.com/dynamo-topology.zone".to_string(),
                     "topology.kubernetes.io/zone".to_string()
                 ),
-                ("grove.io/topology.rack".into(), "nvidia.com/rack".into()),
+                ("nvidia.com/dynamo-topology.rack".into(), "nvidia.com/rack".into()),
             ]
         );
     }
@@ -356,9 +359,9 @@ mod tests {
     #[test]
     fn weight_is_omitted_when_unset() {
         let mut topology = topology();
-        topology.kv_transfer_weight = None;
+        topology.weight = None;
         assert!(frontend_env(&topology).iter().all(|e| e.name != ENV_WEIGHT));
-        topology.kv_transfer_weight = Some(0.25);
+        topology.weight = Some(0.25);
         assert_eq!(
             frontend_env(&topology).last().unwrap().value.as_deref(),
             Some("0.25")
@@ -399,7 +402,7 @@ mod tests {
             ])
         );
         assert_eq!(spec.volumes.as_ref().unwrap()[0].name, VOLUME_NAME);
-        topology.mismatch_policy = MismatchPolicy::Fail;
+        topology.enforcement = Enforcement::Required;
         let required = worker_env(&topology);
         assert_eq!(required[3].value.as_deref(), Some("required"));
         assert_eq!(required.len(), 4, "no weight when required");

@@ -1,20 +1,21 @@
-//! Topology-aware KV-cache transfer, the pure part: validating a DGD's
-//! `kvCacheTransferTopology` against Grove's `ClusterTopology`, rendering what worker and frontend
-//! pods need, and summarising where the worker pods landed. No I/O here: the callers (the DGD
-//! reconciler, the topology label controller and the admission webhook) fetch the
-//! ClusterTopology and the pods and pass them in.
+//! Topology-aware KV-cache transfer, the pure part: validating a DGD's KV-transfer topology
+//! (NVIDIA's `spec.experimental.kvTransferPolicy`, or this operator's frontend field
+//! `kvCacheTransferTopology`) against Grove's `ClusterTopologyBinding`, rendering what worker and
+//! frontend pods need, and summarising where the worker pods landed. No I/O here: the callers
+//! (the DGD reconciler, the topology label controller and the admission webhook) fetch the
+//! binding and the pods and pass them in.
 //!
-//! The flow, for a DGD whose frontend sets `kvCacheTransferTopology: {level: zone}`:
-//! 1. [`configured`] checks the field itself (only on a frontend, at most one, a valid level,
-//!    label and weight) and says whether a ClusterTopology is needed.
-//! 2. [`TopologyRequest::resolve`] checks the ClusterTopology lookup (Grove absent, object
-//!    absent, level not one of its domains) and yields a [`ResolvedTopology`]: which pod label
-//!    holds which domain, and which node label it is copied from.
-//! 3. [`inject`] adds the router env vars to the frontend and `DYN_TOPOLOGY_ENABLED`, the level
-//!    and a Downward API volume at [`MOUNT_PATH`] (one file per level) to every worker.
-//! 4. After scheduling, the topology label controller copies node labels onto worker pods that
-//!    Grove has not labelled, and [`report`] turns the pods into the `TopologyResolved`
-//!    condition with per-domain counts.
+//! The flow, for a DGD with `kvTransferPolicy: {domain: zone, clusterTopologyName: gpu}`:
+//! 1. [`configured`] checks the fields themselves (one declaration, a valid domain, label and
+//!    weight) and says whether a ClusterTopologyBinding is needed.
+//! 2. [`TopologyRequest::resolve`] checks the binding lookup (Grove absent, object absent,
+//!    domain not one of its levels) and yields a [`ResolvedTopology`]: which pod label holds which
+//!    domain, and which node label it is copied from.
+//! 3. [`inject`] gives every worker the runtime's topology env and a Downward API volume (one
+//!    file per level) at the contract's mount path (see [`EnvContract`]).
+//! 4. After scheduling, the topology label controller copies node labels onto worker pods (Grove
+//!    never labels pods with topology), and [`report`] turns the pods into the
+//!    `TopologyResolved` condition with per-domain counts.
 
 mod inject;
 mod report;
@@ -26,14 +27,16 @@ pub use inject::{
 };
 pub use report::{TopologyReport, WorkerPod, report};
 pub use resolve::{
-    ClusterTopologyLookup, LabelSource, ResolvedTopology, TopologyError, TopologyKind, TopologyLabel,
-    TopologyRequest, configured, is_domain_name, is_label_key, resolve,
+    ClusterTopologyLookup, Declared, LabelSource, ResolvedTopology, TopologyError, TopologyKind,
+    TopologyLabel, TopologyRequest, cluster_topology_name, configured, is_domain_name, is_label_key, resolve,
 };
 
-/// Prefix of the pod labels Grove (or this operator) sets after scheduling, one per
-/// ClusterTopology level: `grove.io/topology.<domain>`.
-pub const POD_LABEL_PREFIX: &str = "grove.io/topology.";
-/// Where worker containers find one file per topology level (file name = domain).
+/// Prefix of the pod labels this operator's topology label controller sets after scheduling, one
+/// per level of a ClusterTopologyBinding: `nvidia.com/dynamo-topology.<domain>`, the labels
+/// NVIDIA's Dynamo operator sets for the same purpose (Grove sets none).
+pub const POD_LABEL_PREFIX: &str = "nvidia.com/dynamo-topology.";
+/// Where worker containers find one file per topology level (file name = domain) under the
+/// `planner` contract.
 pub const MOUNT_PATH: &str = "/etc/podinfo/topology";
 /// Name of the Downward API volume (and its mount) in worker pods.
 pub const VOLUME_NAME: &str = "topology-labels";
@@ -48,12 +51,12 @@ pub const ENV_LEVEL: &str = "DYN_ROUTER_KV_TRANSFER_TOPOLOGY_LEVEL";
 pub const ENV_MISMATCH_POLICY: &str = "DYN_ROUTER_KV_TRANSFER_MISMATCH_POLICY";
 /// Frontend env: weight of the soft transfer-cost term, when set.
 pub const ENV_WEIGHT: &str = "DYN_ROUTER_KV_TRANSFER_WEIGHT";
-/// Every env var this operator owns once a DGD sets `kvCacheTransferTopology`; user copies of
-/// them in the pods it injects into are replaced.
+/// Every env var of the `planner` contract; user copies of them in the pods it injects into are
+/// replaced.
 pub const OWNED_ENV: [&str; 4] = [ENV_TOPOLOGY_ENABLED, ENV_LEVEL, ENV_MISMATCH_POLICY, ENV_WEIGHT];
-/// Name of Grove's ClusterTopology CRD, for messages.
+/// Name of the CRD of Grove's ClusterTopology (Grove v0.1.0-alpha.4 to alpha.8), for messages.
 pub const CLUSTER_TOPOLOGY_CRD: &str = "clustertopologies.grove.io";
-/// Name of Grove's ClusterTopologyBinding CRD (the ClusterTopology's successor), for messages.
+/// Name of the CRD of Grove's ClusterTopologyBinding (alpha.9 and later), for messages.
 pub const CLUSTER_TOPOLOGY_BINDING_CRD: &str = "clustertopologybindings.grove.io";
 
 /// Where the released Dynamo runtime reads the topology files (`DYN_TOPOLOGY_MOUNT_PATH`'s
@@ -82,16 +85,19 @@ pub const ENV_CONTRACT_ANNOTATION: &str = "planner.dynamo.io/topology-env";
 /// Which names and paths the topology is handed to the runtime under.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum EnvContract {
-    /// This operator's own: `DYN_TOPOLOGY_ENABLED`, `DYN_ROUTER_KV_TRANSFER_TOPOLOGY_LEVEL` on
-    /// workers and the frontend's router settings, files at [`MOUNT_PATH`].
+    /// The released Dynamo runtime's (`dynamo.common.utils.topology.read_topology_config`, Dynamo
+    /// 1.2 and later): workers get `DYN_TOPOLOGY_ENABLED`, `DYN_TOPOLOGY_MOUNT_PATH`,
+    /// `DYN_KV_TRANSFER_DOMAIN`, `DYN_KV_TRANSFER_ENFORCEMENT` (`required` or `preferred`) and,
+    /// when preferred with a weight, `DYN_KV_TRANSFER_PREFERRED_WEIGHT`; files at
+    /// [`DYNAMO_MOUNT_PATH`]. The frontend gets nothing: that router reads the policy the workers
+    /// publish. The default, because that reader exits the worker when topology is enabled
+    /// without `DYN_KV_TRANSFER_DOMAIN`.
     #[default]
-    Planner,
-    /// The released Dynamo runtime's: workers get `DYN_TOPOLOGY_ENABLED`,
-    /// `DYN_TOPOLOGY_MOUNT_PATH`, `DYN_KV_TRANSFER_DOMAIN`, `DYN_KV_TRANSFER_ENFORCEMENT`
-    /// (`required` for `mismatchPolicy: fail`, `preferred` for `fallback`) and, when preferred
-    /// with a weight, `DYN_KV_TRANSFER_PREFERRED_WEIGHT`; files at [`DYNAMO_MOUNT_PATH`]. The
-    /// frontend gets nothing: that router reads the policy the workers publish.
     Dynamo,
+    /// This operator's first names: `DYN_TOPOLOGY_ENABLED`, `DYN_ROUTER_KV_TRANSFER_TOPOLOGY_LEVEL`
+    /// on workers and the router settings on the frontend, files at [`MOUNT_PATH`]. For runtimes
+    /// built to read them; a stock Dynamo 1.2+ worker exits at start-up under it.
+    Planner,
 }
 
 impl EnvContract {

@@ -4,7 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::ResolvedTopology;
-use planner_api::{ComponentType, MismatchPolicy};
+#[cfg(test)]
+use planner_api::MismatchPolicy;
+use planner_api::{ComponentType, Enforcement};
 
 /// What the report needs of one worker pod (the caller filters out terminating pods).
 #[derive(Debug, Clone, Copy)]
@@ -87,15 +89,20 @@ pub fn report(topology: &ResolvedTopology, pods: &[WorkerPod<'_>]) -> TopologyRe
     if unscheduled > 0 {
         notes.push(format!("{unscheduled} worker pods not scheduled yet"));
     }
-    if topology.mismatch_policy == MismatchPolicy::Fail {
+    if topology.enforcement == Enforcement::Required {
         let stranded: Vec<&str> = per_domain
             .iter()
             .filter(|(_, kinds)| kinds.contains_key("prefill") && !kinds.contains_key("decode"))
             .map(|(domain, _)| *domain)
             .collect();
         if !stranded.is_empty() {
+            let (strict, lenient) = if topology.frontend.is_some() {
+                ("mismatchPolicy fail", "mismatchPolicy fallback")
+            } else {
+                ("enforcement required", "enforcement preferred")
+            };
             notes.push(format!(
-                "{} {} prefill but no decode workers, so requests prefilled there fail (mismatchPolicy fail); add decode capacity there or use mismatchPolicy fallback",
+                "{} {} prefill but no decode workers, so requests prefilled there fail ({strict}); add decode capacity there or use {lenient}",
                 stranded.join(", "),
                 if stranded.len() == 1 { "has" } else { "have" }
             ));
@@ -138,20 +145,20 @@ mod tests {
 
     fn topology(policy: MismatchPolicy) -> ResolvedTopology {
         ResolvedTopology {
-            frontend: "frontend".into(),
+            frontend: Some("frontend".into()),
             level: "zone".into(),
-            mismatch_policy: policy,
-            kv_transfer_weight: None,
+            enforcement: policy.into(),
+            weight: None,
             source: LabelSource::ClusterTopology("gpu".into()),
             labels: vec![
                 TopologyLabel {
                     domain: "zone".into(),
-                    pod_label: "grove.io/topology.zone".into(),
+                    pod_label: "nvidia.com/dynamo-topology.zone".into(),
                     node_label: "topology.kubernetes.io/zone".into(),
                 },
                 TopologyLabel {
                     domain: "rack".into(),
-                    pod_label: "grove.io/topology.rack".into(),
+                    pod_label: "nvidia.com/dynamo-topology.rack".into(),
                     node_label: "nvidia.com/rack".into(),
                 },
             ],
@@ -162,10 +169,10 @@ mod tests {
     fn labels(zone: Option<&str>, rack: Option<&str>) -> BTreeMap<String, String> {
         let mut labels = BTreeMap::new();
         if let Some(zone) = zone {
-            labels.insert("grove.io/topology.zone".into(), zone.into());
+            labels.insert("nvidia.com/dynamo-topology.zone".into(), zone.into());
         }
         if let Some(rack) = rack {
-            labels.insert("grove.io/topology.rack".into(), rack.into());
+            labels.insert("nvidia.com/dynamo-topology.rack".into(), rack.into());
         }
         labels
     }
@@ -240,7 +247,7 @@ mod tests {
         assert_eq!(report.reason, "LabelsPending");
         assert_eq!(
             report.message,
-            "1 of 2 scheduled worker pods lack topology labels (grove.io/topology.rack); their nodes need the labels nvidia.com/rack (see TopologyLabelMissing events on the pods); worker pods per zone: zone-a 1 (prefill 1); 1 worker pods not scheduled yet; zone-a has prefill but no decode workers, so requests prefilled there fail (mismatchPolicy fail); add decode capacity there or use mismatchPolicy fallback"
+            "1 of 2 scheduled worker pods lack topology labels (nvidia.com/dynamo-topology.rack); their nodes need the labels nvidia.com/rack (see TopologyLabelMissing events on the pods); worker pods per zone: zone-a 1 (prefill 1); 1 worker pods not scheduled yet; zone-a has prefill but no decode workers, so requests prefilled there fail (mismatchPolicy fail); add decode capacity there or use mismatchPolicy fallback"
         );
     }
 

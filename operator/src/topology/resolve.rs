@@ -1,17 +1,21 @@
-//! Validating `kvCacheTransferTopology` and resolving it against a ClusterTopology lookup.
+//! Validating a DGD's KV-transfer topology (NVIDIA's `spec.experimental.kvTransferPolicy`, or a
+//! frontend's `kvCacheTransferTopology`) and resolving it against a ClusterTopologyBinding lookup.
 
 use planner_api::{
-    ClusterTopologySpec, ComponentType, DynamoGraphDeploymentSpec, KvCacheTransferTopology, MismatchPolicy,
+    ClusterTopologySpec, ComponentType, DynamoGraphDeploymentSpec, Enforcement, KvCacheTransferTopology,
+    KvTransferPolicy,
 };
 
 use super::{CLUSTER_TOPOLOGY_BINDING_CRD, CLUSTER_TOPOLOGY_CRD, EnvContract, POD_LABEL_PREFIX};
 
-/// What looking up the DGD's topology (`spec.topologyConstraint.clusterTopologyName`) found.
-/// Today's Grove serves `ClusterTopologyBinding` (`spec.levels[]` of `{domain, key}`); earlier
-/// releases served `ClusterTopology` (`spec.levels[]` of `{domain, labelKey}`). The caller looks
-/// up the binding first when its CRD is served, then the ClusterTopology (an API GET each, and API
-/// discovery to tell a missing CRD from a missing object); the variants say which kind answered,
-/// so that messages name it.
+/// The field of a policy in NVIDIA's shape.
+const POLICY_FIELD: &str = "spec.experimental.kvTransferPolicy";
+
+/// What looking up the topology a DGD names found. Today's Grove (v0.1.0-alpha.9 and later)
+/// serves `ClusterTopologyBinding`; earlier releases (alpha.4 to alpha.8) served `ClusterTopology`;
+/// both keep `spec.levels[]` of `{domain, key}`. The caller looks up the binding first when its
+/// CRD is served, then the ClusterTopology (an API GET each, and API discovery to tell a missing
+/// CRD from a missing object); the variants say which kind answered, so that messages name it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ClusterTopologyLookup {
     /// Neither of Grove's CRDs (ClusterTopologyBinding, ClusterTopology) is installed.
@@ -20,8 +24,8 @@ pub enum ClusterTopologyLookup {
     NotFound,
     /// The ClusterTopology's spec.
     Found(ClusterTopologySpec),
-    /// The ClusterTopology exists but its spec is not `{levels: [{domain, labelKey}]}` (the
-    /// parse error).
+    /// The ClusterTopology exists but its spec is not `{levels: [{domain, key}]}` (the parse
+    /// error).
     Unreadable(String),
     /// The ClusterTopologyBinding CRD is installed and no binding has the name; nor has a
     /// ClusterTopology when that CRD is installed too (`legacy_served`).
@@ -29,7 +33,7 @@ pub enum ClusterTopologyLookup {
         /// Whether the ClusterTopology CRD is installed (and was looked up as well).
         legacy_served: bool,
     },
-    /// The ClusterTopologyBinding's levels (`key` read into `label_key`).
+    /// The ClusterTopologyBinding's levels.
     FoundBinding(ClusterTopologySpec),
     /// The ClusterTopologyBinding exists but its spec is not `{levels: [{domain, key}]}`.
     BindingUnreadable(String),
@@ -38,9 +42,9 @@ pub enum ClusterTopologyLookup {
 /// The kind of Grove object that holds a DGD's topology levels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TopologyKind {
-    /// `ClusterTopologyBinding` (today's Grove; levels `{domain, key}`).
+    /// `ClusterTopologyBinding` (Grove v0.1.0-alpha.9 and later).
     Binding,
-    /// `ClusterTopology` (earlier Grove releases; levels `{domain, labelKey}`).
+    /// `ClusterTopology` (Grove v0.1.0-alpha.4 to alpha.8).
     Legacy,
 }
 
@@ -52,21 +56,68 @@ impl TopologyKind {
             Self::Legacy => "ClusterTopology",
         }
     }
+}
 
-    /// The field of a level that names the node label.
-    pub fn key_field(self) -> &'static str {
+/// Where a DGD declares its KV-transfer topology.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Declared {
+    /// NVIDIA's graph-level `spec.experimental.kvTransferPolicy`: every frontend routes by it.
+    Policy,
+    /// This operator's `kvCacheTransferTopology` on one frontend.
+    Frontend {
+        /// Position in `spec.components`.
+        index: usize,
+        /// The frontend's name.
+        name: String,
+    },
+}
+
+impl Declared {
+    fn base(&self) -> String {
         match self {
-            Self::Binding => "key",
-            Self::Legacy => "labelKey",
+            Self::Policy => POLICY_FIELD.into(),
+            Self::Frontend { index, .. } => format!("spec.components[{index}].kvCacheTransferTopology"),
+        }
+    }
+
+    /// The field naming the domain (`domain`, or the frontend's `level`).
+    pub fn domain_field(&self) -> String {
+        match self {
+            Self::Policy => format!("{POLICY_FIELD}.domain"),
+            Self::Frontend { .. } => format!("{}.level", self.base()),
+        }
+    }
+
+    /// The field naming the node label (`labelKey`, or the frontend's `label`).
+    pub fn label_field(&self) -> String {
+        match self {
+            Self::Policy => format!("{POLICY_FIELD}.labelKey"),
+            Self::Frontend { .. } => format!("{}.label", self.base()),
+        }
+    }
+
+    /// The field of the weight (`preferredWeight`, or the frontend's `kvTransferWeight`).
+    pub fn weight_field(&self) -> String {
+        match self {
+            Self::Policy => format!("{POLICY_FIELD}.preferredWeight"),
+            Self::Frontend { .. } => format!("{}.kvTransferWeight", self.base()),
+        }
+    }
+
+    /// The field naming the ClusterTopologyBinding.
+    pub fn name_field(&self) -> String {
+        match self {
+            Self::Policy => format!("{POLICY_FIELD}.clusterTopologyName"),
+            Self::Frontend { .. } => "spec.topologyConstraint.clusterTopologyName".into(),
         }
     }
 }
 
-/// Why a DGD's `kvCacheTransferTopology` is not usable. Each message names the field, the value
-/// and what is allowed; [`TopologyError::reason`] is the CamelCase reason for conditions.
+/// Why a DGD's KV-transfer topology is not usable. Each message names the field, the value and
+/// what is allowed; [`TopologyError::reason`] is the CamelCase reason for conditions.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum TopologyError {
-    /// The field is set on a component that is not a frontend.
+    /// `kvCacheTransferTopology` is set on a component that is not a frontend.
     #[error(
         "spec.components[{index}].kvCacheTransferTopology: set on component \"{name}\" of type {kind}; kvCacheTransferTopology is allowed only on a component with type: frontend"
     )]
@@ -78,7 +129,7 @@ pub enum TopologyError {
         /// The component's type (`none` when unset).
         kind: String,
     },
-    /// More than one component sets the field.
+    /// More than one component sets `kvCacheTransferTopology`.
     #[error(
         "spec.components: {count} components set kvCacheTransferTopology ({names}); at most one frontend may set it"
     )]
@@ -88,39 +139,51 @@ pub enum TopologyError {
         /// Their names, comma-separated.
         names: String,
     },
-    /// `level` is not a topology domain name.
+    /// Both NVIDIA's policy and a frontend's field are set.
     #[error(
-        "spec.components[{index}].kvCacheTransferTopology.level: {level:?} is not a topology domain name; allowed: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit (e.g. zone, rack)"
+        "{POLICY_FIELD}: set together with spec.components[{index}].kvCacheTransferTopology; allowed: one of the two (kvTransferPolicy is NVIDIA's shape, understood by both operators)"
+    )]
+    BothDeclared {
+        /// Position of the frontend in `spec.components`.
+        index: usize,
+    },
+    /// The domain is not a topology domain name.
+    #[error(
+        "{field}: {level:?} is not a topology domain name; allowed: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit (e.g. zone, rack)"
     )]
     InvalidLevel {
-        /// Position in `spec.components`.
-        index: usize,
+        /// The field.
+        field: String,
         /// The value.
         level: String,
     },
-    /// `label` is not a Kubernetes label key.
+    /// The node label is not a Kubernetes label key.
     #[error(
-        "spec.components[{index}].kvCacheTransferTopology.label: {label:?} is not a label key; allowed: an optional DNS subdomain prefix and '/', then a name of at most 63 letters, digits, '-', '_' or '.' (e.g. topology.kubernetes.io/zone)"
+        "{field}: {label:?} is not a label key; allowed: an optional DNS subdomain prefix and '/', then a name of at most 63 letters, digits, '-', '_' or '.' (e.g. topology.kubernetes.io/zone)"
     )]
     InvalidLabel {
-        /// Position in `spec.components`.
-        index: usize,
+        /// The field.
+        field: String,
         /// The value.
         label: String,
     },
-    /// `kvTransferWeight` is negative or not a number.
-    #[error(
-        "spec.components[{index}].kvCacheTransferTopology.kvTransferWeight: {weight} is not allowed; allowed: a finite number >= 0"
-    )]
+    /// The weight is out of range, or set (or missing) where the enforcement does not allow it.
+    #[error("{field}: {problem}")]
     InvalidWeight {
-        /// Position in `spec.components`.
-        index: usize,
-        /// The value.
-        weight: f64,
+        /// The field.
+        field: String,
+        /// What is wrong and what is allowed.
+        problem: String,
     },
-    /// No label and no ClusterTopology name.
+    /// NVIDIA's policy names both or neither of `labelKey` and `clusterTopologyName`.
+    #[error("{POLICY_FIELD}: {problem}; allowed: exactly one of labelKey or clusterTopologyName")]
+    InvalidSource {
+        /// What is wrong.
+        problem: &'static str,
+    },
+    /// A frontend's field has no label, and the graph names no ClusterTopologyBinding.
     #[error(
-        "spec.topologyConstraint.clusterTopologyName: not set, but spec.components[{index}].kvCacheTransferTopology has no label; set clusterTopologyName to the Grove ClusterTopology whose levels to use, or set kvCacheTransferTopology.label to a node label key such as topology.kubernetes.io/zone"
+        "spec.topologyConstraint.clusterTopologyName: not set, but spec.components[{index}].kvCacheTransferTopology has no label; set clusterTopologyName to the Grove ClusterTopologyBinding whose levels to use, or set kvCacheTransferTopology.label to a node label key such as topology.kubernetes.io/zone"
     )]
     ClusterTopologyNameMissing {
         /// Position of the frontend in `spec.components`.
@@ -128,13 +191,15 @@ pub enum TopologyError {
     },
     /// Grove's CRDs are absent, so the topology cannot be read.
     #[error(
-        "spec.topologyConstraint.clusterTopologyName: ClusterTopology {name:?} cannot be read because Grove's ClusterTopology CRD ({crd}) is not installed, nor its ClusterTopologyBinding CRD ({binding_crd}); install Grove, or set spec.components[{index}].kvCacheTransferTopology.label to a node label key such as topology.kubernetes.io/zone"
+        "{name_field}: ClusterTopologyBinding {name:?} cannot be read because Grove's ClusterTopologyBinding CRD ({binding_crd}) is not installed, nor its predecessor's ClusterTopology CRD ({crd}); install Grove, or set {label_field} to a node label key such as topology.kubernetes.io/zone"
     )]
     GroveNotInstalled {
-        /// The ClusterTopology name.
+        /// The name.
         name: String,
-        /// Position of the frontend in `spec.components`.
-        index: usize,
+        /// The field naming it.
+        name_field: String,
+        /// The field that would make the lookup unnecessary.
+        label_field: String,
         /// The ClusterTopology CRD name.
         crd: &'static str,
         /// The ClusterTopologyBinding CRD name.
@@ -142,25 +207,25 @@ pub enum TopologyError {
     },
     /// No object of the kinds looked up has the name.
     #[error(
-        "spec.topologyConstraint.clusterTopologyName: {kinds} {name:?} not found; create it, name an existing one (kubectl get {plurals}), or set spec.components[{index}].kvCacheTransferTopology.label to a node label key"
+        "{name_field}: {kinds} {name:?} not found; create it, name an existing one (kubectl get {plurals}), or set {label_field} to a node label key"
     )]
     ClusterTopologyNotFound {
         /// The name.
         name: String,
-        /// Position of the frontend in `spec.components`.
-        index: usize,
+        /// The field naming it.
+        name_field: String,
+        /// The field that would make the lookup unnecessary.
+        label_field: String,
         /// The kinds looked up, e.g. `ClusterTopologyBinding or ClusterTopology`.
         kinds: String,
         /// Their resources, for the kubectl hint, e.g. `clustertopologybindings,clustertopologies`.
         plurals: String,
     },
-    /// `level` is not one of the topology's domains.
-    #[error(
-        "spec.components[{index}].kvCacheTransferTopology.level: {level:?} is not a level of {kind} {name:?}; allowed: {allowed}"
-    )]
+    /// The domain is not one of the topology's levels.
+    #[error("{field}: {level:?} is not a level of {kind} {name:?}; allowed: {allowed}")]
     UnknownLevel {
-        /// Position of the frontend in `spec.components`.
-        index: usize,
+        /// The field naming the domain.
+        field: String,
         /// The value.
         level: String,
         /// The kind that holds the levels.
@@ -172,23 +237,26 @@ pub enum TopologyError {
     },
     /// The topology object exists but cannot be read.
     #[error(
-        "spec.topologyConstraint.clusterTopologyName: {kind} {name:?} has a spec this operator cannot read ({error}); it needs spec.levels[] with domain and {key_field}"
+        "{name_field}: {kind} {name:?} has a spec this operator cannot read ({error}); it needs spec.levels[] with domain and key"
     )]
     ClusterTopologyUnreadable {
+        /// The field naming it.
+        name_field: String,
         /// The kind.
         kind: &'static str,
         /// The object's name.
         name: String,
         /// The parse error.
         error: String,
-        /// The field of a level that names the node label.
-        key_field: &'static str,
     },
-    /// A topology domain is too long to form the pod label `grove.io/topology.<domain>`.
+    /// A topology domain is too long to form the pod label `<prefix><domain>`.
     #[error(
-        "{kind} {name:?} has level domain {domain:?}, which is too long for the pod label {POD_LABEL_PREFIX}<domain> (label names hold at most 63 characters, so domains at most 54); shorten the domain in the {kind}"
+        "{kind} {name:?} has level domain {domain:?}, which is too long for the pod label {POD_LABEL_PREFIX}<domain> (label names hold at most 63 characters, so domains at most {max}); shorten the domain in the {kind}",
+        max = max_domain_len()
     )]
     DomainTooLong {
+        /// The field naming the object.
+        name_field: String,
         /// The kind that holds the levels.
         kind: &'static str,
         /// The object's name.
@@ -198,15 +266,25 @@ pub enum TopologyError {
     },
 }
 
+/// The longest domain that fits the pod label `<POD_LABEL_PREFIX><domain>`.
+fn max_domain_len() -> usize {
+    let name_prefix = POD_LABEL_PREFIX
+        .split_once('/')
+        .map_or(POD_LABEL_PREFIX, |(_, name)| name);
+    63 - name_prefix.len()
+}
+
 impl TopologyError {
     /// CamelCase reason for the `TopologyResolved` condition.
     pub fn reason(&self) -> &'static str {
         match self {
             Self::NotOnFrontend { .. } => "NotOnFrontend",
             Self::MultipleFrontends { .. } => "MultipleFrontends",
+            Self::BothDeclared { .. } => "BothDeclared",
             Self::InvalidLevel { .. } => "InvalidLevel",
             Self::InvalidLabel { .. } => "InvalidLabel",
             Self::InvalidWeight { .. } => "InvalidWeight",
+            Self::InvalidSource { .. } => "InvalidSource",
             Self::ClusterTopologyNameMissing { .. } => "ClusterTopologyNameMissing",
             Self::GroveNotInstalled { .. } => "GroveNotInstalled",
             Self::ClusterTopologyNotFound { .. } => "ClusterTopologyNotFound",
@@ -221,76 +299,77 @@ impl TopologyError {
         match self {
             Self::NotOnFrontend { index, .. } => format!("spec.components[{index}].kvCacheTransferTopology"),
             Self::MultipleFrontends { .. } => "spec.components".into(),
-            Self::InvalidLevel { index, .. } | Self::UnknownLevel { index, .. } => {
-                format!("spec.components[{index}].kvCacheTransferTopology.level")
-            }
-            Self::InvalidLabel { index, .. } => {
-                format!("spec.components[{index}].kvCacheTransferTopology.label")
-            }
-            Self::InvalidWeight { index, .. } => {
-                format!("spec.components[{index}].kvCacheTransferTopology.kvTransferWeight")
-            }
-            Self::ClusterTopologyNameMissing { .. }
-            | Self::GroveNotInstalled { .. }
-            | Self::ClusterTopologyNotFound { .. }
-            | Self::DomainTooLong { .. }
-            | Self::ClusterTopologyUnreadable { .. } => "spec.topologyConstraint.clusterTopologyName".into(),
+            Self::BothDeclared { .. } | Self::InvalidSource { .. } => POLICY_FIELD.into(),
+            Self::InvalidLevel { field, .. }
+            | Self::InvalidLabel { field, .. }
+            | Self::InvalidWeight { field, .. }
+            | Self::UnknownLevel { field, .. } => field.clone(),
+            Self::ClusterTopologyNameMissing { .. } => "spec.topologyConstraint.clusterTopologyName".into(),
+            Self::DomainTooLong { name_field, .. }
+            | Self::GroveNotInstalled { name_field, .. }
+            | Self::ClusterTopologyNotFound { name_field, .. }
+            | Self::ClusterTopologyUnreadable { name_field, .. } => name_field.clone(),
         }
     }
 }
 
-/// A DGD's `kvCacheTransferTopology` that passed the checks needing no lookup.
+/// A DGD's KV-transfer topology that passed the checks needing no lookup.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TopologyRequest {
-    /// Position of the frontend that carries the field.
-    pub index: usize,
-    /// Name of that frontend.
-    pub frontend: String,
-    /// The field.
-    pub settings: KvCacheTransferTopology,
-    /// `spec.topologyConstraint.clusterTopologyName`, when the field has no `label`.
+    /// Where it is declared.
+    pub declared: Declared,
+    /// The domain transfers stay in.
+    pub domain: String,
+    /// How strictly.
+    pub enforcement: Enforcement,
+    /// The weight of the preference, when set.
+    pub weight: Option<f64>,
+    /// The node label that holds a worker's domain, when named (then nothing is looked up).
+    pub label: Option<String>,
+    /// The ClusterTopologyBinding (or ClusterTopology) to look up, when no label is named.
     pub cluster_topology: Option<String>,
 }
 
 /// Where the topology labels of worker pods come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LabelSource {
-    /// Every level of this ClusterTopology, as `grove.io/topology.<domain>` pod labels.
+    /// Every level of this ClusterTopology, as `<POD_LABEL_PREFIX><domain>` pod labels.
     ClusterTopology(String),
     /// Every level of this ClusterTopologyBinding, likewise.
     ClusterTopologyBinding(String),
-    /// The one node label `kvCacheTransferTopology.label`, copied under the same key.
+    /// The one node label named, copied under the same key.
     Label,
 }
 
 /// One topology label of worker pods.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopologyLabel {
-    /// Domain name; also the file name under [`super::MOUNT_PATH`].
+    /// Domain name; also the file name under the contract's mount path.
     pub domain: String,
     /// Pod label holding the pod's domain at this level.
     pub pod_label: String,
-    /// Node label it is copied from when Grove has not set it.
+    /// Node label it is copied from.
     pub node_label: String,
 }
 
-/// A usable `kvCacheTransferTopology`: what to inject and which labels to copy.
+/// A usable KV-transfer topology: what to inject and which labels to copy.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResolvedTopology {
-    /// Name of the frontend that carries the field.
-    pub frontend: String,
+    /// The frontend that declared it (`kvCacheTransferTopology`); `None` for NVIDIA's
+    /// graph-level policy, which every frontend follows.
+    pub frontend: Option<String>,
     /// Domain KV-cache transfers stay in.
     pub level: String,
-    /// Router behaviour when no decode worker shares the domain.
-    pub mismatch_policy: MismatchPolicy,
-    /// Weight of the soft transfer-cost term, when set.
-    pub kv_transfer_weight: Option<f64>,
+    /// How strictly.
+    pub enforcement: Enforcement,
+    /// Weight of the same-domain preference, when set.
+    pub weight: Option<f64>,
     /// Where the labels come from.
     pub source: LabelSource,
     /// The labels, broadest level first; one of them has `domain == level`.
     pub labels: Vec<TopologyLabel>,
     /// Which runtime's environment names and mount path workers get (set by the reconciler
-    /// from the operator's flag and the DGD's annotation; [`EnvContract::Planner`] by default).
+    /// from the operator's flag and the DGD's annotation; [`EnvContract::Dynamo`] by default).
     pub contract: EnvContract,
 }
 
@@ -305,6 +384,11 @@ impl ResolvedTopology {
     /// The label of the configured level.
     pub fn level_label(&self) -> Option<&TopologyLabel> {
         self.labels.iter().find(|l| l.domain == self.level)
+    }
+
+    /// Whether `component` (a frontend) routes by this topology.
+    pub fn routes(&self, component: &str) -> bool {
+        self.frontend.as_deref().is_none_or(|f| f == component)
     }
 
     /// One line on where the topology comes from, for messages.
@@ -368,8 +452,25 @@ pub fn is_label_key(value: &str) -> bool {
         && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
 }
 
-/// Checks a DGD's `kvCacheTransferTopology` as far as possible without a lookup. `Ok(None)`:
-/// no component sets it, and the DGD renders exactly as without this feature.
+/// The name of the ClusterTopologyBinding a DGD's topology looks up, if any: the policy's
+/// `clusterTopologyName`, else `spec.topologyConstraint.clusterTopologyName` when a frontend sets
+/// `kvCacheTransferTopology` (for watches: which DGDs to re-check when a binding changes).
+pub fn cluster_topology_name(spec: &DynamoGraphDeploymentSpec) -> Option<&str> {
+    match spec
+        .experimental
+        .as_ref()
+        .and_then(|e| e.kv_transfer_policy.as_ref())
+    {
+        Some(policy) => policy.cluster_topology_name.as_deref(),
+        None => spec
+            .topology_constraint
+            .as_ref()
+            .and_then(|t| t.cluster_topology_name.as_deref()),
+    }
+}
+
+/// Checks a DGD's KV-transfer topology as far as possible without a lookup. `Ok(None)`: the DGD
+/// declares none, and renders exactly as without this feature.
 pub fn configured(spec: &DynamoGraphDeploymentSpec) -> Result<Option<TopologyRequest>, TopologyError> {
     let carriers: Vec<(usize, &planner_api::Component)> = spec
         .components
@@ -396,16 +497,36 @@ pub fn configured(spec: &DynamoGraphDeploymentSpec) -> Result<Option<TopologyReq
                 .join(", "),
         });
     }
-    let Some((index, component)) = carriers.first() else {
-        return Ok(None);
-    };
-    let index = *index;
-    let Some(settings) = component.kv_cache_transfer_topology.clone() else {
-        return Ok(None);
+    let policy = spec
+        .experimental
+        .as_ref()
+        .and_then(|e| e.kv_transfer_policy.as_ref());
+    let frontend = carriers
+        .first()
+        .and_then(|(index, c)| c.kv_cache_transfer_topology.as_ref().map(|s| (*index, c, s)));
+    match (frontend, policy) {
+        (Some((index, _, _)), Some(_)) => Err(TopologyError::BothDeclared { index }),
+        (None, None) => Ok(None),
+        (Some((index, component, settings)), None) => {
+            frontend_request(spec, index, &component.name, settings).map(Some)
+        }
+        (None, Some(policy)) => policy_request(policy).map(Some),
+    }
+}
+
+fn frontend_request(
+    spec: &DynamoGraphDeploymentSpec,
+    index: usize,
+    name: &str,
+    settings: &KvCacheTransferTopology,
+) -> Result<TopologyRequest, TopologyError> {
+    let declared = Declared::Frontend {
+        index,
+        name: name.to_string(),
     };
     if !is_domain_name(&settings.level) {
         return Err(TopologyError::InvalidLevel {
-            index,
+            field: declared.domain_field(),
             level: settings.level.clone(),
         });
     }
@@ -413,14 +534,17 @@ pub fn configured(spec: &DynamoGraphDeploymentSpec) -> Result<Option<TopologyReq
         && !is_label_key(label)
     {
         return Err(TopologyError::InvalidLabel {
-            index,
+            field: declared.label_field(),
             label: label.clone(),
         });
     }
     if let Some(weight) = settings.kv_transfer_weight
         && !(weight.is_finite() && weight >= 0.0)
     {
-        return Err(TopologyError::InvalidWeight { index, weight });
+        return Err(TopologyError::InvalidWeight {
+            field: declared.weight_field(),
+            problem: format!("{weight} is not allowed; allowed: a finite number >= 0"),
+        });
     }
     let cluster_topology = if settings.label.is_some() {
         None
@@ -433,31 +557,93 @@ pub fn configured(spec: &DynamoGraphDeploymentSpec) -> Result<Option<TopologyReq
             .ok_or(TopologyError::ClusterTopologyNameMissing { index })?;
         Some(name)
     };
-    Ok(Some(TopologyRequest {
-        index,
-        frontend: component.name.clone(),
-        settings,
+    Ok(TopologyRequest {
+        declared,
+        domain: settings.level.clone(),
+        enforcement: settings.mismatch_policy.into(),
+        weight: settings.kv_transfer_weight,
+        label: settings.label.clone(),
         cluster_topology,
-    }))
+    })
+}
+
+/// NVIDIA's policy, with the rules of its schema (repeated here for objects its CEL rules did not
+/// check, e.g. this operator's CRD before it had them).
+fn policy_request(policy: &KvTransferPolicy) -> Result<TopologyRequest, TopologyError> {
+    let declared = Declared::Policy;
+    if !is_domain_name(&policy.domain) {
+        return Err(TopologyError::InvalidLevel {
+            field: declared.domain_field(),
+            level: policy.domain.clone(),
+        });
+    }
+    let name = policy.cluster_topology_name.clone().filter(|n| !n.is_empty());
+    match (&policy.label_key, &name) {
+        (Some(_), Some(_)) => {
+            return Err(TopologyError::InvalidSource {
+                problem: "both labelKey and clusterTopologyName are set",
+            });
+        }
+        (None, None) => {
+            return Err(TopologyError::InvalidSource {
+                problem: "neither labelKey nor clusterTopologyName is set",
+            });
+        }
+        _ => {}
+    }
+    if let Some(label) = &policy.label_key
+        && !is_label_key(label)
+    {
+        return Err(TopologyError::InvalidLabel {
+            field: declared.label_field(),
+            label: label.clone(),
+        });
+    }
+    let weight_error = |problem: String| TopologyError::InvalidWeight {
+        field: declared.weight_field(),
+        problem,
+    };
+    match (policy.enforcement, policy.preferred_weight) {
+        (Enforcement::Preferred, None) => {
+            return Err(weight_error(
+                "required when enforcement is preferred; allowed: a number from 0 to 1".into(),
+            ));
+        }
+        (Enforcement::Required, Some(_)) => {
+            return Err(weight_error(
+                "may only be set when enforcement is preferred".into(),
+            ));
+        }
+        (_, Some(weight)) if !(0.0..=1.0).contains(&weight) => {
+            return Err(weight_error(format!(
+                "{weight} is not allowed; allowed: a number from 0 to 1"
+            )));
+        }
+        _ => {}
+    }
+    Ok(TopologyRequest {
+        declared,
+        domain: policy.domain.clone(),
+        enforcement: policy.enforcement,
+        weight: policy.preferred_weight,
+        label: policy.label_key.clone(),
+        cluster_topology: name,
+    })
 }
 
 impl TopologyRequest {
     /// Resolves the request. `lookup` is the result of looking up
-    /// [`TopologyRequest::cluster_topology`]; it is ignored (and may be `None`) when the field
-    /// has a `label`.
+    /// [`TopologyRequest::cluster_topology`]; it is ignored (and may be `None`) when a label is
+    /// named.
     pub fn resolve(self, lookup: Option<&ClusterTopologyLookup>) -> Result<ResolvedTopology, TopologyError> {
         let Self {
-            index,
-            frontend,
-            settings,
+            declared,
+            domain: level,
+            enforcement,
+            weight,
+            label,
             cluster_topology,
         } = self;
-        let KvCacheTransferTopology {
-            level,
-            mismatch_policy,
-            label,
-            kv_transfer_weight,
-        } = settings;
         let (source, labels) = match (label, cluster_topology) {
             (Some(label), _) => (
                 LabelSource::Label,
@@ -468,12 +654,22 @@ impl TopologyRequest {
                 }],
             ),
             (None, name) => {
-                let name = name.ok_or(TopologyError::ClusterTopologyNameMissing { index })?;
+                let name = match (name, &declared) {
+                    (Some(name), _) => name,
+                    (None, Declared::Frontend { index, .. }) => {
+                        return Err(TopologyError::ClusterTopologyNameMissing { index: *index });
+                    }
+                    (None, Declared::Policy) => {
+                        return Err(TopologyError::InvalidSource {
+                            problem: "neither labelKey nor clusterTopologyName is set",
+                        });
+                    }
+                };
                 let (kind, spec) = match lookup {
                     Some(ClusterTopologyLookup::Found(spec)) => (TopologyKind::Legacy, spec),
                     Some(ClusterTopologyLookup::FoundBinding(spec)) => (TopologyKind::Binding, spec),
                     Some(ClusterTopologyLookup::NotFound) | None => {
-                        return Err(not_found(name, index, &[TopologyKind::Legacy]));
+                        return Err(not_found(name, &declared, &[TopologyKind::Legacy]));
                     }
                     Some(ClusterTopologyLookup::BindingNotFound { legacy_served }) => {
                         let kinds: &[TopologyKind] = if *legacy_served {
@@ -481,18 +677,19 @@ impl TopologyRequest {
                         } else {
                             &[TopologyKind::Binding]
                         };
-                        return Err(not_found(name, index, kinds));
+                        return Err(not_found(name, &declared, kinds));
                     }
                     Some(ClusterTopologyLookup::Unreadable(error)) => {
-                        return Err(unreadable(TopologyKind::Legacy, name, error));
+                        return Err(unreadable(TopologyKind::Legacy, name, &declared, error));
                     }
                     Some(ClusterTopologyLookup::BindingUnreadable(error)) => {
-                        return Err(unreadable(TopologyKind::Binding, name, error));
+                        return Err(unreadable(TopologyKind::Binding, name, &declared, error));
                     }
                     Some(ClusterTopologyLookup::GroveNotInstalled) => {
                         return Err(TopologyError::GroveNotInstalled {
                             name,
-                            index,
+                            name_field: declared.name_field(),
+                            label_field: declared.label_field(),
                             crd: CLUSTER_TOPOLOGY_CRD,
                             binding_crd: CLUSTER_TOPOLOGY_BINDING_CRD,
                         });
@@ -500,7 +697,7 @@ impl TopologyRequest {
                 };
                 if !spec.levels.iter().any(|l| l.domain == level) {
                     return Err(TopologyError::UnknownLevel {
-                        index,
+                        field: declared.domain_field(),
                         level,
                         kind: kind.name(),
                         allowed: spec
@@ -517,6 +714,7 @@ impl TopologyRequest {
                     let pod_label = format!("{POD_LABEL_PREFIX}{}", l.domain);
                     if !is_label_key(&pod_label) || !is_domain_name(&l.domain) {
                         return Err(TopologyError::DomainTooLong {
+                            name_field: declared.name_field(),
                             kind: kind.name(),
                             name,
                             domain: l.domain.clone(),
@@ -525,7 +723,7 @@ impl TopologyRequest {
                     labels.push(TopologyLabel {
                         domain: l.domain.clone(),
                         pod_label,
-                        node_label: l.label_key.clone(),
+                        node_label: l.key.clone(),
                     });
                 }
                 let source = match kind {
@@ -536,10 +734,13 @@ impl TopologyRequest {
             }
         };
         Ok(ResolvedTopology {
-            frontend,
+            frontend: match declared {
+                Declared::Frontend { name, .. } => Some(name),
+                Declared::Policy => None,
+            },
             level,
-            mismatch_policy,
-            kv_transfer_weight,
+            enforcement,
+            weight,
             source,
             labels,
             contract: EnvContract::default(),
@@ -547,30 +748,31 @@ impl TopologyRequest {
     }
 }
 
-fn not_found(name: String, index: usize, kinds: &[TopologyKind]) -> TopologyError {
+fn not_found(name: String, declared: &Declared, kinds: &[TopologyKind]) -> TopologyError {
     let plural = |kind: &TopologyKind| match kind {
         TopologyKind::Binding => "clustertopologybindings",
         TopologyKind::Legacy => "clustertopologies",
     };
     TopologyError::ClusterTopologyNotFound {
         name,
-        index,
+        name_field: declared.name_field(),
+        label_field: declared.label_field(),
         kinds: kinds.iter().map(|k| k.name()).collect::<Vec<_>>().join(" or "),
         plurals: kinds.iter().map(plural).collect::<Vec<_>>().join(","),
     }
 }
 
-fn unreadable(kind: TopologyKind, name: String, error: &str) -> TopologyError {
+fn unreadable(kind: TopologyKind, name: String, declared: &Declared, error: &str) -> TopologyError {
     TopologyError::ClusterTopologyUnreadable {
+        name_field: declared.name_field(),
         kind: kind.name(),
         name,
         error: error.to_string(),
-        key_field: kind.key_field(),
     }
 }
 
 /// [`configured`] then [`TopologyRequest::resolve`] with `lookup`, which is called only when a
-/// ClusterTopology is needed.
+/// ClusterTopologyBinding is needed.
 pub fn resolve(
     spec: &DynamoGraphDeploymentSpec,
     lookup: impl FnOnce(&str) -> ClusterTopologyLookup,
@@ -585,7 +787,7 @@ pub fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use planner_api::{DynamoGraphDeployment, TopologyLevel};
+    use planner_api::{DynamoGraphDeployment, Experimental, MismatchPolicy, TopologyLevel};
 
     fn sample() -> DynamoGraphDeploymentSpec {
         let text = include_str!("../../../config/samples/dgd-disagg.yaml");
@@ -603,7 +805,7 @@ mod tests {
             .into_iter()
             .map(|(domain, key)| TopologyLevel {
                 domain: domain.into(),
-                label_key: key.into(),
+                key: key.into(),
             })
             .collect(),
         })
@@ -621,9 +823,9 @@ mod tests {
         })
         .unwrap()
         .unwrap();
-        assert_eq!(resolved.frontend, "frontend");
+        assert_eq!(resolved.frontend.as_deref(), Some("frontend"));
         assert_eq!(resolved.level, "zone");
-        assert_eq!(resolved.mismatch_policy, MismatchPolicy::Fail);
+        assert_eq!(resolved.enforcement, Enforcement::Required);
         assert_eq!(
             resolved.source,
             LabelSource::ClusterTopology("gpu-cluster".into())
@@ -636,9 +838,17 @@ mod tests {
         assert_eq!(
             labels,
             [
-                ("zone", "grove.io/topology.zone", "topology.kubernetes.io/zone"),
-                ("rack", "grove.io/topology.rack", "nvidia.com/rack"),
-                ("host", "grove.io/topology.host", "kubernetes.io/hostname"),
+                (
+                    "zone",
+                    "nvidia.com/dynamo-topology.zone",
+                    "topology.kubernetes.io/zone"
+                ),
+                ("rack", "nvidia.com/dynamo-topology.rack", "nvidia.com/rack"),
+                (
+                    "host",
+                    "nvidia.com/dynamo-topology.host",
+                    "kubernetes.io/hostname"
+                ),
             ]
         );
         assert_eq!(resolved.level_label().unwrap().domain, "zone");
@@ -672,7 +882,8 @@ mod tests {
                 node_label: "topology.kubernetes.io/zone".into(),
             }]
         );
-        assert_eq!(resolved.kv_transfer_weight, Some(0.5));
+        assert_eq!(resolved.weight, Some(0.5));
+        assert_eq!(resolved.enforcement, Enforcement::Preferred);
         assert_eq!(
             resolved.describe(),
             "level zone from node label topology.kubernetes.io/zone"
@@ -686,7 +897,7 @@ mod tests {
         assert_eq!(grove_absent.reason(), "GroveNotInstalled");
         assert_eq!(
             grove_absent.to_string(),
-            "spec.topologyConstraint.clusterTopologyName: ClusterTopology \"gpu-cluster\" cannot be read because Grove's ClusterTopology CRD (clustertopologies.grove.io) is not installed, nor its ClusterTopologyBinding CRD (clustertopologybindings.grove.io); install Grove, or set spec.components[0].kvCacheTransferTopology.label to a node label key such as topology.kubernetes.io/zone"
+            "spec.topologyConstraint.clusterTopologyName: ClusterTopologyBinding \"gpu-cluster\" cannot be read because Grove's ClusterTopologyBinding CRD (clustertopologybindings.grove.io) is not installed, nor its predecessor's ClusterTopology CRD (clustertopologies.grove.io); install Grove, or set spec.components[0].kvCacheTransferTopology.label to a node label key such as topology.kubernetes.io/zone"
         );
         let absent = resolve(&spec, |_| ClusterTopologyLookup::NotFound).unwrap_err();
         assert_eq!(absent.reason(), "ClusterTopologyNotFound");
@@ -806,16 +1017,132 @@ mod tests {
 
     #[test]
     fn long_domains_cannot_form_pod_labels() {
-        let long = "d".repeat(55);
+        // `nvidia.com/dynamo-topology.` leaves 47 characters of the label name for the domain.
+        let fits = "d".repeat(47);
+        let mut spec = sample();
+        settings(&mut spec).level = fits.clone();
+        let lookup = ClusterTopologyLookup::Found(ClusterTopologySpec {
+            levels: vec![TopologyLevel {
+                domain: fits,
+                key: "example.com/x".into(),
+            }],
+        });
+        assert!(resolve(&spec, |_| lookup).is_ok());
+        let long = "d".repeat(48);
         let mut spec = sample();
         settings(&mut spec).level = long.clone();
         let lookup = ClusterTopologyLookup::Found(ClusterTopologySpec {
             levels: vec![TopologyLevel {
                 domain: long,
-                label_key: "example.com/x".into(),
+                key: "example.com/x".into(),
             }],
         });
-        assert_eq!(resolve(&spec, |_| lookup).unwrap_err().reason(), "DomainTooLong");
+        let error = resolve(&spec, |_| lookup).unwrap_err();
+        assert_eq!(error.reason(), "DomainTooLong");
+        assert!(error.to_string().contains("domains at most 47"), "{error}");
+    }
+
+    /// NVIDIA's graph-level policy: a label key needs no lookup; a ClusterTopologyBinding's
+    /// levels are checked by the same rules as the frontend field, with messages naming the
+    /// policy's fields; every frontend routes by it.
+    #[test]
+    fn nvidia_kv_transfer_policy_resolves_by_the_same_rules() {
+        let text = include_str!("../../../config/samples/dgd-kv-transfer-policy.yaml");
+        let dgd: DynamoGraphDeployment = serde_yaml::from_str(text).unwrap();
+        let resolved = resolve(&dgd.spec, |_| unreachable!("a label key needs no lookup"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(resolved.frontend, None);
+        assert!(resolved.routes("Frontend") && resolved.routes("any-frontend"));
+        assert_eq!(resolved.level, "zone");
+        assert_eq!(resolved.enforcement, Enforcement::Required);
+        assert_eq!(resolved.source, LabelSource::Label);
+        assert_eq!(resolved.labels[0].node_label, "topology.kubernetes.io/zone");
+
+        let with = |policy: KvTransferPolicy| {
+            let mut spec = sample();
+            spec.components[0].kv_cache_transfer_topology = None;
+            spec.topology_constraint = None;
+            spec.experimental = Some(Experimental {
+                kv_transfer_policy: Some(policy),
+                ..Experimental::default()
+            });
+            spec
+        };
+        let named = |domain: &str| KvTransferPolicy {
+            label_key: None,
+            cluster_topology_name: Some("gpu-cluster".into()),
+            domain: domain.into(),
+            enforcement: Enforcement::Preferred,
+            preferred_weight: Some(0.5),
+        };
+        let resolved = resolve(&with(named("rack")), |name| {
+            assert_eq!(name, "gpu-cluster");
+            gpu_cluster()
+        })
+        .unwrap()
+        .unwrap();
+        assert_eq!(resolved.level, "rack");
+        assert_eq!(resolved.weight, Some(0.5));
+        assert_eq!(resolved.labels.len(), 3);
+        let unknown = resolve(&with(named("block")), |_| gpu_cluster()).unwrap_err();
+        assert_eq!(
+            unknown.to_string(),
+            "spec.experimental.kvTransferPolicy.domain: \"block\" is not a level of ClusterTopology \"gpu-cluster\"; allowed: zone, rack, host"
+        );
+        let absent = resolve(&with(named("zone")), |_| ClusterTopologyLookup::BindingNotFound {
+            legacy_served: false,
+        })
+        .unwrap_err();
+        assert!(
+            absent.to_string().starts_with(
+                "spec.experimental.kvTransferPolicy.clusterTopologyName: ClusterTopologyBinding \"gpu-cluster\" not found;"
+            ),
+            "{absent}"
+        );
+        assert!(
+            absent
+                .to_string()
+                .ends_with("or set spec.experimental.kvTransferPolicy.labelKey to a node label key")
+        );
+
+        // The schema's rules, repeated for objects they did not check.
+        let mut both = named("zone");
+        both.label_key = Some("topology.kubernetes.io/zone".into());
+        assert_eq!(configured(&with(both)).unwrap_err().reason(), "InvalidSource");
+        let mut neither = named("zone");
+        neither.cluster_topology_name = None;
+        assert_eq!(configured(&with(neither)).unwrap_err().reason(), "InvalidSource");
+        let mut no_weight = named("zone");
+        no_weight.preferred_weight = None;
+        assert_eq!(
+            configured(&with(no_weight)).unwrap_err().to_string(),
+            "spec.experimental.kvTransferPolicy.preferredWeight: required when enforcement is preferred; allowed: a number from 0 to 1"
+        );
+        let mut stray_weight = named("zone");
+        stray_weight.enforcement = Enforcement::Required;
+        assert_eq!(
+            configured(&with(stray_weight)).unwrap_err().reason(),
+            "InvalidWeight"
+        );
+        let mut heavy = named("zone");
+        heavy.preferred_weight = Some(1.5);
+        assert_eq!(configured(&with(heavy)).unwrap_err().reason(), "InvalidWeight");
+        let mut bad_domain = named("zone");
+        bad_domain.domain = "Zone".into();
+        assert_eq!(
+            configured(&with(bad_domain)).unwrap_err().field(),
+            "spec.experimental.kvTransferPolicy.domain"
+        );
+
+        // Not together with a frontend's field.
+        let mut spec = sample();
+        spec.experimental = Some(Experimental {
+            kv_transfer_policy: Some(named("zone")),
+            ..Experimental::default()
+        });
+        assert_eq!(configured(&spec).unwrap_err().reason(), "BothDeclared");
+        assert_eq!(cluster_topology_name(&spec), Some("gpu-cluster"));
     }
 
     #[test]
@@ -825,7 +1152,7 @@ mod tests {
             "topology.kubernetes.io/zone",
             "nvidia.com/rack",
             "a/B_c.d-9",
-            "grove.io/topology.zone",
+            "nvidia.com/dynamo-topology.zone",
         ] {
             assert!(is_label_key(key), "{key}");
         }

@@ -1,8 +1,9 @@
-//! DynamoGraphDeployment rules beyond the schema, for
-//! `kvCacheTransferTopology` (Grove absent, ClusterTopology absent, level not one of its domains,
-//! the field on a non-frontend component). The schema's CEL rules check the last one and the
-//! presence of `clusterTopologyName` too; they are repeated here so that objects admitted before
-//! those rules existed are still caught by the reconciler.
+//! DynamoGraphDeployment rules beyond the schema, for its KV-transfer topology (NVIDIA's
+//! `spec.experimental.kvTransferPolicy` or a frontend's `kvCacheTransferTopology`): Grove absent,
+//! ClusterTopologyBinding absent, domain not one of its levels, the frontend field on another
+//! component, both declared. The schema's CEL rules check the field-only rules too; they are
+//! repeated here so that objects admitted before those rules existed are still caught by the
+//! reconciler.
 
 use planner_api::DynamoGraphDeploymentSpec;
 
@@ -26,8 +27,8 @@ pub fn validate(
     }
 }
 
-/// Whether an update changed what [`validate`] looks up: the ClusterTopology name or the
-/// `kvCacheTransferTopology` field. When it did not, the webhook does not reject the update for
+/// Whether an update changed what [`validate`] looks up: the ClusterTopologyBinding name, the
+/// `kvCacheTransferTopology` field or NVIDIA's `kvTransferPolicy`. When it did not, the webhook does not reject the update for
 /// the ClusterTopology having changed since (the reconciler reports that in `TopologyResolved`),
 /// so that replica changes by the planner keep working.
 pub fn topology_changed(old: &DynamoGraphDeploymentSpec, new: &DynamoGraphDeploymentSpec) -> bool {
@@ -43,7 +44,12 @@ pub fn topology_changed(old: &DynamoGraphDeploymentSpec, new: &DynamoGraphDeploy
             .filter(|(_, _, t)| t.is_some())
             .collect::<Vec<_>>()
     };
-    name(old) != name(new) || fields(old) != fields(new)
+    let policy = |spec: &DynamoGraphDeploymentSpec| {
+        spec.experimental
+            .as_ref()
+            .and_then(|e| e.kv_transfer_policy.clone())
+    };
+    name(old) != name(new) || fields(old) != fields(new) || policy(old) != policy(new)
 }
 
 #[cfg(test)]

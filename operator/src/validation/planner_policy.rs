@@ -299,6 +299,18 @@ pub enum PolicyError {
     /// `spec.budgetRef` names a budget the policy cannot join.
     #[error(transparent)]
     Budget(#[from] super::gpu_budget::BudgetError),
+    /// The target runs upstream Dynamo's own planner, which scales the same pools.
+    #[error(
+        "spec.targetRef.name: DynamoGraphDeployment {dgd:?} runs upstream Dynamo's planner ({components}), which sets the same pools' replicas, so two planners would overwrite each other; hand the graph over by removing that component from the DynamoGraphDeployment or scaling it to zero replicas ({fields}: 0), or set spec.mode: observe"
+    )]
+    UpstreamPlannerRunning {
+        /// The DGD name.
+        dgd: String,
+        /// The planner components, as `component "name" (type planner, N replicas)`.
+        components: String,
+        /// The fields that scale them to zero.
+        fields: String,
+    },
     /// The metrics cannot be filtered by model: no model name anywhere.
     #[error(
         "spec.metrics.modelName: not set, and the main container of component {component:?} has no --served-model-name or --model argument; set spec.metrics.modelName to the model name the frontend reports"
@@ -315,6 +327,7 @@ impl PolicyError {
         match self {
             Self::TargetNotFound { .. } => "TargetNotFound",
             Self::TargetUnreadable { .. } => "TargetUnreadable",
+            Self::UpstreamPlannerRunning { .. } => "UpstreamPlannerRunning",
             Self::ComponentNotFound { .. }
             | Self::ComponentWrongType { .. }
             | Self::NoComponentOfType { .. }
@@ -344,7 +357,7 @@ impl PolicyError {
     pub fn is_about_target(&self) -> bool {
         matches!(
             self.reason(),
-            "TargetNotFound" | "TargetUnreadable" | "ComponentsUnresolved"
+            "TargetNotFound" | "TargetUnreadable" | "ComponentsUnresolved" | "UpstreamPlannerRunning"
         )
     }
 }
@@ -793,6 +806,41 @@ pub fn target_warnings(spec: &PlannerPolicySpec, target: &TargetPools) -> Vec<St
     }
 }
 
+/// Whether `graph` runs upstream Dynamo's planner (a `planner` component with replicas above
+/// zero) while the policy would write replicas (any mode but `observe`): the reconciler refuses
+/// such a policy, the webhook warns (the graph may still be handed over).
+pub fn upstream_planner(spec: &PlannerPolicySpec, graph: &TargetGraph) -> Option<PolicyError> {
+    let planners = graph.running_planners();
+    if planners.is_empty() || spec.mode == PlannerMode::Observe {
+        return None;
+    }
+    let components = planners
+        .iter()
+        .map(|c| {
+            let replicas = c.replicas.unwrap_or(1);
+            format!(
+                "component {:?}, type planner, {replicas} replica{}",
+                c.name,
+                if replicas == 1 { "" } else { "s" }
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let fields = planners
+        .iter()
+        .map(|c| match graph.shape {
+            crate::target::Shape::Components => format!("spec.components[{}].replicas", c.index),
+            crate::target::Shape::Services => format!("spec.services.{}.replicas", c.name),
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    Some(PolicyError::UpstreamPlannerRunning {
+        dgd: graph.name.clone(),
+        components,
+        fields,
+    })
+}
+
 /// The violations of a policy whose target exists but cannot be read (see
 /// [`TargetGraph::from_object`]): the spec's own ([`validate_spec`]) and the unreadable target.
 pub fn validate_unreadable(
@@ -818,7 +866,8 @@ pub fn unreadable_target(spec: &PlannerPolicySpec, error: &ShapeError) -> Policy
 /// Every rule, for a policy in `namespace` whose target is `dgd` (`None`: it does not exist), of
 /// either served version:
 /// the checks of [`validate_spec`], the admin's [`tenancy`] rules and [`validate_target`], which
-/// the webhook runs too, in the same order, and the parsed durations. Returns all violations.
+/// the webhook runs too, in the same order, [`upstream_planner`] (a warning at admission, a
+/// refusal here), and the parsed durations. Returns all violations.
 pub fn validate(
     spec: &PlannerPolicySpec,
     namespace: &str,
@@ -841,6 +890,7 @@ pub fn validate(
             None
         }
     };
+    errors.extend(upstream_planner(spec, dgd));
     let (Some(target), true) = (target, errors.is_empty()) else {
         return Err(errors);
     };
@@ -1254,6 +1304,51 @@ mod tests {
         assert_eq!(
             errors[0].to_string(),
             "spec.targetRef.name: DynamoGraphDeployment \"llama-disagg\" cannot be read as nvidia.com/v1beta1 or v1alpha1: spec.services: a string is not a map; allowed: a map of service name to spec (nvidia.com/v1alpha1)"
+        );
+    }
+
+    /// A graph that runs upstream's planner is refused (naming the component and how to hand
+    /// the graph over) unless the policy only observes; scaled to zero, it is accepted.
+    #[test]
+    fn a_graph_running_upstreams_planner_is_refused() {
+        let mut value = serde_json::to_value(sample()).unwrap();
+        value["spec"]["components"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "Planner", "type": "planner", "replicas": 1}));
+        let graph = TargetGraph::from_value(&value).unwrap();
+        let spec = policy("plannerpolicy-sla.yaml");
+        let errors = validate(&spec, "llm", Some(&graph), &Tenancy::default()).unwrap_err();
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].reason(), "UpstreamPlannerRunning");
+        assert!(errors[0].is_about_target());
+        assert_eq!(
+            errors[0].to_string(),
+            "spec.targetRef.name: DynamoGraphDeployment \"llama-disagg\" runs upstream Dynamo's planner (component \"Planner\", type planner, 1 replica), which sets the same pools' replicas, so two planners would overwrite each other; hand the graph over by removing that component from the DynamoGraphDeployment or scaling it to zero replicas (spec.components[3].replicas: 0), or set spec.mode: observe"
+        );
+        // The webhook's rules alone (validate_target) do not refuse it: admission only warns.
+        assert!(validate_target(&spec, &graph).is_ok());
+        let mut observe = spec.clone();
+        observe.mode = PlannerMode::Observe;
+        assert!(validate(&observe, "llm", Some(&graph), &Tenancy::default()).is_ok());
+        value["spec"]["components"][3]["replicas"] = json!(0);
+        let handed_over = TargetGraph::from_value(&value).unwrap();
+        assert!(validate(&spec, "llm", Some(&handed_over), &Tenancy::default()).is_ok());
+        let alpha = TargetGraph::from_value(&json!({
+            "apiVersion": "nvidia.com/v1alpha1",
+            "metadata": {"name": "g", "namespace": "llm"},
+            "spec": {"services": {"Planner": {"componentType": "planner", "replicas": 2}}}
+        }))
+        .unwrap();
+        assert!(
+            upstream_planner(&spec, &alpha)
+                .unwrap()
+                .to_string()
+                .contains("(component \"Planner\", type planner, 2 replicas)")
+                && upstream_planner(&spec, &alpha)
+                    .unwrap()
+                    .to_string()
+                    .contains("(spec.services.Planner.replicas: 0)")
         );
     }
 }

@@ -510,6 +510,7 @@ impl<L: Lookups> Admission<L> {
             // Already admitted with these settings; drift is the reconciler's to report.
             return response;
         }
+        let field = request_topology.declared.name_field();
         let lookup = match &request_topology.cluster_topology {
             Some(name) => match tokio::time::timeout(self.timeout, self.lookups.cluster_topology(name)).await
             {
@@ -518,7 +519,7 @@ impl<L: Lookups> Admission<L> {
                     return unavailable(
                         response,
                         format!(
-                            "spec.topologyConstraint.clusterTopologyName: cannot read ClusterTopology {name:?} to check kvCacheTransferTopology ({error}); retry, or check the operator's permissions"
+                            "{field}: cannot read ClusterTopologyBinding {name:?} to check the KV-transfer topology ({error}); retry, or check the operator's permissions"
                         ),
                     );
                 }
@@ -526,7 +527,7 @@ impl<L: Lookups> Admission<L> {
                     return unavailable(
                         response,
                         format!(
-                            "spec.topologyConstraint.clusterTopologyName: reading ClusterTopology {name:?} took longer than {:?}; retry",
+                            "{field}: reading ClusterTopologyBinding {name:?} took longer than {:?}; retry",
                             self.timeout
                         ),
                     );
@@ -580,20 +581,28 @@ impl<L: Lookups> Admission<L> {
         if target_changed {
             let name = &policy.spec.target_ref.name;
             match tokio::time::timeout(self.timeout, self.lookups.target_graph(&namespace, name)).await {
-                Ok(Ok(TargetLookup::Found(graph))) => match validation::validate_target(&policy.spec, &graph)
-                {
-                    Ok(target) => {
-                        warnings = validation::planner_policy::target_warnings(&policy.spec, &target);
-                        match self
-                            .budget_errors(&policy, &namespace, &request.name, &target)
-                            .await
-                        {
-                            Ok(budget_errors) => errors.extend(budget_errors),
-                            Err(message) => return unavailable(response, message),
+                Ok(Ok(TargetLookup::Found(graph))) => {
+                    match validation::validate_target(&policy.spec, &graph) {
+                        Ok(target) => {
+                            warnings = validation::planner_policy::target_warnings(&policy.spec, &target);
+                            match self
+                                .budget_errors(&policy, &namespace, &request.name, &target)
+                                .await
+                            {
+                                Ok(budget_errors) => errors.extend(budget_errors),
+                                Err(message) => return unavailable(response, message),
+                            }
                         }
+                        Err(target_errors) => errors.extend(target_errors),
                     }
-                    Err(target_errors) => errors.extend(target_errors),
-                },
+                    // The graph may still be handed over: a warning here, a refusal in status.
+                    if let Some(running) = validation::planner_policy::upstream_planner(&policy.spec, &graph)
+                    {
+                        warnings.push(format!(
+                            "{running}; until then the policy is refused (TargetResolved False, reason UpstreamPlannerRunning)"
+                        ));
+                    }
+                }
                 Ok(Ok(TargetLookup::Unreadable(error))) => {
                     errors.push(validation::planner_policy::unreadable_target(
                         &policy.spec,

@@ -55,19 +55,33 @@ pub fn load_yaml(path: &Path) -> Value {
     serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{} is not valid YAML: {e}", path.display()))
 }
 
-/// The CRD that serves an object's `apiVersion` and `kind`.
-pub fn crd_for(object: &Value) -> CustomResourceDefinition {
+/// The CRD of this project that serves an object's `apiVersion` and `kind`, if any.
+pub fn our_crd_for(object: &Value) -> Option<CustomResourceDefinition> {
     let api_version = object["apiVersion"].as_str().expect("object has apiVersion");
     let kind = object["kind"].as_str().expect("object has kind");
     let (group, version) = api_version.split_once('/').expect("apiVersion is group/version");
-    crds()
-        .into_iter()
-        .find(|crd| {
-            crd.spec.group == group
-                && crd.spec.names.kind == kind
-                && crd.spec.versions.iter().any(|v| v.name == version)
-        })
-        .unwrap_or_else(|| panic!("no CRD serves {api_version} {kind}"))
+    crds().into_iter().find(|crd| {
+        crd.spec.group == group
+            && crd.spec.names.kind == kind
+            && crd.spec.versions.iter().any(|v| v.name == version)
+    })
+}
+
+/// Whether an object is of a kind this project's CRDs serve. Samples of Grove's kinds (a
+/// ClusterTopologyBinding) are Grove's to validate: the end-to-end tests apply them to Grove's own
+/// CRD.
+pub fn served_here(object: &Value) -> bool {
+    our_crd_for(object).is_some()
+}
+
+/// The CRD that serves an object's `apiVersion` and `kind`.
+pub fn crd_for(object: &Value) -> CustomResourceDefinition {
+    our_crd_for(object).unwrap_or_else(|| {
+        panic!(
+            "no CRD of this project serves {} {}",
+            object["apiVersion"], object["kind"]
+        )
+    })
 }
 
 /// The `openAPIV3Schema` of a CRD's first version, as JSON.

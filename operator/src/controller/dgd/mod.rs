@@ -71,7 +71,7 @@ pub enum Error {
     /// The spec cannot be rendered; the user must change it.
     #[error("invalid spec")]
     InvalidSpec(#[from] RenderError),
-    /// `kvCacheTransferTopology` cannot be resolved (reported in `TopologyResolved`).
+    /// The KV-transfer topology cannot be resolved (reported in `TopologyResolved`).
     #[error("topology unresolved")]
     Topology(#[from] TopologyError),
     /// Looking up the ClusterTopology failed.
@@ -143,11 +143,7 @@ pub async fn run(
                     .iter()
                     .filter(|guard| {
                         guard.0.as_ref().is_ok_and(|dgd| {
-                            dgd.spec
-                                .topology_constraint
-                                .as_ref()
-                                .and_then(|t| t.cluster_topology_name.as_deref())
-                                == Some(name.as_str())
+                            topology::cluster_topology_name(&dgd.spec) == Some(name.as_str())
                         })
                     })
                     .map(|guard| ObjectRef::from_obj(guard.as_ref()))
@@ -213,7 +209,7 @@ async fn reconcile_dgd(dgd: &DynamoGraphDeployment, ctx: &Context) -> Result<Act
         Ok(topology) => topology,
         Err(Error::Topology(error)) => {
             let message = error.to_string();
-            warn!(%message, "cannot resolve kvCacheTransferTopology; workloads left unchanged");
+            warn!(%message, "cannot resolve the KV-transfer topology; workloads left unchanged");
             let unresolved = DesiredCondition::unmet(TOPOLOGY_RESOLVED, error.reason(), message.clone());
             let status = current_status(dgd, ctx, &[unresolved]);
             if status::differs(dgd.status.as_ref(), &status) {
@@ -394,7 +390,7 @@ where
         .and_then(|object| foreign_owner(&object.metadata, uid)))
 }
 
-/// Checks `kvCacheTransferTopology`, looking the ClusterTopology up when it needs one.
+/// Checks the KV-transfer topology, looking the ClusterTopologyBinding up when it needs one.
 /// `Ok(None)`: the DGD does not use the feature.
 pub(crate) async fn resolve_topology(
     dgd: &DynamoGraphDeployment,

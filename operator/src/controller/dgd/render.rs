@@ -474,7 +474,10 @@ mod tests {
 
     #[test]
     fn topology_goes_to_workers_and_the_frontend_only() {
-        use crate::topology::{ClusterTopologyLookup, ENV_LEVEL, ENV_MISMATCH_POLICY, ENV_TOPOLOGY_ENABLED};
+        use crate::topology::{
+            ClusterTopologyLookup, ENV_DYN_KV_TRANSFER_DOMAIN, ENV_LEVEL, ENV_MISMATCH_POLICY,
+            ENV_TOPOLOGY_ENABLED, EnvContract,
+        };
         use planner_api::{ClusterTopologySpec, TopologyLevel};
         let mut dgd = sample();
         // A planner component, which gets nothing.
@@ -486,19 +489,38 @@ mod tests {
             levels: vec![
                 TopologyLevel {
                     domain: "zone".into(),
-                    label_key: "topology.kubernetes.io/zone".into(),
+                    key: "topology.kubernetes.io/zone".into(),
                 },
                 TopologyLevel {
                     domain: "rack".into(),
-                    label_key: "nvidia.com/rack".into(),
+                    key: "nvidia.com/rack".into(),
                 },
             ],
         });
-        let resolved = topology::resolve(&dgd.spec, |_| lookup).unwrap().unwrap();
-        let with = render(&dgd, Some(&resolved)).unwrap();
+        let mut resolved = topology::resolve(&dgd.spec, |_| lookup).unwrap().unwrap();
         let without = render(&dgd, None).unwrap();
-        assert_eq!(with.services, without.services);
         let names = |d: &Deployment| -> Vec<String> { env_of(d).into_iter().map(|(n, _)| n).collect() };
+        // The default contract is the released runtime's: workers only, files at its path.
+        assert_eq!(resolved.contract, EnvContract::Dynamo);
+        let with = render(&dgd, Some(&resolved)).unwrap();
+        assert_eq!(with.services, without.services);
+        assert_eq!(
+            with.deployments[0], without.deployments[0],
+            "the frontend is untouched"
+        );
+        for worker in &with.deployments[1..3] {
+            let env = env_of(worker);
+            assert!(env.contains(&(ENV_TOPOLOGY_ENABLED.into(), "true".into())));
+            assert!(env.contains(&(ENV_DYN_KV_TRANSFER_DOMAIN.into(), "zone".into())));
+            assert!(!names(worker).contains(&ENV_LEVEL.to_string()));
+            let pod = worker.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+            let mount = pod.containers[0].volume_mounts.as_ref().unwrap().last().unwrap();
+            assert_eq!(mount.mount_path, topology::DYNAMO_MOUNT_PATH);
+        }
+        // This operator's first contract, on request.
+        resolved.contract = EnvContract::Planner;
+        let with = render(&dgd, Some(&resolved)).unwrap();
+        assert_eq!(with.services, without.services);
         let frontend = env_of(&with.deployments[0]);
         assert!(frontend.contains(&(ENV_LEVEL.into(), "zone".into())));
         assert!(frontend.contains(&(ENV_MISMATCH_POLICY.into(), "fail".into())));

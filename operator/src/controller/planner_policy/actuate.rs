@@ -154,12 +154,18 @@ impl Connector for EtcdConnector {
     }
 }
 
-/// Whether the target is Ready, from what the operator that renders it reports (NVIDIA's or
-/// this one's): its `Ready` condition when written; else, per pool component, the replicas
-/// serving in `status.components` against those asked for (no status at all: not Ready). A pool
-/// scaled through a scaling adapter is also not Ready until the adapter has carried its
-/// `spec.replicas` to the DGD (`status.replicas` equal to it).
+/// Whether the target is Ready, as upstream Dynamo's planner judges it, from what the operator
+/// that renders it reports (NVIDIA's or this one's): its `Ready` condition when written (else,
+/// per pool component, the replicas serving in `status.components` or `status.services` against
+/// those asked for; no status at all: not Ready), and only when that status describes the
+/// current spec (`status.observedGeneration` caught up with `metadata.generation`) and no
+/// rolling update is `Pending` or `InProgress`. A pool scaled through a scaling adapter is also
+/// not Ready until the adapter has carried its `spec.replicas` to the DGD (`status.replicas`
+/// equal to it).
 pub fn is_ready(graph: &TargetGraph, pools: (&str, &str), adapters: &Adapters) -> bool {
+    if !graph.generation_observed() || graph.rolling_out() {
+        return false;
+    }
     let synced = [pools.0, pools.1]
         .iter()
         .all(|c| adapters.get(*c).is_none_or(kubernetes::AdapterScale::synced));
@@ -242,6 +248,48 @@ mod tests {
         ));
     }
 
+    /// A `Ready` condition that describes an older generation, or a rolling update in
+    /// progress, is not Ready (what upstream's planner checks before scaling).
+    #[test]
+    fn readiness_needs_the_current_generation_and_no_rollout() {
+        let pools = ("prefill", "decode");
+        let none = Adapters::new();
+        let at = |generation: i64, observed: i64, phase: &str| {
+            let mut graph = graph(json!({
+                "observedGeneration": observed,
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "rollingUpdate": {"phase": phase}
+            }));
+            graph.generation = Some(generation);
+            graph
+        };
+        assert!(is_ready(&at(3, 3, "Completed"), pools, &none));
+        assert!(is_ready(&at(3, 3, ""), pools, &none));
+        assert!(is_ready(&at(3, 4, "Failed"), pools, &none));
+        assert!(!is_ready(&at(4, 3, "Completed"), pools, &none), "stale status");
+        assert!(!is_ready(&at(3, 3, "InProgress"), pools, &none), "rolling update");
+        assert!(!is_ready(&at(3, 3, "Pending"), pools, &none), "rolling update");
+        // v1alpha1 graphs report their counts in status.services.
+        let alpha = TargetGraph::from_value(&json!({
+            "apiVersion": "nvidia.com/v1alpha1",
+            "metadata": {"name": "g", "namespace": "ns", "generation": 2},
+            "spec": {"services": {
+                "prefill": {"componentType": "worker", "subComponentType": "prefill", "replicas": 2},
+                "decode": {"componentType": "worker", "subComponentType": "decode", "replicas": 1}
+            }},
+            "status": {"state": "pending", "observedGeneration": 2, "services": {
+                "prefill": {"componentKind": "Deployment", "componentName": "g-prefill", "replicas": 2, "updatedReplicas": 2, "readyReplicas": 1},
+                "decode": {"componentKind": "Deployment", "componentName": "g-decode", "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1}
+            }}
+        }))
+        .unwrap();
+        assert_eq!(alpha.serving("prefill"), Some(1));
+        assert!(
+            !is_ready(&alpha, pools, &none),
+            "one prefill replica of two serving"
+        );
+    }
+
     #[test]
     fn an_adapter_not_yet_synced_is_not_ready() {
         let pools = ("prefill", "decode");
@@ -253,6 +301,7 @@ mod tests {
                 name: "g-decode".into(),
                 spec_replicas: 3,
                 status_replicas: Some(1),
+                version: "v1beta1",
             },
         );
         assert!(!is_ready(&ready, pools, &adapters));

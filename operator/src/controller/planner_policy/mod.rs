@@ -360,20 +360,25 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
     let client = &ctx.base.client;
 
     // 1. Dereference the target (a DGD of either served version).
-    let target = dereference::target(client, policy).await?;
+    let target = match dereference::target(client, policy).await {
+        Ok(target) => target,
+        Err(error) => return report_unavailable(policy, ctx, error).await,
+    };
     let dgd = match &target {
-        TargetLookup::Found(graph) => Some(graph),
+        TargetLookup::Found(graph) => Some(graph.as_ref()),
         TargetLookup::NotFound => None,
         TargetLookup::Unreadable(error) => {
             let errors = validation::validate_unreadable(&policy.spec, &namespace, error, &ctx.tenancy);
-            return report_invalid(policy, ctx, &errors).await;
+            return report_invalid(policy, ctx, &errors, None).await;
         }
     };
+    // Where the graph keeps its KV-cache transfers: reported, never rendered by the planner.
+    let kv_transfer = dgd.map(|graph| graph.kv_transfer.clone());
 
     // 2. Validate, with the webhook's rules.
     let validated = match validation::validate(&policy.spec, &namespace, dgd, &ctx.tenancy) {
         Ok(validated) => validated,
-        Err(errors) => return report_invalid(policy, ctx, &errors).await,
+        Err(errors) => return report_invalid(policy, ctx, &errors, kv_transfer).await,
     };
     let Some(dgd) = dgd else {
         // validate() reports a missing target; this is not reached.
@@ -393,7 +398,7 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
         match kubernetes::adapters(client, dgd, &pools).await {
             Ok(adapters) => adapters,
             Err(ScaleError::Api { action, source }) => {
-                return Err(Error::Kube(common::KubeError { action, source }));
+                return report_unavailable(policy, ctx, common::KubeError { action, source }).await;
             }
             Err(other) => {
                 warn!(error = %common::chain(&other), "cannot read the scaling adapters");
@@ -403,7 +408,10 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
     } else {
         Adapters::new()
     };
-    let mut outcome = Outcome::default();
+    let mut outcome = Outcome {
+        kv_transfer,
+        ..Outcome::default()
+    };
     if membership.is_none() && policy.status.as_ref().is_some_and(|s| s.budget.is_some()) {
         outcome.budget = BudgetOutcome::Clear;
     }
@@ -959,6 +967,7 @@ async fn report_invalid(
     policy: &PlannerPolicy,
     ctx: &PlannerContext,
     errors: &[PolicyError],
+    kv_transfer: Option<Option<planner_api::KvTransferStatus>>,
 ) -> Result<Action, Error> {
     let message = validation::describe(errors);
     let condition = match errors.iter().find(|e| e.is_about_target()) {
@@ -969,7 +978,32 @@ async fn report_invalid(
             &message,
         ),
     };
-    report_blocked(policy, ctx, condition).await
+    report_with(policy, ctx, condition, kv_transfer).await
+}
+
+/// Reports that the target or its scaling adapters could not be read (the API server's error,
+/// e.g. NVIDIA's conversion webhook down: never taken as "not found"): `TargetResolved` Unknown,
+/// the replicas left as they are; the reconcile still fails, so it is retried with back-off.
+async fn report_unavailable(
+    policy: &PlannerPolicy,
+    ctx: &PlannerContext,
+    error: KubeError,
+) -> Result<Action, Error> {
+    let message = format!(
+        "{}; the replicas are left as they are until the target can be read again",
+        common::chain(&error)
+    );
+    let outcome = Outcome {
+        conditions: vec![DesiredCondition::unknown(
+            TARGET_RESOLVED,
+            "TargetUnavailable",
+            &message,
+        )],
+        message,
+        ..Outcome::default()
+    };
+    write_status(policy, ctx, &outcome).await?;
+    Err(Error::Kube(error))
 }
 
 /// Reports what keeps the planner from running, with a Warning Event when the status changes.
@@ -978,10 +1012,21 @@ async fn report_blocked(
     ctx: &PlannerContext,
     condition: DesiredCondition,
 ) -> Result<Action, Error> {
+    report_with(policy, ctx, condition, None).await
+}
+
+/// [`report_blocked`], with the target's KV-transfer topology when it was read.
+async fn report_with(
+    policy: &PlannerPolicy,
+    ctx: &PlannerContext,
+    condition: DesiredCondition,
+    kv_transfer: Option<Option<planner_api::KvTransferStatus>>,
+) -> Result<Action, Error> {
     let message = condition.message.clone();
     let outcome = Outcome {
         conditions: vec![condition],
         message: message.clone(),
+        kv_transfer,
         ..Outcome::default()
     };
     if write_status(policy, ctx, &outcome).await? {

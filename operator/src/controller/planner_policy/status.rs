@@ -2,7 +2,9 @@
 
 use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 
-use planner_api::{CorrectionFactors, ObservedLoad, PlannerPolicyStatus, PoolReplicas, PredictedLoad};
+use planner_api::{
+    CorrectionFactors, KvTransferStatus, ObservedLoad, PlannerPolicyStatus, PoolReplicas, PredictedLoad,
+};
 
 use planner_core::sla::Limit;
 
@@ -44,6 +46,8 @@ pub struct Outcome {
     pub message: String,
     /// What the shared GPU budget granted.
     pub budget: BudgetOutcome,
+    /// The target's KV-transfer topology, when the target was read (`Some(None)`: it has none).
+    pub kv_transfer: Option<Option<KvTransferStatus>>,
 }
 
 /// What the status says about a shared GPU budget.
@@ -141,6 +145,9 @@ pub fn next(
         BudgetOutcome::Clear => status.budget = None,
     }
     status.message = Some(outcome.message.clone());
+    if let Some(kv_transfer) = &outcome.kv_transfer {
+        status.kv_transfer = kv_transfer.clone();
+    }
     status
 }
 
