@@ -387,7 +387,7 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
     // The shared GPU budget it joins, with the webhook's rules.
     let membership = match member::membership(policy, ctx, &validated, Instant::now()).await {
         Ok(membership) => membership,
-        Err(errors) => return report_invalid(policy, ctx, &errors).await,
+        Err(errors) => return report_invalid(policy, ctx, &errors, kv_transfer).await,
     };
     // The pools' scaling adapters, where NVIDIA's operator made them: they own those replicas.
     let adapters = if policy.spec.connector.kind == ConnectorKind::Kubernetes {
