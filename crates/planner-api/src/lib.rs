@@ -33,7 +33,11 @@ use kube::core::CustomResourceExt;
 
 /// Every CRD this project ships, in the order they are written to `config/crd/`.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![PlannerPolicy::crd(), GpuBudget::crd(), DynamoGraphDeployment::crd()]
+    vec![
+        PlannerPolicy::crd(),
+        GpuBudget::crd(),
+        DynamoGraphDeployment::crd(),
+    ]
 }
 
 /// Folder of the Helm chart (`charts/planner-operator/`) a CRD file is written to: `crds/`, which
