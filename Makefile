@@ -5,7 +5,7 @@ CARGO ?= cargo
 # Two cores on our machines: one job per core, no incremental cache in CI.
 export CARGO_BUILD_JOBS ?= 2
 
-.PHONY: build test lint fmt manifests check-manifests tools dynamo image cluster-up cluster-down e2e e2e-kind chart-test demo bench bench-budget tune help
+.PHONY: build test lint fmt manifests check-manifests tools dynamo image cluster-up cluster-down e2e e2e-kind chart-test demo bench bench-budget bench-replay tune help
 
 ## build: compile the operator and crd-gen (debug)
 build:
@@ -75,11 +75,13 @@ demo:
 	@CARGO="$(CARGO)" bash tools/demo.sh
 
 ## bench: scaling-quality benchmark (release build): every policy on the traces in ../shared/data/traces/
-##        (bench/suite.json) with the h100-llama3.3-70b-tp4 profile at k=1 and k=4; writes bench/results.md
-##        and bench/figures/. `cargo bench -p planner-sim --bench simulator` times a one-hour replay.
+##        (bench/suite.json) with the h100-llama3.3-70b-tp4 profile at k=1 and k=4, with replicas serving
+##        60 s, 180 s and 300 s after they are asked for; writes bench/results.md and bench/figures/.
+##        `cargo bench -p planner-sim --bench simulator` times a one-hour replay.
 bench:
 	$(CARGO) run --release --locked -p planner-sim -- simulate --suite bench/suite.json \
 		--profile h100-llama3.3-70b-tp4 --rate-scale 1 --rate-scale 4 \
+		--scale-up-delay-s 60 --scale-up-delay-s 180 --scale-up-delay-s 300 \
 		--out bench/figures --report bench/results.md
 
 ## bench-budget: three graphs (bench/budget.json: traces in ../shared/data/traces/) sharing one GPU budget,
@@ -87,6 +89,12 @@ bench:
 bench-budget:
 	$(CARGO) run --release --locked -p planner-sim -- budget --config bench/budget.json \
 		--profile h100-llama3.3-70b-tp4 --report bench/budget.md
+
+## bench-replay: the same runs in NVIDIA Dynamo's offline replay (make dynamo): its mocker engines timed by the
+##               bench profile and its router, with sla-arima and hpa through `planner-sim bridge`, Dynamo's
+##               own planner and a fixed pool; writes bench/replay.md (settings: tools/bench-replay.sh)
+bench-replay:
+	@CARGO="$(CARGO)" bash tools/bench-replay.sh
 
 ## tune: the search the queueing planner's defaults come from (release build), on the runs of make bench: prints
 ##       what each stage found and what every value of every tuned setting scores around the winner (about a

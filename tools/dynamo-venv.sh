@@ -40,7 +40,7 @@ log "installing what they import (tools/dynamo/runtime-requirements.txt) ..."
   fail_with_log "installing Dynamo's run-time dependencies failed" "$logs/pip-runtime.log"
 
 # The imports the test bed relies on, so a broken install fails here and not in a test.
-"$DYNAMO_DIR/venv/bin/python" -c 'import dynamo.frontend.main, dynamo.mocker.main, dynamo._core, numpy, tokenizers' \
+"$DYNAMO_DIR/venv/bin/python" -c 'import dynamo.frontend.main, dynamo.mocker.main, dynamo._core, dynamo.replay, numpy, prometheus_client, tokenizers' \
   >"$logs/import.log" 2>&1 || fail_with_log "the installed Dynamo does not import" "$logs/import.log"
 
 log "writing the test model directory (tools/dynamo/make_model.py) ..."

@@ -16,6 +16,7 @@ pub mod profile;
 pub mod queueing;
 pub mod sizing;
 pub mod sla;
+pub mod startup;
 pub mod state;
 pub mod trace;
 pub mod upstream;

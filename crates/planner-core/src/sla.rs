@@ -48,6 +48,10 @@ pub struct Observation {
     /// Prefill engines ready to serve, averaged over the interval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefill_engines: Option<f64>,
+    /// Decode engines ready to serve, averaged over the interval (the engines the KV usage
+    /// is of).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_engines: Option<f64>,
     /// KV-cache usage of the decode pool (0..1), averaged over the interval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decode_kv_usage: Option<f64>,
@@ -80,6 +84,7 @@ impl Observation {
             osl_second_moment: None,
             ttft_quantile_ms: None,
             prefill_engines: None,
+            decode_engines: None,
             decode_kv_usage: None,
             decode_kv_usage_peak: None,
         }

@@ -265,6 +265,7 @@ mod tests {
             osl_second_moment: None,
             ttft_quantile_ms: None,
             prefill_engines: None,
+            decode_engines: None,
             decode_kv_usage: None,
             decode_kv_usage_peak: None,
             num_req,

@@ -33,6 +33,16 @@ enum Command {
     /// Replay several traces, one graph each, sharing one GPU budget arbitrated by the
     /// operator's rules, against the same GPUs split statically per graph; print the table.
     Budget(sim::budget::BudgetArgs),
+    /// Answer replicas for observations from another engine model: one JSON sample per line on
+    /// standard input, one JSON answer per line on standard output (the replay harness's
+    /// bridge into Dynamo's offline replay).
+    Bridge(Box<sim::bridge::BridgeArgs>),
+    /// Write the bench's runs as the traces, timing tables and manifest Dynamo's offline replay
+    /// reads (`make bench-replay`).
+    ReplayTraces(Box<sim::replay::ReplayTracesArgs>),
+    /// Score the replays `tools/replay/bench_replay.py` ran into a report in `make bench`'s
+    /// format (`make bench-replay`).
+    ReplayReport(Box<sim::replay::ReplayReportArgs>),
 }
 
 /// Exit code for bad input files (profile, trace or suite).
@@ -71,6 +81,23 @@ fn main() -> ExitCode {
                 }
             }
         },
+        Command::ReplayTraces(args) => replay_outcome("replay-traces", sim::replay::replay_traces(&args)),
+        Command::ReplayReport(args) => replay_outcome("replay-report", sim::replay::replay_report(&args)),
+        Command::Bridge(args) => {
+            let stdin = std::io::stdin().lock();
+            let stdout = std::io::stdout().lock();
+            match sim::bridge::bridge(&args, stdin, stdout) {
+                Ok(_) => ExitCode::SUCCESS,
+                Err(error @ sim::bridge::BridgeError::Input(_)) => {
+                    eprintln!("planner-sim bridge: {error}");
+                    ExitCode::from(EXIT_BAD_INPUT)
+                }
+                Err(error) => {
+                    eprintln!("planner-sim bridge: {error}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::MockerProfile(args) => match mocker_profile::mocker_profile(&args) {
             Ok(summary) => write_stdout(&summary),
             Err(error) => {
@@ -81,6 +108,19 @@ fn main() -> ExitCode {
                 }
             }
         },
+    }
+}
+
+fn replay_outcome(command: &str, outcome: Result<String, sim::replay::ReplayError>) -> ExitCode {
+    match outcome {
+        Ok(text) => write_stdout(text.trim_end()),
+        Err(error) => {
+            eprintln!("planner-sim {command}: {error}");
+            match error {
+                sim::replay::ReplayError::Input(_) => ExitCode::from(EXIT_BAD_INPUT),
+                sim::replay::ReplayError::Output(_) => ExitCode::FAILURE,
+            }
+        }
     }
 }
 

@@ -93,7 +93,7 @@ pub fn mocker_profile(args: &MockerProfileArgs) -> Result<String, MockerProfileE
     ))
 }
 
-fn write_npz(tables: &MockerTables, path: &Path) -> Result<(), String> {
+pub(crate) fn write_npz(tables: &MockerTables, path: &Path) -> Result<(), String> {
     let file = std::fs::File::create(path).map_err(|e| e.to_string())?;
     let mut npz = NpzWriter::new(file);
     let vector = |values: &[f64]| Array1::from(values.to_vec());

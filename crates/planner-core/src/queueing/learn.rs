@@ -291,10 +291,18 @@ impl Learned {
         ctx: Context<'_>,
         kv: KvLearning,
     ) {
-        let steady = kv.intervals > KV_LEARN_AFTER && kv.settled && kv.decode >= 1;
-        if !steady {
+        // The engines the usage is of: once the replicas asked for have settled (by the
+        // scale-up delay the planner assumes), those that served when reported, if they did
+        // not change through the interval (an assumed delay shorter than the real one would
+        // otherwise count replicas still starting), else those asked for.
+        let engines = match observation.decode_engines.filter(|e| e.is_finite()) {
+            Some(engines) => ((engines - engines.round()).abs() < 0.05).then(|| engines.round() as u32),
+            None => Some(kv.decode),
+        };
+        let steady = kv.intervals > KV_LEARN_AFTER && kv.settled;
+        let Some(engines) = engines.filter(|e| steady && *e >= 1) else {
             return;
-        }
+        };
         let (Some(usage), Some(capacity), Some(isl_now), Some(osl_now)) = (
             observation.decode_kv_usage,
             curves.max_kv_tokens(),
@@ -322,10 +330,10 @@ impl Learned {
                 kv_scale: 1.0,
             },
             &ctx.settings.targets(ctx.sla),
-            kv.decode,
-            kv.decode,
+            engines,
+            engines,
         );
-        let measured = usage * capacity * f64::from(kv.decode);
+        let measured = usage * capacity * f64::from(engines);
         // At least one request's worth of prompt tokens held on average, for a ratio worth
         // taking.
         if modelled.kv_tokens.is_finite() && modelled.kv_tokens > isl_now.mean.max(1.0) {

@@ -47,6 +47,7 @@ fn observed(num_req: f64) -> Observation {
         prefill_engines: None,
         decode_kv_usage: None,
         decode_kv_usage_peak: None,
+        decode_engines: None,
         num_req,
         isl: 3000.0,
         osl: 300.0,
@@ -221,6 +222,47 @@ fn observed_kv_usage_corrects_the_decode_model() {
     assert!(run(Some(0.02)) <= plain);
     // A saturated cache says nothing (admission waits cap what it shows).
     assert_eq!(run(Some(0.95)), plain);
+}
+
+#[test]
+fn kv_usage_is_of_the_decode_engines_that_served() {
+    let config = queueing_config();
+    // Four decode replicas asked for, `engines` of them serving through the interval (the
+    // others still starting, later than the planner assumed): the usage is of those serving.
+    let run = |engines: Option<f64>| {
+        let mut planner = SlaPlanner::new(&config);
+        let mut last = None;
+        for _ in 0..8 {
+            let o = Observation {
+                decode_kv_usage: Some(0.8),
+                decode_engines: engines,
+                ..seen(3000.0, 0.0, 4.0)
+            };
+            last = tick(&mut planner, &config, o, (4, 4)).target();
+        }
+        last.unwrap().1
+    };
+    let plain = {
+        let mut planner = SlaPlanner::new(&config);
+        let mut last = None;
+        for _ in 0..8 {
+            let o = Observation {
+                decode_kv_usage: None,
+                ..seen(3000.0, 0.0, 4.0)
+            };
+            last = tick(&mut planner, &config, o, (4, 4)).target();
+        }
+        last.unwrap().1
+    };
+    // Without the count, or with all four serving, the usage is of the four asked for.
+    let all = run(Some(4.0));
+    assert_eq!(run(None), all);
+    assert!(all > plain, "{all} vs {plain}");
+    // Two serving hold half the tokens four would at that usage.
+    let two = run(Some(2.0));
+    assert!(two < all, "{two} vs {all}");
+    // A count that changed through the interval says nothing.
+    assert_eq!(run(Some(3.5)), plain);
 }
 
 #[test]

@@ -168,7 +168,7 @@ pub fn run_split<C: PerformanceCurves>(
                 decided = true;
                 *want = target;
                 if !matches!(split, Split::Shared(_)) {
-                    replay.apply(target);
+                    replay.apply(target, policy.as_mut());
                 }
             }
         }
@@ -179,14 +179,15 @@ pub fn run_split<C: PerformanceCurves>(
                 .zip(&wants)
                 .map(|((graph, replay), want)| request(graph, replay, *want, floor, gpus))
                 .collect();
-            for (grant, replay) in budget::arbitrate(*total, &requests)
+            for ((grant, replay), policy) in budget::arbitrate(*total, &requests)
                 .iter()
                 .zip(replays.iter_mut())
+                .zip(policies.iter_mut())
             {
                 cuts += u64::from(grant.reason != GrantReason::Full);
                 let (p, d) = (grant.replicas[0], grant.replicas[1]);
                 if (p, d) != replay.target() {
-                    replay.apply((p, d));
+                    replay.apply((p, d), policy.as_mut());
                 }
             }
         }
@@ -490,7 +491,14 @@ pub fn run_command(args: &BudgetArgs) -> Result<String, BudgetError> {
             for ((graph, k), result) in graphs.iter().zip(&rate_scales).zip(&run.graphs) {
                 let mut named = result.clone();
                 named.policy = run.label.clone();
-                report::intervals_csv(&mut csv, &graph.name, k, &graph.sla, std::slice::from_ref(&named));
+                report::intervals_csv(
+                    &mut csv,
+                    &graph.name,
+                    k,
+                    base.scale_up_delay_s,
+                    &graph.sla,
+                    std::slice::from_ref(&named),
+                );
             }
         }
         std::fs::write(path, csv)

@@ -67,9 +67,10 @@ pub struct SimulateArgs {
     /// Simulation step (s).
     #[arg(long, default_value_t = 1.0)]
     step_s: f64,
-    /// Time from a replica being added to it serving (s).
-    #[arg(long, default_value_t = 60.0)]
-    scale_up_delay_s: f64,
+    /// Time from a replica being added to it serving (s; repeatable: every run at each delay).
+    /// The `sla-*` policies plan with the delay they measure on their replicas.
+    #[arg(long = "scale-up-delay-s", value_name = "S", default_value = "60")]
+    scale_up_delays_s: Vec<f64>,
     /// TTFT target (ms).
     #[arg(long, default_value_t = 500.0)]
     ttft_ms: f64,
@@ -139,9 +140,33 @@ struct SuiteTrace {
     itl_ms: Option<f64>,
 }
 
+/// Reads a suite file: each trace's path (relative to the suite's directory) and its targets
+/// (`default` for those it does not set).
+pub(crate) fn read_suite(
+    path: &Path,
+    default: SlaTargets,
+) -> Result<Vec<(PathBuf, SlaTargets)>, SimulateError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| SimulateError::Input(format!("cannot read {}: {e}", path.display())))?;
+    let suite: Suite =
+        serde_json::from_str(&text).map_err(|e| SimulateError::Input(format!("{}: {e}", path.display())))?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    Ok(suite
+        .traces
+        .into_iter()
+        .map(|t| {
+            let sla = SlaTargets::new(
+                t.ttft_ms.unwrap_or(default.ttft_ms),
+                t.itl_ms.unwrap_or(default.itl_ms),
+            );
+            (base.join(t.path), sla)
+        })
+        .collect())
+}
+
 /// Reads queueing-model settings: a JSON object whose fields override the defaults (groups
 /// field by field, as [`overlay_queueing`]).
-fn read_queueing_config(path: &Path) -> Result<QueueingConfig, SimulateError> {
+pub(crate) fn read_queueing_config(path: &Path) -> Result<QueueingConfig, SimulateError> {
     let input = |e: String| SimulateError::Input(format!("{}: {e}", path.display()));
     let text = std::fs::read_to_string(path).map_err(|e| input(format!("cannot read: {e}")))?;
     let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| input(e.to_string()))?;
@@ -203,10 +228,11 @@ pub(super) struct TraceJob {
     pub requests: Vec<trace::Request>,
 }
 
-/// One (trace, rate scale) comparison.
+/// One (trace, rate scale, scale-up delay) comparison.
 struct Comparison {
     trace: usize,
     k: f64,
+    delay_s: f64,
     requests: usize,
     results: Vec<RunResult>,
     seconds: f64,
@@ -250,22 +276,50 @@ impl LoadShape {
 }
 
 /// One policy's numbers in one run of the overview.
-struct OverviewCell {
-    policy: String,
-    gpu_hours: f64,
-    intervals_meeting: usize,
+pub(crate) struct OverviewCell {
+    pub(crate) policy: String,
+    pub(crate) gpu_hours: f64,
+    pub(crate) intervals_meeting: usize,
     /// GPU-hours relative to the oracle.
-    ratio: f64,
-    interval_attainment: f64,
-    request_attainment: f64,
+    pub(crate) ratio: f64,
+    pub(crate) interval_attainment: f64,
+    pub(crate) request_attainment: f64,
     /// The 90th-percentile TTFT over all requests relative to the TTFT target.
-    p90_ratio: f64,
+    pub(crate) p90_ratio: f64,
     /// Intervals whose cohort's 90th-percentile TTFT met the target.
-    p90_attainment: f64,
+    pub(crate) p90_attainment: f64,
+}
+
+impl OverviewCell {
+    /// `result`'s numbers, its GPU-hours relative to `reference_gpu_hours`.
+    pub(crate) fn of(result: &RunResult, reference_gpu_hours: f64, sla: &SlaTargets) -> Self {
+        let summary = &result.summary;
+        Self {
+            policy: result.policy.clone(),
+            gpu_hours: summary.gpu_hours,
+            intervals_meeting: summary.intervals_meeting,
+            ratio: if reference_gpu_hours > 0.0 {
+                summary.gpu_hours / reference_gpu_hours
+            } else {
+                f64::NAN
+            },
+            interval_attainment: summary.interval_attainment(),
+            request_attainment: summary.request_attainment(),
+            p90_ratio: summary.p90_ttft_ms / sla.ttft_ms,
+            p90_attainment: summary.interval_p90_attainment(),
+        }
+    }
 }
 
 /// Per run (name), per policy.
-type Overview = Vec<(String, Vec<OverviewCell>)>;
+pub(crate) type Overview = Vec<(String, Vec<OverviewCell>)>;
+
+/// The overview of every run at one scale-up delay, with each run's load shape.
+struct DelayOverview {
+    delay_s: f64,
+    runs: Overview,
+    shapes: Vec<LoadShape>,
+}
 
 /// The policy the scorecard judges (the default `mode: sla` with the default predictor) and
 /// the baseline it must beat.
@@ -298,17 +352,8 @@ pub(super) fn load_traces(
         Ok(())
     };
     if let Some(suite_path) = suite {
-        let text = std::fs::read_to_string(suite_path)
-            .map_err(|e| SimulateError::Input(format!("cannot read {}: {e}", suite_path.display())))?;
-        let suite: Suite = serde_json::from_str(&text)
-            .map_err(|e| SimulateError::Input(format!("{}: {e}", suite_path.display())))?;
-        let base = suite_path.parent().unwrap_or(Path::new("."));
-        for t in suite.traces {
-            let sla = SlaTargets::new(
-                t.ttft_ms.unwrap_or(default_sla.ttft_ms),
-                t.itl_ms.unwrap_or(default_sla.itl_ms),
-            );
-            add(base.join(t.path), sla)?;
+        for (path, sla) in read_suite(suite_path, default_sla)? {
+            add(path, sla)?;
         }
     }
     for path in traces {
@@ -347,11 +392,11 @@ impl Verdict {
 }
 
 /// GPUs per engine from a profile name ending in `-tpN`.
-pub(super) fn gpus_from_name(name: &str) -> Option<u32> {
+pub(crate) fn gpus_from_name(name: &str) -> Option<u32> {
     name.rsplit_once("-tp").and_then(|(_, n)| n.parse().ok())
 }
 
-pub(super) fn k_label(k: f64) -> String {
+pub(crate) fn k_label(k: f64) -> String {
     let text = format!("{k}");
     text.trim_end_matches(".0").to_string()
 }
@@ -392,34 +437,49 @@ pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
         Some(path) => read_queueing_config(path)?,
         None => QueueingConfig::default(),
     };
+    let delays = if args.scale_up_delays_s.is_empty() {
+        vec![SimConfig::default().scale_up_delay_s]
+    } else {
+        args.scale_up_delays_s.clone()
+    };
+    if let Some(bad) = delays.iter().find(|d| !(d.is_finite() && **d >= 0.0)) {
+        return Err(SimulateError::Input(format!(
+            "--scale-up-delay-s must be a number of seconds >= 0, not {bad}"
+        )));
+    }
     let base_config = SimConfig {
         queueing,
         interval_s: args.interval_s,
         step_s: args.step_s,
-        scale_up_delay_s: args.scale_up_delay_s,
+        scale_up_delay_s: delays[0],
         sla: default_sla,
         limits,
         ..SimConfig::default()
     };
 
-    // Every (trace, k) pair; the pairs run in parallel, each pair's policies sequentially
-    // after its oracle (the pairs outnumber the cores in the standard comparison).
-    let pairs: Vec<(usize, f64)> = (0..traces.len())
-        .flat_map(|t| args.rate_scales.iter().map(move |&k| (t, k)))
+    // Every (trace, k, delay); they run in parallel, each one's policies sequentially after
+    // its oracle (the runs outnumber the cores in the standard comparison).
+    let runs: Vec<(usize, f64, f64)> = delays
+        .iter()
+        .flat_map(|&delay| {
+            (0..traces.len()).flat_map(move |t| args.rate_scales.iter().map(move |&k| (t, k, delay)))
+        })
         .collect();
-    let inner_jobs = if pairs.len() >= jobs { 1 } else { jobs };
-    let comparisons: Vec<Comparison> = parallel_map(&pairs, jobs, |&(t, k)| {
+    let inner_jobs = if runs.len() >= jobs { 1 } else { jobs };
+    let comparisons: Vec<Comparison> = parallel_map(&runs, jobs, |&(t, k, delay_s)| {
         let run_started = Instant::now();
         let job = &traces[t];
         let requests = trace::scale(&job.requests, k, args.jitter_s);
         let config = SimConfig {
             sla: job.sla,
+            scale_up_delay_s: delay_s,
             ..base_config.clone()
         };
         let results = compare(&requests, &latency, &config, &specs, inner_jobs);
         Comparison {
             trace: t,
             k,
+            delay_s,
             requests: requests.len(),
             results,
             seconds: run_started.elapsed().as_secs_f64(),
@@ -431,7 +491,14 @@ pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
         let mut csv = String::from(report::INTERVALS_CSV_HEADER);
         for c in &comparisons {
             let job = &traces[c.trace];
-            report::intervals_csv(&mut csv, &job.name, &k_label(c.k), &job.sla, &c.results);
+            report::intervals_csv(
+                &mut csv,
+                &job.name,
+                &k_label(c.k),
+                c.delay_s,
+                &job.sla,
+                &c.results,
+            );
         }
         std::fs::write(path, csv)
             .map_err(|e| SimulateError::Output(format!("cannot write {}: {e}", path.display())))?;
@@ -439,11 +506,25 @@ pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
 
     let mut out = String::new();
     let mut markdown = String::new();
-    let mut overview: Overview = Vec::new();
+    // One overview per scale-up delay, in the order given; the first one's runs also get
+    // figures and a section of the report each.
+    let mut overviews: Vec<DelayOverview> = delays
+        .iter()
+        .map(|&delay_s| DelayOverview {
+            delay_s,
+            runs: Vec::new(),
+            shapes: Vec::new(),
+        })
+        .collect();
     for c in &comparisons {
         let job = &traces[c.trace];
+        let delay_note = if delays.len() > 1 {
+            format!(", scale-up delay {} s", c.delay_s)
+        } else {
+            String::new()
+        };
         let title = format!(
-            "{} at k={} ({} requests), {}, SLA TTFT {} ms / ITL {} ms",
+            "{} at k={} ({} requests), {}, SLA TTFT {} ms / ITL {} ms{delay_note}",
             job.name,
             k_label(c.k),
             c.requests,
@@ -457,37 +538,45 @@ pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
             c.seconds,
             report::text_table(&c.results)
         );
-        let stem = format!("{}-k{}", job.name, k_label(c.k));
-        let mut figure_links = String::new();
-        if !args.no_plots {
-            let figure = Figure {
-                title: title.clone(),
-                results: &c.results,
-                sla: job.sla,
-                interval_s: args.interval_s,
-            };
-            let (png, svg) = figure
-                .write(&args.out, &stem)
-                .map_err(|e| SimulateError::Output(e.to_string()))?;
-            let _ = writeln!(out, "figures: {} {}\n", png.display(), svg.display());
-            if let Some(report_path) = &args.report {
-                let rel = |p: &Path| relative(p, report_path.parent().unwrap_or(Path::new(".")));
-                figure_links = format!("![{stem}]({})\n\n[SVG]({})\n\n", rel(&png), rel(&svg));
+        let Some(delay_index) = delays.iter().position(|d| *d == c.delay_s) else {
+            continue;
+        };
+        let overview = &mut overviews[delay_index];
+        overview.shapes.push(c.load);
+        let overview = &mut overview.runs;
+        if delay_index == 0 {
+            let stem = format!("{}-k{}", job.name, k_label(c.k));
+            let mut figure_links = String::new();
+            if !args.no_plots {
+                let figure = Figure {
+                    title: title.clone(),
+                    results: &c.results,
+                    sla: job.sla,
+                    interval_s: args.interval_s,
+                };
+                let (png, svg) = figure
+                    .write(&args.out, &stem)
+                    .map_err(|e| SimulateError::Output(e.to_string()))?;
+                let _ = writeln!(out, "figures: {} {}\n", png.display(), svg.display());
+                if let Some(report_path) = &args.report {
+                    let rel = |p: &Path| relative(p, report_path.parent().unwrap_or(Path::new(".")));
+                    figure_links = format!("![{stem}]({})\n\n[SVG]({})\n\n", rel(&png), rel(&svg));
+                }
             }
+            let _ = write!(
+                markdown,
+                "### {} at k={}\n\n`{}`, {} requests, SLA TTFT {} ms / ITL {} ms; simulated in {:.1} s.\n\n{}\n{}",
+                job.name,
+                k_label(c.k),
+                job.path.display(),
+                c.requests,
+                job.sla.ttft_ms,
+                job.sla.itl_ms,
+                c.seconds,
+                report::markdown_table(&c.results),
+                figure_links
+            );
         }
-        let _ = write!(
-            markdown,
-            "### {} at k={}\n\n`{}`, {} requests, SLA TTFT {} ms / ITL {} ms; simulated in {:.1} s.\n\n{}\n{}",
-            job.name,
-            k_label(c.k),
-            job.path.display(),
-            c.requests,
-            job.sla.ttft_ms,
-            job.sla.itl_ms,
-            c.seconds,
-            report::markdown_table(&c.results),
-            figure_links
-        );
         let oracle = c
             .results
             .iter()
@@ -497,37 +586,19 @@ pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
             format!("{} k={}", job.name, k_label(c.k)),
             c.results
                 .iter()
-                .map(|r| {
-                    let ratio = if oracle > 0.0 {
-                        r.summary.gpu_hours / oracle
-                    } else {
-                        f64::NAN
-                    };
-                    OverviewCell {
-                        policy: r.policy.clone(),
-                        gpu_hours: r.summary.gpu_hours,
-                        intervals_meeting: r.summary.intervals_meeting,
-                        ratio,
-                        interval_attainment: r.summary.interval_attainment(),
-                        request_attainment: r.summary.request_attainment(),
-                        p90_ratio: r.summary.p90_ttft_ms / job.sla.ttft_ms,
-                        p90_attainment: r.summary.interval_p90_attainment(),
-                    }
-                })
+                .map(|r| OverviewCell::of(r, oracle, &job.sla))
                 .collect(),
         ));
     }
     let total = started.elapsed().as_secs_f64();
     let _ = writeln!(out, "total: {total:.1} s on {jobs} threads");
     if let Some(report_path) = &args.report {
-        let shapes: Vec<LoadShape> = comparisons.iter().map(|c| c.load).collect();
         let text = render_report(
             args,
             &profile_name,
             &base_config,
             &traces,
-            &overview,
-            &shapes,
+            &overviews,
             &markdown,
             total,
             jobs,
@@ -555,21 +626,34 @@ fn render_report(
     profile: &str,
     config: &SimConfig,
     traces: &[TraceJob],
-    overview: &Overview,
-    shapes: &[LoadShape],
+    overviews: &[DelayOverview],
     sections: &str,
     seconds: f64,
     jobs: usize,
 ) -> String {
     let mut md = String::new();
     let limits = &config.limits;
+    let others: Vec<String> = overviews
+        .iter()
+        .skip(1)
+        .map(|o| format!("{} s", o.delay_s))
+        .collect();
+    let other_delays = if others.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; the overview and the scorecard are repeated below at {} (the `sla-*` policies plan with the \
+             delay they measure on their replicas, as the operator does on a cluster)",
+            others.join(" and ")
+        )
+    };
     let _ = writeln!(md, "# Scaling-quality benchmark\n");
     let _ = writeln!(
         md,
         "Generated by `make bench` (`planner-sim simulate`, release build) in {seconds:.0} s on {jobs} threads. \
          Profile `{profile}` with {} GPU(s) per prefill and {} per decode engine; adjustment and reporting \
-         interval {} s; scale-up delay {} s (scale-down immediate); replicas {}..{} per pool{}; simulation step {} s; \
-         rate-scaled copies jittered by up to {} s.\n",
+         interval {} s; scale-up delay {} s (scale-down immediate){other_delays}; replicas {}..{} per pool{}; \
+         simulation step {} s; rate-scaled copies jittered by up to {} s.\n",
         limits.prefill_gpus_per_engine,
         limits.decode_gpus_per_engine,
         config.interval_s,
@@ -602,11 +686,33 @@ fn render_report(
          it and `upstream-*` is what prediction costs. **p90 intervals OK**: share of intervals whose arrivals' \
          90th-percentile TTFT met the target (and mean ITL did); **p90 TTFT**: over all requests.\n"
     );
+    if let Some(first) = overviews.first() {
+        md.push_str(&overview_tables(&first.runs, "", "oracle"));
+        md.push_str(&scorecard(&first.runs, &first.shapes, ""));
+    }
+    for other in overviews.iter().skip(1) {
+        let _ = writeln!(
+            md,
+            "## At a {} s scale-up delay\n\nThe same runs with replicas serving {} s after they are asked for.\n",
+            other.delay_s, other.delay_s
+        );
+        md.push_str(&overview_tables(&other.runs, "#", "oracle"));
+        md.push_str(&scorecard(&other.runs, &other.shapes, "#"));
+    }
+    let _ = writeln!(md, "## Runs\n\n{sections}");
+    md
+}
+
+/// The overview and tail tables of one set of runs; `deeper` is prepended to their headings.
+pub(crate) fn overview_tables(overview: &Overview, deeper: &str, reference: &str) -> String {
+    let mut md = String::new();
     if let Some((_, first)) = overview.first() {
-        type Table = (&'static str, fn(&OverviewCell) -> String);
+        type Table = (String, fn(&OverviewCell) -> String);
         let tables: [Table; 2] = [
             (
-                "## Overview: GPU-hours vs oracle / intervals meeting the SLA / requests meeting it\n",
+                format!(
+                    "## Overview: GPU-hours vs {reference} / intervals meeting the SLA / requests meeting it\n"
+                ),
                 |c| {
                     let ratio = if c.ratio.is_finite() {
                         format!("{:.2}x", c.ratio)
@@ -622,7 +728,8 @@ fn render_report(
             ),
             (
                 "## Tail: 90th-percentile TTFT of all requests / TTFT target, and intervals whose \
-                 arrivals' 90th-percentile TTFT met the target (and whose mean ITL did)\n",
+                 arrivals' 90th-percentile TTFT met the target (and whose mean ITL did)\n"
+                    .to_string(),
                 |c| {
                     let ratio = if c.p90_ratio.is_finite() {
                         format!("{:.2}x", c.p90_ratio)
@@ -634,7 +741,7 @@ fn render_report(
             ),
         ];
         for (title, cell) in tables {
-            let _ = writeln!(md, "{title}");
+            let _ = writeln!(md, "{deeper}{title}");
             let _ = write!(md, "| policy |");
             for (run, _) in overview {
                 let _ = write!(md, " {run} |");
@@ -659,14 +766,12 @@ fn render_report(
             md.push('\n');
         }
     }
-    md.push_str(&scorecard(overview, shapes));
-    let _ = writeln!(md, "## Runs\n\n{sections}");
     md
 }
 
 /// The default policy against the baseline and the oracle, run by run; empty when either
 /// policy did not run.
-fn scorecard(overview: &Overview, shapes: &[LoadShape]) -> String {
+fn scorecard(overview: &Overview, shapes: &[LoadShape], deeper: &str) -> String {
     let find = |cells: &[OverviewCell], name: &str| cells.iter().position(|c| c.policy == name);
     let Some((_, first)) = overview.first() else {
         return String::new();
@@ -677,7 +782,7 @@ fn scorecard(overview: &Overview, shapes: &[LoadShape]) -> String {
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "## Scorecard: `{SCORED}` (the default `mode: sla`) against `{BASELINE}` and the oracle\n\n\
+        "{deeper}## Scorecard: `{SCORED}` (the default `mode: sla`) against `{BASELINE}` and the oracle\n\n\
          **beats {BASELINE}**: meets the SLA in at least as many intervals as `{BASELINE}` for no more \
          GPU-hours (otherwise which of the two it misses). **{:.0} % / {SCORE_COST}x**: meets it in at least \
          {:.0} % of intervals with at most {SCORE_COST}x the oracle's GPU-hours. **prompt load p95 / peak**: \
@@ -836,7 +941,7 @@ mod tests {
         let mut lines = defaults.lines();
         assert_eq!(
             lines.next().unwrap(),
-            "trace,k,policy,start_s,arrivals,mean_isl,mean_osl,prefill,decode,prefill_serving,decode_serving,gpus,ttft_ms,itl_ms,meets"
+            "trace,k,policy,start_s,arrivals,mean_isl,mean_osl,prefill,decode,prefill_serving,decode_serving,gpus,ttft_ms,itl_ms,meets,delay_s"
         );
         let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
         let of = |policy: &str| rows.iter().filter(|r| r[2] == policy).count();
@@ -844,7 +949,7 @@ mod tests {
         assert_eq!(of("oracle"), of("sla-arima"), "{defaults}");
         assert!(
             rows.iter()
-                .all(|r| r.len() == 15 && r[0] == "mooncake_tiny" && r[1] == "1")
+                .all(|r| r.len() == 16 && r[0] == "mooncake_tiny" && r[1] == "1" && r[15] == "60")
         );
         // The tiny trace's requests all arrive in the first interval, which met the SLA.
         assert_eq!(rows[0][4].parse::<usize>().unwrap(), 16, "{defaults}");
@@ -860,6 +965,48 @@ mod tests {
                 .sum()
         };
         assert!(decode(&wide) > decode(&defaults), "{defaults}\n{wide}");
+    }
+
+    #[test]
+    fn every_delay_gets_its_overview_and_scorecard() {
+        let dir = tempfile::tempdir().unwrap();
+        let report = dir.path().join("report.md");
+        let csv = dir.path().join("intervals.csv");
+        let (report_arg, csv_arg) = (report.to_str().unwrap(), csv.to_str().unwrap());
+        let out = simulate_with(&[
+            "--policy",
+            "sla-arima",
+            "--policy",
+            "hpa",
+            "--scale-up-delay-s",
+            "60",
+            "--scale-up-delay-s",
+            "300",
+            "--report",
+            report_arg,
+            "--intervals-csv",
+            csv_arg,
+        ])
+        .unwrap();
+        assert!(out.contains("scale-up delay 300 s"), "{out}");
+        let md = std::fs::read_to_string(&report).unwrap();
+        assert!(
+            md.contains("scale-up delay 60 s (scale-down immediate); the overview"),
+            "{md}"
+        );
+        assert!(md.contains("## At a 300 s scale-up delay"), "{md}");
+        assert_eq!(md.matches("## Scorecard").count(), 2, "{md}");
+        assert_eq!(md.matches("### Scorecard").count(), 1, "{md}");
+        // One detailed section per run, at the first delay only.
+        assert_eq!(md.matches("### mooncake_tiny at k=1").count(), 1, "{md}");
+        let rows = std::fs::read_to_string(&csv).unwrap();
+        let delays: std::collections::BTreeSet<&str> = rows
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.rsplit(',').next())
+            .collect();
+        assert_eq!(delays.into_iter().collect::<Vec<_>>(), ["300", "60"]);
+        assert!(simulate_with(&["--scale-up-delay-s=-1"]).is_err());
     }
 
     fn request(arrival_s: f64, isl: f64) -> trace::Request {
@@ -930,7 +1077,7 @@ mod tests {
                 ],
             ),
         ];
-        let md = scorecard(&overview, &[shape; 3]);
+        let md = scorecard(&overview, &[shape; 3], "");
         assert!(
             md.contains("| a k=1 | 1.20x / 96% | 1.30x / 96% | yes | yes | 2.8x / 4.3x |"),
             "{md}"
@@ -949,6 +1096,6 @@ mod tests {
         );
         // Without both policies there is nothing to judge.
         let partial: Overview = vec![("a k=1".into(), vec![cell("oracle", 10.0, 50, 50)])];
-        assert!(scorecard(&partial, &[shape]).is_empty());
+        assert!(scorecard(&partial, &[shape], "").is_empty());
     }
 }

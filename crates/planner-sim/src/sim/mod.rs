@@ -10,16 +10,20 @@
 //!   HPA, fixed peak deployment, perfect prediction and the oracle.
 //! - [`report`] and [`plot`]: the comparison table, the Markdown report and the figures.
 //! - [`budget`]: several graphs sharing one GPU budget, against the same GPUs split statically.
+//! - [`bridge`]: the same policies driven by observations from another engine model, one JSON
+//!   line at a time (Dynamo's offline replay); [`replay`]: that replay's traces and report.
 //! - [`scenario`]: hand-computable workloads and the overload recovery the queueing planner
 //!   must pass.
 //! - [`tune`]: the search the queueing planner's defaults come from.
 
+pub mod bridge;
 pub mod budget;
 pub mod command;
 pub use planner_core::latency;
 pub mod metrics;
 pub mod plot;
 pub mod policy;
+pub mod replay;
 pub mod report;
 pub mod run;
 pub mod scenario;

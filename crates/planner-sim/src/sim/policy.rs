@@ -2,13 +2,14 @@
 //! operator's own planner core ([`SlaPlanner`], [`LoadPlanner`]), called exactly as the
 //! operator calls them; the others are baselines and bounds.
 
-use std::collections::VecDeque;
+use std::{collections::VecDeque, time::Duration};
 
 use planner_core::{
     interpolation::PerformanceCurves,
     load::{LoadConfig, LoadPlanner},
     predictor::{PredictorConfig, PredictorKind},
     sla::{self, Corrections},
+    startup::{DEFAULT_SCALE_UP_DELAY, StartupTracker},
     state::{FastSignals, IntervalMetrics, QueueingConfig, SlaModel, SlaPlanner, SlaPlannerConfig},
 };
 
@@ -150,16 +151,22 @@ impl PolicySpec {
 }
 
 /// The SLA planner, ticked once per adjustment interval with the interval's frontend metrics
-/// (and, with the queueing model, checked every fast period in between).
+/// (and, with the queueing model, checked every fast period in between). It plans with the
+/// scale-up delay it measures on its own replicas, as the operator does on a cluster
+/// ([`StartupTracker`]): the default until a scale-up has come up.
 pub struct SlaPolicy {
     name: String,
     config: SlaPlannerConfig,
     planner: SlaPlanner,
+    startup: StartupTracker,
+    /// The replicas asked for when last told.
+    asked: Option<(u32, u32)>,
 }
 
 impl SlaPolicy {
     /// A cold-started planner (no warm-up trace) with the simulator's interval, SLA, limits and
-    /// scale-up delay; with `headroom`, upstream's prefill is sized for [`HEADROOM_UTILIZATION`].
+    /// queueing settings; with `headroom`, upstream's prefill is sized for
+    /// [`HEADROOM_UTILIZATION`]. The scale-up delay is measured, not taken from `sim`.
     pub fn new(
         sim: &SimConfig,
         model: SlaModel,
@@ -183,7 +190,7 @@ impl SlaPolicy {
             },
             model,
             queueing: QueueingConfig {
-                scale_up_delay_s: sim.scale_up_delay_s,
+                scale_up_delay_s: DEFAULT_SCALE_UP_DELAY.as_secs_f64(),
                 ..sim.queueing.clone()
             },
         };
@@ -203,7 +210,20 @@ impl SlaPolicy {
             name,
             planner: SlaPlanner::new(&config),
             config,
+            startup: StartupTracker::default(),
+            asked: None,
         }
+    }
+
+    /// The scale-up delay measured so far.
+    pub fn measured_delay(&self) -> Option<Duration> {
+        self.startup.delay()
+    }
+
+    /// The measured delay (else the default) into the planner's settings, as the operator
+    /// refreshes them before each decision.
+    fn refresh_delay(&mut self) {
+        self.config.queueing.scale_up_delay_s = self.startup.delay_or_default().as_secs_f64();
     }
 
     /// The planner's configuration.
@@ -226,6 +246,7 @@ impl<C: PerformanceCurves> Policy<C> for SlaPolicy {
         self.config.interval_s
     }
     fn decide(&mut self, ctx: &DecisionContext<'_, C>) -> Option<(u32, u32)> {
+        self.refresh_delay();
         // Upstream is told the replicas serving (as the operator did); the queueing model the
         // replicas asked for, so that starting replicas are not asked for twice.
         let current = match self.config.model {
@@ -248,9 +269,18 @@ impl<C: PerformanceCurves> Policy<C> for SlaPolicy {
         }
     }
     fn fast_decide(&mut self, ctx: &DecisionContext<'_, C>, signals: &FastSignals) -> Option<(u32, u32)> {
+        self.refresh_delay();
         self.planner
             .fast_check(&self.config, ctx.model.curves, signals, ctx.target)
             .and_then(|decision| decision.target())
+    }
+    fn replicas_changed(&mut self, now_s: f64, asked: (u32, u32), serving: (u32, u32)) {
+        let now = Duration::from_secs_f64(now_s.max(0.0));
+        if let Some(before) = self.asked.filter(|before| *before != asked) {
+            self.startup.scaled(before, asked, now);
+        }
+        self.asked = Some(asked);
+        self.startup.observe(serving, now);
     }
 }
 

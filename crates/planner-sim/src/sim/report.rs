@@ -7,11 +7,18 @@ use planner_core::sla::SlaTargets;
 use super::run::RunResult;
 
 /// First line of the per-interval CSV.
-pub const INTERVALS_CSV_HEADER: &str = "trace,k,policy,start_s,arrivals,mean_isl,mean_osl,prefill,decode,prefill_serving,decode_serving,gpus,ttft_ms,itl_ms,meets\n";
+pub const INTERVALS_CSV_HEADER: &str = "trace,k,policy,start_s,arrivals,mean_isl,mean_osl,prefill,decode,prefill_serving,decode_serving,gpus,ttft_ms,itl_ms,meets,delay_s\n";
 
-/// Appends one CSV row per policy and interval of one (trace, rate scale) comparison: `meets`
-/// is 1 or 0, empty for an interval without arrivals.
-pub fn intervals_csv(out: &mut String, trace: &str, k: &str, sla: &SlaTargets, results: &[RunResult]) {
+/// Appends one CSV row per policy and interval of one (trace, rate scale, scale-up delay)
+/// comparison: `meets` is 1 or 0, empty for an interval without arrivals.
+pub fn intervals_csv(
+    out: &mut String,
+    trace: &str,
+    k: &str,
+    delay_s: f64,
+    sla: &SlaTargets,
+    results: &[RunResult],
+) {
     for r in results {
         for i in &r.intervals {
             let meets = match i.meets(sla) {
@@ -21,7 +28,7 @@ pub fn intervals_csv(out: &mut String, trace: &str, k: &str, sla: &SlaTargets, r
             };
             let _ = writeln!(
                 out,
-                "{trace},{k},{},{},{},{:.1},{:.1},{:.3},{:.3},{:.3},{:.3},{:.3},{:.1},{:.2},{meets}",
+                "{trace},{k},{},{},{},{:.1},{:.1},{:.3},{:.3},{:.3},{:.3},{:.3},{:.1},{:.2},{meets},{delay_s}",
                 r.policy,
                 i.start_s,
                 i.arrivals,
@@ -73,9 +80,14 @@ fn number(x: f64, decimals: usize) -> String {
 
 /// One row of cells per result; GPU-hours relative to the run named `oracle`.
 pub fn rows(results: &[RunResult]) -> Vec<[String; 14]> {
+    rows_against(results, "oracle")
+}
+
+/// One row of cells per result; GPU-hours relative to the run named `reference`.
+fn rows_against(results: &[RunResult], reference: &str) -> Vec<[String; 14]> {
     let oracle = results
         .iter()
-        .find(|r| r.policy == "oracle")
+        .find(|r| r.policy == reference)
         .map(|r| r.summary.gpu_hours);
     results
         .iter()
@@ -107,8 +119,16 @@ pub fn rows(results: &[RunResult]) -> Vec<[String; 14]> {
 
 /// An aligned plain-text table.
 pub fn text_table(results: &[RunResult]) -> String {
-    let rows = rows(results);
-    let mut widths: Vec<usize> = HEADERS.iter().map(|h| h.len()).collect();
+    text_table_against(results, "oracle")
+}
+
+/// An aligned plain-text table with GPU-hours relative to the run named `reference`.
+pub fn text_table_against(results: &[RunResult], reference: &str) -> String {
+    let rows = rows_against(results, reference);
+    let versus = format!("vs {reference}");
+    let mut headers: [&str; 14] = HEADERS;
+    headers[2] = &versus;
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.len());
@@ -131,7 +151,7 @@ pub fn text_table(results: &[RunResult]) -> String {
             .trim_end()
             .to_string()
     };
-    let mut out = line(HEADERS.to_vec());
+    let mut out = line(headers.to_vec());
     out.push('\n');
     out.push_str(&line(
         widths
@@ -152,13 +172,21 @@ pub fn text_table(results: &[RunResult]) -> String {
 
 /// A Markdown table.
 pub fn markdown_table(results: &[RunResult]) -> String {
-    let mut out = format!("| {} |\n", HEADERS.join(" | "));
+    markdown_table_against(results, "oracle")
+}
+
+/// A Markdown table with GPU-hours relative to the run named `reference`.
+pub fn markdown_table_against(results: &[RunResult], reference: &str) -> String {
+    let mut headers: [&str; 14] = HEADERS;
+    let versus = format!("vs {reference}");
+    headers[2] = &versus;
+    let mut out = format!("| {} |\n", headers.join(" | "));
     out.push('|');
     for (i, _) in HEADERS.iter().enumerate() {
         out.push_str(if i == 0 { "---|" } else { "---:|" });
     }
     out.push('\n');
-    for row in rows(results) {
+    for row in rows_against(results, reference) {
         out.push_str(&format!("| {} |\n", row.join(" | ")));
     }
     out

@@ -46,8 +46,8 @@ pub struct SimConfig {
     /// After the last interval, how long requests still in flight may take to finish (s);
     /// the replicas of the last interval serve them and are not charged.
     pub drain_limit_s: f64,
-    /// Settings of the SLA planner's queueing model (its scale-up delay is taken from
-    /// `scale_up_delay_s`).
+    /// Settings of the SLA planner's queueing model (its scale-up delay is the one the policy
+    /// measures on its replicas, as the operator does: not `scale_up_delay_s`).
     pub queueing: QueueingConfig,
 }
 
@@ -181,6 +181,10 @@ pub trait Policy<C> {
     fn initial(&self) -> Option<(u32, u32)> {
         None
     }
+    /// The replicas asked for or serving changed at `now_s` (a decision was applied, or
+    /// replicas came up): what a controller watching the target sees, as the operator's
+    /// reconcile does on a DGD status change.
+    fn replicas_changed(&mut self, _now_s: f64, _asked: (u32, u32), _serving: (u32, u32)) {}
 }
 
 /// One reporting interval of a run.
@@ -320,27 +324,30 @@ impl Outcomes {
 
 /// Sums of what a frontend observes over a window.
 #[derive(Clone, Debug)]
-struct Window {
-    completed: f64,
-    osl_sum: f64,
-    duration_sum: f64,
-    first_tokens: f64,
-    ttft_sum: f64,
-    isl_sum: f64,
-    tokens: f64,
-    itl_sum: f64,
+pub(crate) struct Window {
+    pub(crate) completed: f64,
+    pub(crate) osl_sum: f64,
+    pub(crate) duration_sum: f64,
+    pub(crate) first_tokens: f64,
+    pub(crate) ttft_sum: f64,
+    pub(crate) isl_sum: f64,
+    /// Prompt lengths observed (with `isl_sum`: the input-length histogram's count).
+    pub(crate) isl_count: f64,
+    pub(crate) tokens: f64,
+    pub(crate) itl_sum: f64,
     /// Requests accepted (`requests_started_total`).
-    arrivals: f64,
-    isl: Histogram,
-    osl: Histogram,
-    ttft: Histogram,
-    /// Prefill engine-seconds serving, and the seconds covered.
-    prefill_engine_s: f64,
-    span_s: f64,
+    pub(crate) arrivals: f64,
+    pub(crate) isl: Histogram,
+    pub(crate) osl: Histogram,
+    pub(crate) ttft: Histogram,
+    /// Prefill and decode engine-seconds serving, and the seconds covered.
+    pub(crate) prefill_engine_s: f64,
+    pub(crate) decode_engine_s: f64,
+    pub(crate) span_s: f64,
     /// Sum of the decode pool's KV-cache usage at each step, the steps, and the highest usage.
-    kv_usage_sum: f64,
-    kv_samples: f64,
-    kv_usage_peak: f64,
+    pub(crate) kv_usage_sum: f64,
+    pub(crate) kv_samples: f64,
+    pub(crate) kv_usage_peak: f64,
 }
 
 impl Default for Window {
@@ -352,6 +359,7 @@ impl Default for Window {
             first_tokens: 0.0,
             ttft_sum: 0.0,
             isl_sum: 0.0,
+            isl_count: 0.0,
             tokens: 0.0,
             itl_sum: 0.0,
             arrivals: 0.0,
@@ -359,6 +367,7 @@ impl Default for Window {
             osl: Histogram::new(&OSL_BOUNDS),
             ttft: Histogram::new(&TTFT_BOUNDS),
             prefill_engine_s: 0.0,
+            decode_engine_s: 0.0,
             span_s: 0.0,
             kv_usage_sum: 0.0,
             kv_samples: 0.0,
@@ -369,9 +378,9 @@ impl Default for Window {
 
 /// The frontend's gauges at the end of a window.
 #[derive(Clone, Copy, Debug, Default)]
-struct Gauges {
-    inflight: f64,
-    queued: f64,
+pub(crate) struct Gauges {
+    pub(crate) inflight: f64,
+    pub(crate) queued: f64,
 }
 
 impl Gauges {
@@ -385,7 +394,7 @@ impl Gauges {
 
 impl Window {
     /// What the planner reads: upstream's means and count, and the demand signals.
-    fn observation(&self, gauges: Option<Gauges>) -> Observation {
+    pub(crate) fn observation(&self, gauges: Option<Gauges>) -> Observation {
         let ttft_quantile = (self.ttft.count() > 0.0).then(|| {
             (
                 OBSERVED_TTFT_QUANTILE,
@@ -394,7 +403,7 @@ impl Window {
         });
         Observation {
             num_req: self.completed,
-            isl: self.isl_sum / self.first_tokens,
+            isl: self.isl_sum / self.isl_count,
             osl: self.osl_sum / self.completed,
             ttft_ms: self.ttft_sum / self.first_tokens * 1000.0,
             itl_ms: self.itl_sum / self.tokens * 1000.0,
@@ -406,6 +415,7 @@ impl Window {
             osl_second_moment: self.osl.moments().map(|m| m.second),
             ttft_quantile_ms: ttft_quantile,
             prefill_engines: (self.span_s > 0.0).then(|| self.prefill_engine_s / self.span_s),
+            decode_engines: (self.span_s > 0.0).then(|| self.decode_engine_s / self.span_s),
             decode_kv_usage: (self.kv_samples > 0.0).then(|| self.kv_usage_sum / self.kv_samples),
             decode_kv_usage_peak: (self.kv_samples > 0.0).then_some(self.kv_usage_peak),
         }
@@ -425,6 +435,7 @@ impl Observer for Recorder<'_> {
         self.window.first_tokens += 1.0;
         self.window.ttft_sum += ttft_s;
         self.window.isl_sum += job.isl;
+        self.window.isl_count += 1.0;
         self.window.isl.observe(job.isl);
         self.window.ttft.observe(ttft_s);
         if let Some(slot) = self.outcomes.ttft_s.get_mut(job.id) {
@@ -517,7 +528,7 @@ pub fn run<C: PerformanceCurves>(
     let mut replay = Replay::new(requests, model, config, policy, initial, None);
     for k in 0..replay.total_steps() {
         if let Some(target) = replay.step(k, policy) {
-            replay.apply(target);
+            replay.apply(target, policy);
         }
     }
     replay.finish(policy)
@@ -566,7 +577,7 @@ pub struct Replay<'r, 'm, C> {
 impl<'r, 'm, C: PerformanceCurves> Replay<'r, 'm, C> {
     /// A replay of `requests` starting from `initial` replicas (`None`: the policy's own, else
     /// what it decides at t=0, else the minimum) over `intervals` reporting intervals (`None`:
-    /// until the last arrival's).
+    /// until the last arrival's). The policy hears of its initial replicas, serving at t=0.
     pub fn new(
         requests: &'r [Request],
         model: &'r LatencyModel<'m, C>,
@@ -613,6 +624,7 @@ impl<'r, 'm, C: PerformanceCurves> Replay<'r, 'm, C> {
             policy.decide(&ctx).unwrap_or((min, min))
         });
         let fast_period = policy.fast_period_s(config);
+        policy.replicas_changed(0.0, initial, initial);
         Self {
             requests,
             model,
@@ -679,11 +691,16 @@ impl<'r, 'm, C: PerformanceCurves> Replay<'r, 'm, C> {
         let t0 = k as f64 * step;
         let t1 = (k + 1) as f64 * step;
         self.now_s = t1;
-        if self.prefill.activate(t0) {
+        let activated_p = self.prefill.activate(t0);
+        if activated_p {
             self.cluster.set_prefill_engines(self.prefill.serving);
         }
-        if self.decode.activate(t0) {
+        let activated_d = self.decode.activate(t0);
+        if activated_d {
             self.cluster.set_decode_engines(self.decode.serving);
+        }
+        if activated_p || activated_d {
+            self.replicas_changed(t0, policy);
         }
         while let Some(r) = self.requests.get(self.next).filter(|r| r.arrival_s < t1) {
             self.cluster.arrive(job(self.next, r));
@@ -692,6 +709,7 @@ impl<'r, 'm, C: PerformanceCurves> Replay<'r, 'm, C> {
             self.next += 1;
         }
         self.window.prefill_engine_s += f64::from(self.cluster.prefill_engines()) * step;
+        self.window.decode_engine_s += f64::from(self.cluster.decode_engines()) * step;
         self.window.span_s += step;
         let mut recorder = Recorder {
             window: &mut self.window,
@@ -805,8 +823,9 @@ impl<'r, 'm, C: PerformanceCurves> Replay<'r, 'm, C> {
     }
 
     /// Asks for `(prefill, decode)` replicas from the end of the last step on: added replicas
-    /// serve after the scale-up delay, removed ones stop at once.
-    pub fn apply(&mut self, (p, d): (u32, u32)) {
+    /// serve after the scale-up delay, removed ones stop at once. `policy` hears of the change
+    /// (what it asked for may have been cut), and of replicas that come up at this instant.
+    pub fn apply(&mut self, (p, d): (u32, u32), policy: &mut dyn Policy<C>) {
         let t1 = self.now_s;
         let changed_p = self.prefill.set(p, t1, self.delay);
         let changed_d = self.decode.set(d, t1, self.delay);
@@ -816,12 +835,26 @@ impl<'r, 'm, C: PerformanceCurves> Replay<'r, 'm, C> {
             self.max = (self.max.0.max(p), self.max.1.max(d));
         }
         // Scale-downs are immediate; a zero delay activates at once as well.
-        if self.prefill.activate(t1) || changed_p {
+        let activated_p = self.prefill.activate(t1);
+        if activated_p || changed_p {
             self.cluster.set_prefill_engines(self.prefill.serving);
         }
-        if self.decode.activate(t1) || changed_d {
+        let activated_d = self.decode.activate(t1);
+        if activated_d || changed_d {
             self.cluster.set_decode_engines(self.decode.serving);
         }
+        if changed_p || changed_d || activated_p || activated_d {
+            self.replicas_changed(t1, policy);
+        }
+    }
+
+    /// Tells `policy` the replicas asked for and serving at `now_s`.
+    fn replicas_changed(&self, now_s: f64, policy: &mut dyn Policy<C>) {
+        policy.replicas_changed(
+            now_s,
+            (self.prefill.target, self.decode.target),
+            (self.prefill.serving, self.decode.serving),
+        );
     }
 
     /// Drains what is still in flight (the last replicas serve it, not charged, no decisions)
@@ -879,7 +912,7 @@ pub(crate) fn job(id: usize, r: &Request) -> Job {
 }
 
 /// Fills the cohort statistics of `records` and computes the request-level aggregates.
-fn summarize(
+pub(crate) fn summarize(
     requests: &[Request],
     outcomes: &Outcomes,
     records: &mut [IntervalRecord],

@@ -111,6 +111,9 @@ impl<C: PerformanceCurves, P: Policy<C>> Policy<C> for Watch<P> {
         let decision = self.inner.fast_decide(ctx, signals);
         self.record(ctx, decision)
     }
+    fn replicas_changed(&mut self, now_s: f64, asked: (u32, u32), serving: (u32, u32)) {
+        self.inner.replicas_changed(now_s, asked, serving);
+    }
 }
 
 /// The queueing planner with ARIMA (`sla-arima`) and these settings.

@@ -286,6 +286,85 @@ fn overload_recovery_scales_out_fast_and_never_down_with_a_backlog() {
     assert!(overload_recovery(&slow).is_err());
 }
 
+/// Asks for two prefill replicas at its first decision and confirms its target at every fast
+/// check; records what it is told about its replicas.
+struct Tell(Vec<Told>);
+
+/// When a policy was told of its replicas: time, asked for, serving.
+type Told = (f64, (u32, u32), (u32, u32));
+
+impl<C> Policy<C> for Tell {
+    fn name(&self) -> String {
+        "tell".into()
+    }
+    fn period_s(&self, config: &SimConfig) -> f64 {
+        config.interval_s
+    }
+    fn decide(&mut self, ctx: &DecisionContext<'_, C>) -> Option<(u32, u32)> {
+        Some((2, ctx.target.1))
+    }
+    fn fast_period_s(&self, _: &SimConfig) -> f64 {
+        10.0
+    }
+    fn fast_decide(
+        &mut self,
+        ctx: &DecisionContext<'_, C>,
+        _: &planner_core::state::FastSignals,
+    ) -> Option<(u32, u32)> {
+        Some(ctx.target)
+    }
+    fn replicas_changed(&mut self, now_s: f64, asked: (u32, u32), serving: (u32, u32)) {
+        self.0.push((now_s, asked, serving));
+    }
+}
+
+#[test]
+fn a_policy_is_told_when_its_replicas_come_up_even_at_a_check() {
+    // Asked for at 60 s; the replica serves at 120 s, the time of a fast check that changes
+    // nothing: the policy hears of it then, as a controller watching the target would.
+    let requests = constant(1.0, 0.0, 300.0);
+    let mut tell = Tell(Vec::new());
+    run(&requests, &model(), &config(), &mut tell, Some((1, 1)));
+    assert_eq!(
+        tell.0[..3],
+        [
+            (0.0, (1, 1), (1, 1)),
+            (60.0, (2, 1), (1, 1)),
+            (120.0, (2, 1), (2, 1))
+        ]
+    );
+}
+
+#[test]
+fn the_sla_policy_plans_with_the_scale_up_delay_it_measures() {
+    // A step the pool cannot serve: the planner scales out, and the replicas it asked for serve
+    // 180 s later; it measures that, as the operator does on a cluster, instead of being told.
+    let mut requests = constant(2.0, 0.0, 300.0);
+    requests.extend(constant(25.0, 300.0, 900.0));
+    let config = SimConfig {
+        scale_up_delay_s: 180.0,
+        ..config()
+    };
+    let mut policy = queueing_policy(&config);
+    assert_eq!(policy.measured_delay(), None);
+    let result = run(&requests, &model(), &config, &mut policy, Some((1, 1)));
+    assert!(result.summary.max_prefill >= 2, "{:?}", result.decisions);
+    assert_eq!(
+        policy.measured_delay(),
+        Some(std::time::Duration::from_secs(180)),
+        "{:?}",
+        result.decisions
+    );
+    // Replicas that serve at once are measured as such.
+    let at_once = SimConfig {
+        scale_up_delay_s: 0.0,
+        ..config.clone()
+    };
+    let mut policy = queueing_policy(&at_once);
+    run(&requests, &model(), &at_once, &mut policy, Some((1, 1)));
+    assert_eq!(policy.measured_delay(), Some(std::time::Duration::ZERO));
+}
+
 #[test]
 fn queueing_planner_counts_arrivals_not_completions() {
     // The step of `a_step_up_shows_as_ttft_growth_and_the_oracle_sizes_for_it`: upstream's formulas stay put (they count

@@ -71,8 +71,14 @@ pub fn load(path: &Path) -> Result<Vec<Request>, LoadTraceError> {
 
 /// Parses trace text (see [`load`]); `name` is used in errors. Empty text is an empty trace.
 pub fn parse(text: &str, name: &str) -> Result<Vec<Request>, LoadTraceError> {
+    parse_ordered(text, name).map(|(requests, _)| requests)
+}
+
+/// [`parse`], with where each request stands in the file: `order[i]` is the position of
+/// request `i` among the file's records (its non-blank lines, or rows).
+pub fn parse_ordered(text: &str, name: &str) -> Result<(Vec<Request>, Vec<usize>), LoadTraceError> {
     let first = text.lines().map(str::trim).find(|l| !l.is_empty());
-    let mut requests = match first {
+    let requests: Vec<Request> = match first {
         None => Vec::new(),
         Some(line) if line.starts_with('{') => parse_mooncake_jsonl(text)
             .map_err(|source| LoadTraceError::Mooncake {
@@ -93,14 +99,17 @@ pub fn parse(text: &str, name: &str) -> Result<Vec<Request>, LoadTraceError> {
             });
         }
     };
-    normalize(&mut requests);
-    Ok(requests)
+    let mut order: Vec<usize> = (0..requests.len()).collect();
+    // Stable: requests arriving together keep the file's order.
+    order.sort_by(|&a, &b| requests[a].arrival_s.total_cmp(&requests[b].arrival_s));
+    let mut sorted: Vec<Request> = order.iter().map(|&i| requests[i]).collect();
+    normalize(&mut sorted);
+    Ok((sorted, order))
 }
 
-/// Sorts by arrival, makes times relative to the first arrival, and gives every request at
-/// least one output token (a request always yields its first token).
+/// Makes times relative to the first arrival (of requests sorted by arrival), and gives every
+/// request at least one output token (a request always yields its first token).
 fn normalize(requests: &mut [Request]) {
-    requests.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
     let origin = requests.first().map_or(0.0, |r| r.arrival_s);
     for request in requests.iter_mut() {
         request.arrival_s -= origin;
@@ -209,22 +218,54 @@ pub fn jitter(index: usize, copy: u64, jitter_s: f64) -> f64 {
 /// arriving [`jitter`] after the original, so copies do not arrive in lockstep. `k = 1`
 /// returns the trace unchanged; `k <= 0` gives an empty trace.
 pub fn scale(requests: &[Request], k: f64, jitter_s: f64) -> Vec<Request> {
+    scale_indexed(requests, k, jitter_s)
+        .into_iter()
+        .map(|scaled| scaled.request)
+        .collect()
+}
+
+/// A request of a rate-scaled trace and where it came from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Scaled {
+    /// The request.
+    pub request: Request,
+    /// Index of the request it copies in the trace given to [`scale_indexed`].
+    pub source: usize,
+    /// Which copy of it (0 for the first).
+    pub copy: u64,
+}
+
+/// [`scale`], with each request's source and copy number (for a converter that carries fields
+/// the simulator does not read, such as Mooncake's prefix hashes).
+pub fn scale_indexed(requests: &[Request], k: f64, jitter_s: f64) -> Vec<Scaled> {
     if !(k.is_finite() && k > 0.0) {
         return Vec::new();
     }
     if k == 1.0 {
-        return requests.to_vec();
+        return requests
+            .iter()
+            .enumerate()
+            .map(|(source, request)| Scaled {
+                request: *request,
+                source,
+                copy: 0,
+            })
+            .collect();
     }
     let mut scaled = Vec::with_capacity((requests.len() as f64 * k.ceil()) as usize);
     for (index, request) in requests.iter().enumerate() {
         for copy in 0..copies(index, k) {
-            scaled.push(Request {
-                arrival_s: request.arrival_s + jitter(index, copy, jitter_s),
-                ..*request
+            scaled.push(Scaled {
+                request: Request {
+                    arrival_s: request.arrival_s + jitter(index, copy, jitter_s),
+                    ..*request
+                },
+                source: index,
+                copy,
             });
         }
     }
-    scaled.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
+    scaled.sort_by(|a, b| a.request.arrival_s.total_cmp(&b.request.arrival_s));
     scaled
 }
 

@@ -19,7 +19,7 @@ pub const ABSOLUTE_MAX_REPLICAS: u32 = 512;
 
 /// Scale-up delay assumed until one is measured (and when `spec.behavior.scaleUpDelay` is not
 /// set and nothing has been measured yet).
-pub const DEFAULT_SCALE_UP_DELAY: Duration = Duration::from_secs(60);
+pub use planner_core::startup::DEFAULT_SCALE_UP_DELAY;
 
 /// The SLA planner's configuration; `measured_delay` is the scale-up delay measured on the
 /// target, used when the spec sets none.

@@ -32,7 +32,9 @@ use kube::{
 use tracing::{info, warn};
 
 use planner_api::{ConnectorKind, PlannerMode, PlannerPolicy, PoolReplicas};
-use planner_core::{interpolation::PerformanceModel, load::LoadPlanner, state::SlaPlanner};
+use planner_core::{
+    interpolation::PerformanceModel, load::LoadPlanner, startup::StartupTracker, state::SlaPlanner,
+};
 
 use super::{
     Context,
@@ -108,7 +110,7 @@ struct PolicyRuntime {
     /// The next fast check between intervals (queueing model).
     next_fast: Option<Instant>,
     /// Scale-ups waiting for their replicas, to measure the scale-up delay.
-    startup: StartupTracker,
+    startup: Startup,
     /// The replicas the last decision wanted, before a shared budget cut them: what the policy
     /// asks its budget for between decisions.
     want: Option<(u32, u32)>,
@@ -116,55 +118,49 @@ struct PolicyRuntime {
     risk: f64,
 }
 
-/// Measures the scale-up delay: from asking for more replicas to the target's available
-/// replicas reaching them.
-#[derive(Clone, Debug, Default)]
-struct StartupTracker {
-    /// When replicas were last added, and the replicas then asked for.
-    pending: Option<(Instant, (u32, u32))>,
-    /// Smoothed measured delay.
-    measured: Option<Duration>,
+/// The policy's scale-up delay, measured on the target by planner-core's tracker (the one the
+/// simulator and the replay bridge use), on the process clock.
+#[derive(Clone, Debug)]
+struct Startup {
+    /// The clock's origin for the tracker.
+    origin: Instant,
+    tracker: StartupTracker,
 }
 
-impl StartupTracker {
+impl Default for Startup {
+    fn default() -> Self {
+        Self {
+            origin: Instant::now(),
+            tracker: StartupTracker::default(),
+        }
+    }
+}
+
+impl Startup {
+    fn at(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.origin)
+    }
+
     /// Records a change of the replicas asked for.
     fn scaled(&mut self, from: (u32, u32), to: (u32, u32), now: Instant) {
-        if to.0 > from.0 || to.1 > from.1 {
-            // A further scale-up while one is pending keeps the first one's start.
-            let since = self.pending.map_or(now, |(since, _)| since);
-            self.pending = Some((since, to));
-        } else if self
-            .pending
-            .is_some_and(|(_, pending)| to.0 < pending.0 || to.1 < pending.1)
-        {
-            self.pending = None;
-        }
+        let at = self.at(now);
+        self.tracker.scaled(from, to, at);
     }
 
     /// Completes the measurement once the replicas serving reach those asked for.
     fn observe(&mut self, replicas: Replicas, now: Instant) {
-        let Some((since, wanted)) = self.pending else {
-            return;
-        };
-        if replicas.serving.0 >= wanted.0 && replicas.serving.1 >= wanted.1 {
-            let took = now.saturating_duration_since(since);
-            self.measured = Some(match self.measured {
-                Some(previous) => (previous + took) / 2,
-                None => took,
-            });
-            self.pending = None;
-        }
+        let at = self.at(now);
+        self.tracker.observe(replicas.serving, at);
     }
 
     /// The measured delay, once there is one.
     fn delay(&self) -> Option<Duration> {
-        self.measured
+        self.tracker.delay()
     }
 
     /// Whether replicas asked for more than `limit` ago are still not serving.
     fn stuck(&self, now: Instant, limit: Duration) -> bool {
-        self.pending
-            .is_some_and(|(since, _)| now.saturating_duration_since(since) > limit)
+        self.tracker.stuck(self.at(now), limit)
     }
 }
 
@@ -497,6 +493,7 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
             .ttft_percentile
             .map_or(DEFAULT_TTFT_QUANTILE, |p| p / 100.0),
         prefill_engines: current.serving.0,
+        decode_engines: current.serving.1,
     };
     let origin = MetricsOrigin {
         dynamo_namespace: validated.dynamo_namespace.clone(),
@@ -762,7 +759,7 @@ fn next_wake(runtime: &PolicyRuntime, interval: Duration) -> Action {
 fn ready_gate(
     spec: &planner_api::PlannerPolicySpec,
     ready: bool,
-    startup: &StartupTracker,
+    startup: &Startup,
     asked: (u32, u32),
     wanted: (u32, u32),
     now: Instant,
@@ -875,7 +872,7 @@ async fn runtime_for(
         etcd: None,
         next_tick: None,
         next_fast: None,
-        startup: StartupTracker::default(),
+        startup: Startup::default(),
         want: None,
         risk: 1.0,
     }));
@@ -1158,39 +1155,22 @@ mod tests {
     }
 
     #[test]
-    fn the_scale_up_delay_is_measured_until_the_replicas_serve() {
-        let start = Instant::now();
-        let mut tracker = StartupTracker::default();
-        tracker.scaled((1, 1), (3, 1), start);
-        // A second scale-up while the first is pending keeps the first one's start.
-        tracker.scaled((3, 1), (4, 2), start + Duration::from_secs(10));
+    fn the_scale_up_delay_is_measured_on_the_process_clock() {
+        let mut startup = Startup::default();
+        let start = startup.origin + Duration::from_secs(5);
+        startup.scaled((1, 1), (3, 1), start);
         let partly = Replicas {
-            serving: (3, 1),
-            asked: (4, 2),
+            serving: (2, 1),
+            asked: (3, 1),
         };
-        tracker.observe(partly, start + Duration::from_secs(50));
-        assert_eq!(tracker.delay(), None);
-        assert!(!tracker.stuck(start + Duration::from_secs(50), Duration::from_secs(120)));
-        assert!(tracker.stuck(start + Duration::from_secs(130), Duration::from_secs(120)));
+        startup.observe(partly, start + Duration::from_secs(50));
+        assert_eq!(startup.delay(), None);
+        assert!(startup.stuck(start + Duration::from_secs(130), Duration::from_secs(120)));
         let all = Replicas {
-            serving: (4, 2),
-            asked: (4, 2),
+            serving: (3, 1),
+            asked: (3, 1),
         };
-        tracker.observe(all, start + Duration::from_secs(80));
-        assert_eq!(tracker.delay(), Some(Duration::from_secs(80)));
-        // Later measurements are averaged in.
-        tracker.scaled((4, 2), (5, 2), start + Duration::from_secs(100));
-        tracker.observe(
-            Replicas {
-                serving: (5, 2),
-                asked: (5, 2),
-            },
-            start + Duration::from_secs(140),
-        );
-        assert_eq!(tracker.delay(), Some(Duration::from_secs(60)));
-        // A scale-down below a pending scale-up abandons the measurement.
-        tracker.scaled((5, 2), (8, 2), start + Duration::from_secs(200));
-        tracker.scaled((8, 2), (4, 2), start + Duration::from_secs(210));
-        assert!(!tracker.stuck(start + Duration::from_secs(900), Duration::from_secs(120)));
+        startup.observe(all, start + Duration::from_secs(80));
+        assert_eq!(startup.delay(), Some(Duration::from_secs(80)));
     }
 }

@@ -34,6 +34,8 @@ pub struct MetricsQuery<'a> {
     pub ttft_quantile: f64,
     /// Prefill engines ready now (the target's available replicas).
     pub prefill_engines: u32,
+    /// Decode engines ready now (the target's available replicas).
+    pub decode_engines: u32,
 }
 
 /// Reads one interval's metrics for `state`'s planner; failures are counted in `metrics`.
@@ -61,6 +63,7 @@ pub async fn observe(state: &PlannerState, query: &MetricsQuery<'_>, metrics: &P
                 match observe_interval(client, &filter, window_s, query.ttft_quantile).await {
                     Ok(mut observation) => {
                         observation.prefill_engines = Some(f64::from(query.prefill_engines));
+                        observation.decode_engines = Some(f64::from(query.decode_engines));
                         IntervalMetrics::Observed(observation)
                     }
                     Err(error) => {

@@ -1,0 +1,380 @@
+#!/usr/bin/env python3
+"""Replays the bench's runs in NVIDIA Dynamo's offline replay (`make bench-replay`).
+
+Reads the manifest `planner-sim replay-traces` wrote and replays each run's trace with
+Dynamo's mocker engines and router (`dynamo._core.run_mocker_trace_replay`), once per policy:
+
+- `sla-arima`, `hpa`: this project's policies, asked every second through `planner-sim bridge`
+  (`BridgePolicy`: the replay's tick snapshot becomes one JSON sample, the bridge answers the
+  replicas);
+- `dynamo-throughput`, `dynamo-latency`: Dynamo's own planner in the two modes that need
+  neither AISimulate nor user-chosen thresholds, in the loop as Dynamo's replay runs it;
+- `fixed-peak`: the manifest's fixed pool, without a scaling policy.
+
+Writes `<results>/<run>/<policy>.json` (per request: arrival, lengths, TTFT, mean ITL; the
+pools' workers over time) for `planner-sim replay-report`. Runs with the python of the virtual
+environment `make dynamo` installs.
+"""
+
+import argparse
+import bisect
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from importlib import metadata
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# Dynamo's engines and planner log every tick (and warn at every scale-up while a worker starts); keep errors.
+os.environ.setdefault("DYN_LOG", "error")
+import standin  # noqa: E402
+
+standin.install()
+
+from dynamo._core import run_mocker_trace_replay  # noqa: E402
+from dynamo.replay.planner import planner_replay_adapter  # noqa: E402
+
+POLICIES = ("sla-arima", "hpa", "dynamo-throughput", "dynamo-latency", "fixed-peak")
+BRIDGED = {"sla-arima", "hpa"}
+DYNAMO_MODES = {"dynamo-throughput": "throughput", "dynamo-latency": "latency"}
+# The bridge's sample: the simulator's step (1 s), fine enough for the fast checks (10 s) and
+# the HPA's period (15 s).
+SAMPLE_MS = 1000.0
+# The replay's telemetry (the schedulers' gauges) for the bridge: five per sample.
+GAUGE_MS = 200.0
+# Policies stop ticking this long after the trace's last arrival. The replay can run as long as
+# a policy asks for ticks: Mooncake conversation at k=4 was still ticking at 1.6 million virtual
+# seconds with nothing in flight. A request still unfinished then counts as missing the SLA in
+# its arrival's interval.
+END_GRACE_MS = 600_000.0
+
+
+class BridgeError(RuntimeError):
+    """The bridge refused a sample or stopped."""
+
+
+class BridgePolicy:
+    """A `scaling_policy` for Dynamo's replay that asks `planner-sim bridge` every second.
+
+    Each tick becomes one sample: the traffic counters of the tick's snapshot (the window since
+    the last tick), and gauges from the replay's telemetry (`telemetry`, every
+    `GAUGE_MS`): the requests waiting for a first token and in flight, the decode pool's KV
+    usage at the tick, and the share of the prefill workers busy, averaged over the window's
+    gauge samples (a sample taken at a random instant is busy with the probability the worker
+    is, as a GPU's utilisation counter reads). The prompt lengths of the window's arrivals
+    come from the trace, as a frontend sees each prompt on arrival.
+    """
+
+    def __init__(self, command, arrivals):
+        self.command = command
+        self.end_ms = (arrivals[-1][0] if arrivals else 0.0) + END_GRACE_MS
+        self.proc = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+        )
+        self.arrival_ms = [a[0] for a in arrivals]
+        self.arrival_isl = [a[1] for a in arrivals]
+        self.last_ms = 0.0
+        self.gauges = None
+        self.busy = []
+
+    def initial_tick_ms(self):
+        return SAMPLE_MS
+
+    def telemetry(self, sample):
+        """The replay's periodic telemetry: the schedulers' state at `sampled_at_ms`."""
+        prefill = [m for m in sample["prefill_scheduler_metrics"] if m["worker_id"] in set(sample["active_prefill_ids"])]
+        decode = [m for m in sample["decode_scheduler_metrics"] if m["worker_id"] in set(sample["active_decode_ids"])]
+        waiting = sum(m["running_requests"] + m["waiting_requests"] for m in prefill)
+        waiting += sum(m["waiting_requests"] for m in decode)
+        waiting += sample["router_pending_prefill_requests"] + sample["router_pending_decode_requests"]
+        decoding = sum(m["running_requests"] for m in decode)
+        self.gauges = {
+            "queued": float(waiting),
+            "inflight": float(waiting + decoding),
+            "decode_kv_usage": (
+                sum(m["active_cache_usage"] for m in decode) / len(decode) if decode else None
+            ),
+        }
+        if prefill:
+            self.busy.append(sum(1 for m in prefill if m["running_requests"] > 0) / len(prefill))
+
+    def on_tick(self, snapshot):
+        now = float(snapshot["now_ms"])
+        sample = self.sample(snapshot, now)
+        self.proc.stdin.write(json.dumps(sample) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise BridgeError(f"{' '.join(self.command)} stopped (exit {self.proc.poll()})")
+        answer = json.loads(line)
+        self.last_ms = now
+        return {
+            "target_prefill": answer.get("prefill"),
+            "target_decode": answer.get("decode"),
+            "next_tick_ms": now + SAMPLE_MS if now < self.end_ms else None,
+        }
+
+    def sample(self, snapshot, now):
+        traffic = snapshot.get("traffic") or {}
+
+        def number(key):
+            value = traffic.get(key)
+            return float(value) if value is not None and math.isfinite(value) else 0.0
+
+        first = bisect.bisect_left(self.arrival_ms, self.last_ms)
+        last = bisect.bisect_left(self.arrival_ms, now)
+        shapes, ttfts, itls = number("shape_count"), number("ttft_count"), number("itl_count")
+        sample = {
+            "t_s": now / 1000.0,
+            "asked": [
+                snapshot["non_draining_prefill_count"],
+                snapshot["non_draining_decode_count"],
+            ],
+            "serving": [snapshot["active_prefill_count"], snapshot["active_decode_count"]],
+            "arrivals": number("num_req"),
+            "arrival_isl": self.arrival_isl[first:last],
+            "completed": shapes,
+            "osl_sum": number("avg_osl") * shapes,
+            "ttft_count": ttfts,
+            "ttft_sum_ms": number("avg_ttft_ms") * ttfts,
+            "itl_count": itls,
+            "itl_sum_ms": number("avg_itl_ms") * itls,
+        }
+        if self.gauges is not None:
+            sample.update({k: v for k, v in self.gauges.items() if v is not None})
+        if self.busy:
+            sample["prefill_busy"] = sum(self.busy) / len(self.busy)
+            self.busy = []
+        return sample
+
+    def close(self):
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        code = self.proc.wait()
+        if code != 0:
+            raise BridgeError(f"{' '.join(self.command)} exited with {code}")
+
+
+class Bounded:
+    """Dynamo's planner adapter, ticking until `end_ms` (`END_GRACE_MS`)."""
+
+    def __init__(self, adapter, end_ms):
+        self.adapter = adapter
+        self.end_ms = end_ms
+
+    def initial_tick_ms(self):
+        return self.adapter.initial_tick_ms()
+
+    def on_tick(self, snapshot):
+        answer = dict(self.adapter.on_tick(snapshot))
+        if float(snapshot["now_ms"]) >= self.end_ms:
+            answer["next_tick_ms"] = None
+        return answer
+
+    def __getattr__(self, name):
+        return getattr(self.adapter, name)
+
+
+def engine_args(manifest, base, role, startup_s):
+    engine = manifest["engine"]
+    return {
+        "engine": {
+            "worker_type": role,
+            "num_gpu_blocks": engine["num_gpu_blocks"],
+            "block_size": engine["block_size"],
+            "max_num_batched_tokens": engine["max_num_batched_tokens"],
+            "max_model_len": engine["max_model_len"],
+            "timing_model": {
+                "type": "external",
+                "provider": "dynamo_profile",
+                "config": {"path": os.path.join(base, manifest["perf_data"])},
+            },
+        },
+        "tensor_parallel_size": engine["tensor_parallel_size"],
+        "startup_time": startup_s,
+    }
+
+
+def dynamo_planner_config(manifest, mode):
+    """Dynamo's planner in an easy mode, bounded like the simulator's policies (1 to 64 per
+    pool, no GPU budget that binds)."""
+    return {
+        "mode": "disagg",
+        "optimization_target": mode,
+        "backend": "mocker",
+        "prefill_engine_num_gpu": manifest["gpus"][0],
+        "decode_engine_num_gpu": manifest["gpus"][1],
+        "max_gpu_budget": 64 * (manifest["gpus"][0] + manifest["gpus"][1]),
+        "min_endpoint": 1,
+        "control_api_port": 0,
+    }
+
+
+def read_arrivals(path):
+    arrivals = []
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                r = json.loads(line)
+                arrivals.append((float(r["timestamp"]), float(r["input_length"])))
+    arrivals.sort()
+    return arrivals
+
+
+def replay(manifest, base, run, policy, args):
+    trace = os.path.join(base, run["file"])
+    prefill = engine_args(manifest, base, "prefill", args.startup_s)
+    decode = engine_args(manifest, base, "decode", args.startup_s)
+    initial = run["fixed_peak"] if policy == "fixed-peak" else run["initial"]
+    common = dict(
+        prefill_engine_args=prefill,
+        decode_engine_args=decode,
+        num_prefill_workers=initial[0],
+        num_decode_workers=initial[1],
+        sla_ttft_ms=run["ttft_ms"],
+        sla_itl_ms=run["itl_ms"],
+        capture_per_request=True,
+        router_mode=args.router,
+    )
+    started = time.monotonic()
+    if policy in BRIDGED:
+        command = [
+            args.bridge,
+            "bridge",
+            "--profile",
+            manifest["profile"],
+            "--policy",
+            policy,
+            "--ttft-ms",
+            str(run["ttft_ms"]),
+            "--itl-ms",
+            str(run["itl_ms"]),
+            "--interval-s",
+            str(manifest["interval_s"]),
+        ]
+        if args.bridge_log:
+            os.makedirs(args.bridge_log, exist_ok=True)
+            stem = run["file"].removesuffix(".jsonl")
+            command += ["--log", os.path.join(args.bridge_log, f"{stem}-{policy}.jsonl")]
+        bridge = BridgePolicy(command, read_arrivals(trace))
+        try:
+            native = run_mocker_trace_replay(
+                [trace],
+                scaling_policy=bridge,
+                telemetry_sample_interval_ms=GAUGE_MS,
+                telemetry_callback=bridge.telemetry,
+                **common,
+            )
+        finally:
+            bridge.close()
+        description = " ".join(os.path.basename(c) if i == 0 else c for i, c in enumerate(command))
+    elif policy in DYNAMO_MODES:
+        config = dynamo_planner_config(manifest, DYNAMO_MODES[policy])
+        with planner_replay_adapter(
+            extra_engine_args=None,
+            prefill_engine_args=prefill,
+            decode_engine_args=decode,
+            planner_config_arg=json.dumps(config),
+            capture_details=False,
+        ) as adapter:
+            arrivals = read_arrivals(trace)
+            end_ms = (arrivals[-1][0] if arrivals else 0.0) + END_GRACE_MS
+            native = run_mocker_trace_replay([trace], scaling_policy=Bounded(adapter, end_ms), **common)
+        description = "Dynamo planner " + json.dumps(config, sort_keys=True)
+    elif policy == "fixed-peak":
+        native = run_mocker_trace_replay([trace], scaling_policy=None, **common)
+        description = f"fixed pool {initial[0]}P/{initial[1]}D"
+    else:
+        raise ValueError(f"unknown policy {policy}")
+    wall = time.monotonic() - started
+    return {
+        "policy": policy,
+        "description": description,
+        "dynamo_version": metadata.version("ai-dynamo"),
+        "startup_s": args.startup_s,
+        "router": args.router,
+        "wall_s": wall,
+        "requests": [request_row(r) for r in native.per_request],
+        "timeline": timeline(initial, native.lifecycle_operations),
+    }
+
+
+def finite(value):
+    return float(value) if value is not None and math.isfinite(float(value)) else None
+
+
+def request_row(r):
+    completed = r.get("terminal_status") == "completed"
+    return [
+        finite(r["arrival_time_ms"]),
+        finite(r["input_length"]),
+        finite(r.get("output_length") or r.get("requested_output_length")),
+        finite(r.get("ttft_ms")),
+        finite(r.get("itl_ms")),
+        1.0 if completed else 0.0,
+    ]
+
+
+def timeline(initial, operations):
+    rows = [[0.0, 0, initial[0], 0, 0], [0.0, 1, initial[1], 0, 0]]
+    for op in operations:
+        pool = {"prefill": 0, "decode": 1}.get(op["pool"])
+        if pool is None:
+            continue
+        state = op["state_after_batch"]
+        rows.append(
+            [
+                float(op["at_ms"]) / 1000.0,
+                pool,
+                len(state["active"]),
+                len(state["starting"]),
+                len(state["draining"]),
+            ]
+        )
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--manifest", required=True, help="manifest.json of planner-sim replay-traces")
+    parser.add_argument("--bridge", required=True, help="the planner-sim binary")
+    parser.add_argument("--results", help="output directory (default: results beside the manifest)")
+    parser.add_argument("--startup-s", type=float, default=60.0, help="scale-up delay of new workers (s)")
+    parser.add_argument(
+        "--router",
+        choices=("kv_router", "round_robin"),
+        default="kv_router",
+        help="Dynamo's router: its KV- and load-aware router (default), or round robin",
+    )
+    parser.add_argument("--policy", action="append", choices=POLICIES, help="policies (default: all)")
+    parser.add_argument("--bridge-log", help="directory for the bridge's log of every check (planner-sim bridge --log)")
+    parser.add_argument("--run", action="append", help="runs by name, e.g. 'azure2023_code k=1' (default: all)")
+    args = parser.parse_args()
+
+    with open(args.manifest) as f:
+        manifest = json.load(f)
+    base = os.path.dirname(os.path.abspath(args.manifest))
+    results = args.results or os.path.join(base, "results")
+    policies = args.policy or list(POLICIES)
+    runs = [r for r in manifest["runs"] if not args.run or r["name"] in args.run]
+    if args.run and len(runs) != len(args.run):
+        known = ", ".join(r["name"] for r in manifest["runs"])
+        parser.error(f"--run must name runs of the manifest: {known}")
+    for run in runs:
+        directory = os.path.join(results, run["file"].removesuffix(".jsonl"))
+        os.makedirs(directory, exist_ok=True)
+        for policy in policies:
+            result = replay(manifest, base, run, policy, args)
+            with open(os.path.join(directory, f"{policy}.json"), "w") as f:
+                json.dump(result, f, allow_nan=False)
+            print(
+                f"{run['name']:<36} {policy:<18} {len(result['requests']):>6} requests "
+                f"in {result['wall_s']:6.1f} s",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
