@@ -32,7 +32,7 @@ use super::{
     parallel_map,
     policy::PolicySpec,
     report,
-    run::{Replay, RunResult, SimConfig},
+    run::{Policy, Replay, RunResult, SimConfig},
     trace::{self, Request},
 };
 
@@ -103,7 +103,19 @@ pub fn run_split<C: PerformanceCurves>(
     split: &Split,
     label: &str,
 ) -> SplitRun {
-    let configs: Vec<SimConfig> = graphs
+    let configs = graph_configs(graphs, base, split);
+    let floor = base.limits.min_replicas;
+    let mut policies: Vec<_> = configs
+        .iter()
+        .map(|config| build_policy::<C>(spec, config, (floor, floor)))
+        .collect();
+    run_split_with(graphs, model, base, &mut policies, split, label)
+}
+
+/// Each graph's settings under `split`: its SLA, and its share as its own GPU budget when the
+/// split is static.
+fn graph_configs(graphs: &[Graph], base: &SimConfig, split: &Split) -> Vec<SimConfig> {
+    graphs
         .iter()
         .enumerate()
         .map(|(g, graph)| SimConfig {
@@ -117,7 +129,20 @@ pub fn run_split<C: PerformanceCurves>(
             },
             ..base.clone()
         })
-        .collect();
+        .collect()
+}
+
+/// [`run_split`] with one policy per graph, in the graphs' order, given by the caller. Each
+/// policy hears of its replicas as in a single run: what it was granted, and when they serve.
+pub fn run_split_with<C: PerformanceCurves>(
+    graphs: &[Graph],
+    model: &LatencyModel<'_, C>,
+    base: &SimConfig,
+    policies: &mut [Box<dyn Policy<C>>],
+    split: &Split,
+    label: &str,
+) -> SplitRun {
+    let configs = graph_configs(graphs, base, split);
     let intervals = graphs
         .iter()
         .filter_map(|g| g.requests.last())
@@ -125,10 +150,6 @@ pub fn run_split<C: PerformanceCurves>(
         .max()
         .unwrap_or(0);
     let floor = base.limits.min_replicas;
-    let mut policies: Vec<_> = configs
-        .iter()
-        .map(|config| build_policy::<C>(spec, config, (floor, floor)))
-        .collect();
     let mut replays: Vec<Replay<'_, '_, C>> = graphs
         .iter()
         .zip(&configs)
@@ -199,7 +220,7 @@ pub fn run_split<C: PerformanceCurves>(
     }
     let graphs = replays
         .into_iter()
-        .zip(&policies)
+        .zip(policies.iter())
         .map(|(replay, policy)| replay.finish(policy.as_ref()))
         .collect();
     SplitRun {

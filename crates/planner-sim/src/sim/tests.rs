@@ -287,8 +287,9 @@ fn overload_recovery_scales_out_fast_and_never_down_with_a_backlog() {
 }
 
 /// Asks for two prefill replicas at its first decision and confirms its target at every fast
-/// check; records what it is told about its replicas.
-struct Tell(Vec<Told>);
+/// check; records what it is told about its replicas (in a log the test keeps a handle on).
+#[derive(Default)]
+struct Tell(std::rc::Rc<std::cell::RefCell<Vec<Told>>>);
 
 /// When a policy was told of its replicas: time, asked for, serving.
 type Told = (f64, (u32, u32), (u32, u32));
@@ -314,7 +315,7 @@ impl<C> Policy<C> for Tell {
         Some(ctx.target)
     }
     fn replicas_changed(&mut self, now_s: f64, asked: (u32, u32), serving: (u32, u32)) {
-        self.0.push((now_s, asked, serving));
+        self.0.borrow_mut().push((now_s, asked, serving));
     }
 }
 
@@ -323,10 +324,10 @@ fn a_policy_is_told_when_its_replicas_come_up_even_at_a_check() {
     // Asked for at 60 s; the replica serves at 120 s, the time of a fast check that changes
     // nothing: the policy hears of it then, as a controller watching the target would.
     let requests = constant(1.0, 0.0, 300.0);
-    let mut tell = Tell(Vec::new());
+    let mut tell = Tell::default();
     run(&requests, &model(), &config(), &mut tell, Some((1, 1)));
     assert_eq!(
-        tell.0[..3],
+        tell.0.borrow()[..3],
         [
             (0.0, (1, 1), (1, 1)),
             (60.0, (2, 1), (1, 1)),
@@ -557,4 +558,39 @@ fn proportional_shares_are_whole_engines_and_fit_the_total() {
     assert_eq!(shares, [32, 20, 56]);
     assert!(shares.iter().sum::<u32>() <= 112);
     assert_eq!(super::budget::proportional_shares(16, &[0.0, 1.0], 4, 8), [8, 16]);
+}
+
+#[test]
+fn in_a_shared_budget_a_policy_is_told_what_it_was_granted_and_when_it_serves() {
+    use super::budget::{Split, run_split_with};
+    // Both graphs ask for a second prefill replica at 60 s; 5 GPUs hold both floors (4) and one
+    // more replica: the higher priority gets it and hears when it serves, the other hears only
+    // of its floor, which it keeps.
+    let mut graphs = alternating_bursts();
+    for graph in &mut graphs {
+        graph.requests = constant(1.0, 0.0, 300.0);
+    }
+    graphs[1].priority = 1;
+    let (low, high) = (Tell::default(), Tell::default());
+    let told = [std::rc::Rc::clone(&low.0), std::rc::Rc::clone(&high.0)];
+    let mut policies: Vec<Box<dyn Policy<_>>> = vec![Box::new(low), Box::new(high)];
+    let run = run_split_with(
+        &graphs,
+        &model(),
+        &config(),
+        &mut policies,
+        &Split::Shared(5),
+        "tell",
+    );
+    assert_eq!(run.steps_over, 0);
+    assert!(run.cuts > 0);
+    assert_eq!(*told[0].borrow(), [(0.0, (1, 1), (1, 1))]);
+    assert_eq!(
+        *told[1].borrow(),
+        [
+            (0.0, (1, 1), (1, 1)),
+            (60.0, (2, 1), (1, 1)),
+            (120.0, (2, 1), (2, 1))
+        ]
+    );
 }
