@@ -4,11 +4,16 @@
 # control plane (fake GPU nodes played by kwok) unless KUBECONFIG names a cluster, installs the
 # CRDs and the chart's RBAC (rendered with `helm template`, namespace-scoped), builds and runs the
 # operator on the host with a token of the chart's ServiceAccount, creates the sample
-# ClusterTopologyBinding (Grove's CRD, from ../shared/upstream/grove/) and DGD and a PlannerPolicy that plans every 10 s (config/demo/), starts the
-# synthetic Dynamo frontend replaying a generated trace (2 -> 40 -> 2 requests/s over 5.5 min,
-# looped) against the DGD's Ready pods and a real Prometheus scraping it, then prints one line per
-# planner interval: what the planner observed, predicted and decided. Runs until Ctrl-C, or for
-# DEMO_SECONDS; then stops everything it started and removes what it created.
+# ClusterTopologyBinding (Grove's CRD, from ../shared/upstream/grove/), the demo DGD and a
+# PlannerPolicy that plans every 10 s (config/demo/), and starts the test bed (`planner-sim
+# dynamo-bed`): NVIDIA Dynamo's real frontend for the frontend pod and a real mocker engine for
+# each Ready prefill and decode pod (installed by `make dynamo`), a load generator replaying a
+# generated trace (1 -> 8 -> 1 requests/s of long prompts over 5.5 min, looped) against the
+# frontend, and a real Prometheus scraping them as the chart's dynamoPodMonitors would (what a
+# cluster without NVIDIA's Dynamo operator installs). Then it prints one line per planner
+# interval: what the planner observed, predicted and decided, and the engine processes running.
+# Runs until Ctrl-C, or for DEMO_SECONDS; then stops everything it started, removes what it
+# created, and prints what the Dynamo processes cost (CPU, memory).
 #
 # Environment (all optional):
 #   KUBECONFIG                 use this cluster instead of starting one. It must be a test cluster
@@ -20,15 +25,20 @@
 #                              .../planner-operator-demo-cluster-<uid>, apart from `make cluster-up`'s)
 #   PLANNER_CLUSTER_PORT_BASE  ports of that cluster, base+1..base+5 (default 17440)
 #   DEMO_SECONDS               stop after this many seconds of planning (default: run until Ctrl-C)
-#   DEMO_EXPECT_SCALING=1      exit non-zero unless the replicas went up and then down again; stops
-#                              as soon as they have (DEMO_SECONDS is then the time limit; 330 s
-#                              covers one cycle of the trace)
+#   DEMO_EXPECT_SCALING=1      exit non-zero unless the replicas went up and then down again with at
+#                              least three engine processes at the peak; stops as soon as they have
+#                              (DEMO_SECONDS is then the time limit; 330 s covers one cycle of the
+#                              trace)
 #   DEMO_NAMESPACE             namespace of the DGD and the policy (planner-demo)
-#   DEMO_PROMETHEUS_PORT, DEMO_FRONTEND_PORT, DEMO_METRICS_PORT
-#                              loopback ports of Prometheus (19090), the synthetic frontend (19000)
-#                              and the operator's /metrics (19080)
+#   DEMO_PROMETHEUS_PORT, DEMO_BED_PORT, DEMO_METRICS_PORT
+#                              loopback ports of Prometheus (19090), the test bed's status and load
+#                              control (19000) and the operator's /metrics (19080); the Dynamo
+#                              frontend takes a free port, the engines free ports in
+#                              DEMO_ENGINE_PORTS (30000-32767: Dynamo wants them below 32768)
 #   PROMETHEUS                 the prometheus binary (default: PROMETHEUS_BIN, else `prometheus` on
 #                              PATH, else the one `make tools` builds; see prometheus_bin in env.sh)
+#   PYTHON                     the Python `make dynamo` builds Dynamo's virtual environment with
+#                              (python3; >= 3.10 with venv), on the first run
 #   CARGO                      cargo (default: cargo)
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -43,12 +53,15 @@ source ./procs.sh
 REPO="$(cd .. && pwd)"
 NS="${DEMO_NAMESPACE:-planner-demo}"
 PROM_PORT="${DEMO_PROMETHEUS_PORT:-19090}"
-FRONTEND_PORT="${DEMO_FRONTEND_PORT:-19000}"
+BED_PORT="${DEMO_BED_PORT:-19000}"
+ENGINE_PORTS="${DEMO_ENGINE_PORTS:-30000-32767}"
 METRICS_PORT="${DEMO_METRICS_PORT:-19080}"
 DEMO_SECONDS="${DEMO_SECONDS:-}"
 EXPECT_SCALING="${DEMO_EXPECT_SCALING:-}"
 DGD=llama-disagg
 POLICY=llama-demo
+MODEL_NAME=llama-3.1-8b        # config/demo/: the served model and the profile the engines are timed by
+PROFILE=h200-llama3.1-8b-tp1
 RELEASE=planner-demo
 SA="$RELEASE-planner-operator" # the chart's fullname for this release
 INTERVAL_S=10                  # config/demo/plannerpolicy-demo.yaml
@@ -64,7 +77,7 @@ step() { printf '%s %s\n' "$(stamp)" "$*" >&2; }
 for cmd in curl awk; do
   command -v "$cmd" >/dev/null 2>&1 || fail "$cmd not found on PATH: the demo needs it"
 done
-for entry in "Prometheus:$PROM_PORT:DEMO_PROMETHEUS_PORT" "the synthetic frontend:$FRONTEND_PORT:DEMO_FRONTEND_PORT" \
+for entry in "Prometheus:$PROM_PORT:DEMO_PROMETHEUS_PORT" "the test bed:$BED_PORT:DEMO_BED_PORT" \
   "the operator's metrics:$METRICS_PORT:DEMO_METRICS_PORT"; do
   IFS=: read -r what port var <<<"$entry"
   port_in_use "$port" && fail "port $port on 127.0.0.1 (for $what) is in use: stop what holds it or set $var"
@@ -82,6 +95,14 @@ if { [[ -z "${KUBECONFIG:-}" || ! -f "$TOOLS_DIR/.complete" ]] &&
 fi
 [[ -n "$PROMETHEUS" && -f "$PROMETHEUS" && -x "$PROMETHEUS" ]] ||
   fail "prometheus not found: the demo runs a real Prometheus, which \`make tools\` builds (or set PROMETHEUS=/path/to/prometheus)"
+# Dynamo's frontend and engines: the virtual environment `make dynamo` installs (a no-op once
+# cached).
+if [[ ! -f "$DYNAMO_DIR/.complete" ]]; then
+  step "installing NVIDIA Dynamo $DYNAMO_VERSION's frontend and engines (make dynamo; a no-op once cached)"
+fi
+bash ./dynamo-venv.sh
+DYNAMO_PY="$(dynamo_python)"
+DYNAMO_MODEL="$(dynamo_model_dir)"
 if [[ -f "$TOOLS_DIR/.complete" ]]; then
   KUBECTL="$TOOLS_BIN/kubectl"
   HELM="$TOOLS_BIN/helm"
@@ -105,6 +126,7 @@ created_topology=false
 rbac_file=""
 first_tick_at="" up_at="" down_at="" base_at="" policy_created=""
 base_replicas="" base_total=0 peak_replicas="" peak_total=0
+bed_status="" bed_cost=""
 
 summary() {
   [[ -n "${policy_created:-}" ]] || return 0
@@ -122,13 +144,43 @@ summary() {
     [[ -n "$base_at" ]] && printf '  back to %s after %ds\n' "$base_replicas" "$((base_at - policy_created))"
     [[ -n "$first_tick_at" && -z "$up_at" ]] && printf '  no scale-up seen\n'
     [[ -n "$up_at" && -z "$down_at" ]] && printf '  no scale-down seen yet\n'
+    if [[ -n "$bed_status" ]]; then
+      printf '  Dynamo processes: at most %s engines at once, and the frontend; %s CPU-seconds over %ss (%s%% of a core), at most %s MiB resident at once\n' \
+        "$(json_field peak_engines "$bed_status")" "$(json_field cpu_s "$bed_status" | cut -d. -f1)" \
+        "$((SECONDS - bed_started))" "$(awk -v c="$(json_field cpu_s "$bed_status")" -v t="$((SECONDS - bed_started))" 'BEGIN { printf "%.0f", (t > 0 ? 100 * c / t : 0) }')" \
+        "$(($(json_field peak_rss_bytes "$bed_status") / 1048576))"
+      printf '  requests: %s sent, %s completed, %s failed, %s dropped\n' "$(json_field sent "$bed_status")" \
+        "$(json_field completed "$bed_status")" "$(json_field failed "$bed_status")" "$(json_field dropped "$bed_status")"
+      [[ -n "$bed_cost" ]] && printf '  the test bed itself (load generator, process supervision): %s\n' "$bed_cost"
+    fi
   } >&2
+}
+
+# process_cost NAME: CPU-seconds and resident memory of a component this script started.
+process_cost() {
+  local pid bin
+  [[ -f "$PIDS/$1.pid" ]] || return 0
+  read -r pid bin <"$PIDS/$1.pid"
+  is_ours "$pid" "$bin" || return 0
+  awk -v tck="$(getconf CLK_TCK)" -v page="$(getconf PAGESIZE)" '
+    FNR == 1 && FILENAME ~ /stat$/ { sub(/.*\) /, ""); split($0, f, " "); cpu = (f[12] + f[13]) / tck }
+    FILENAME ~ /statm$/ { rss = $2 * page / 1048576 }
+    END { printf "%.0f CPU-seconds, %.0f MiB resident", cpu, rss }' "/proc/$pid/stat" "/proc/$pid/statm" 2>/dev/null
+}
+
+# json_field NAME JSON: the number NAME in the test bed's /status (flat numeric fields only).
+json_field() {
+  sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p" <<<"$2" | head -n 1
 }
 
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
   set +eu
+  if [[ -n "${bed_started:-}" ]]; then
+    bed_status="$(curl -sf --max-time 2 "http://127.0.0.1:$BED_PORT/status" || true)"
+    bed_cost="$(process_cost bed)"
+  fi
   summary
   step "cleaning up"
   stop_all
@@ -181,7 +233,7 @@ else
 fi
 
 # --- Operator binary (built while nothing else runs yet) ---------------------------------------
-step "building the operator and the synthetic frontend (cargo build -p planner-operator -p planner-sim)"
+step "building the operator and the test bed (cargo build -p planner-operator -p planner-sim)"
 TARGET_DIR="${CARGO_TARGET_DIR:-$REPO/target}"
 (cd "$REPO" && "${CARGO:-cargo}" build -p planner-operator --bin planner-operator -p planner-sim --bin planner-sim --locked)
 BIN="$TARGET_DIR/debug/planner-operator"
@@ -238,15 +290,17 @@ step "starting the operator as system:serviceaccount:$NS:$SA (metrics on 127.0.0
 ) 2>/dev/null
 wait_for operator "operator ready" 60 curl -sf --max-time 2 "http://127.0.0.1:$METRICS_PORT/readyz"
 
-step "creating DGD $NS/$DGD (config/samples/dgd-disagg.yaml); waiting for it to be Ready"
-k create -n "$NS" -f "$REPO/config/samples/dgd-disagg.yaml" >/dev/null
+step "creating DGD $NS/$DGD (config/demo/dgd-demo.yaml); waiting for it to be Ready"
+k create -n "$NS" -f "$REPO/config/demo/dgd-demo.yaml" >/dev/null
 wait_for operator "DGD Ready" 120 k wait -n "$NS" "dgd/$DGD" --for condition=Ready --timeout=2s
 
-# --- Trace, frontend, Prometheus ---------------------------------------------------------------
-# 2 requests/s for 30 s, a 90 s ramp to 40/s, 60 s at 40/s, a 90 s ramp down, 60 s at 2/s (then
-# again, --loop); prompts of 1,500-4,500 tokens, 100-300 output tokens. Fixed seed.
+# --- Trace, test bed, Prometheus ---------------------------------------------------------------
+# 1 request/s for 30 s, a 90 s ramp to 8/s, 60 s at 8/s, a 90 s ramp down, 60 s at 1/s (then
+# again, --loop); prompts of 8,000-16,000 tokens, 100-200 output tokens. Fixed seed. Long prompts
+# at a few requests per second load the engines as short ones at many would, for a fraction of
+# the CPU the real frontend and engines spend per request.
 trace="$DEMO_DIR/trace.jsonl"
-awk -v seed=7 -v period=330 -v low=2 -v high=40 -v up0=30 -v up1=120 -v dn0=180 -v dn1=270 '
+awk -v seed=7 -v period=330 -v low=1 -v high=8 -v up0=30 -v up1=120 -v dn0=180 -v dn1=270 '
   function rate(t) {
     if (t < up0) return low
     if (t < up1) return low + (high - low) * (t - up0) / (up1 - up0)
@@ -260,34 +314,28 @@ awk -v seed=7 -v period=330 -v low=2 -v high=40 -v up0=30 -v up1=120 -v dn0=180 
       r = rate(s); n = int(r); if (rand() < r - n) n++
       for (i = 0; i < n; i++)
         printf "{\"timestamp\": %d, \"input_length\": %d, \"output_length\": %d}\n",
-          (s + rand()) * 1000, 1500 + rand() * 3000, 100 + rand() * 200
+          (s + rand()) * 1000, 8000 + rand() * 8000, 100 + rand() * 100
     }
   }' >"$trace"
 
-step "starting the synthetic frontend on 127.0.0.1:$FRONTEND_PORT ($(wc -l <"$trace") requests over 330 s, looped)"
-start frontend "$SIM_BIN" synthetic-frontend --trace "$trace" --profile h200-llama3.1-8b-tp1 \
-  --model llama-3.1-8b --dgd "$DGD" --namespace "$NS" --listen "127.0.0.1:$FRONTEND_PORT" --loop 2>/dev/null
-wait_for frontend "frontend serving /metrics" 30 curl -sf --max-time 2 "http://127.0.0.1:$FRONTEND_PORT/metrics"
+# The bed writes Prometheus's configuration: the scrape configurations of the chart's
+# dynamoPodMonitors (what a cluster without NVIDIA's Dynamo operator installs; the frontend's and
+# the engines' dynamo_namespace from their pods' nvidia.com/dynamo-namespace label, which the
+# operator renders), every 2 s, and the operator's metrics.
+"$HELM" template "$RELEASE" "$REPO/charts/planner-operator" --namespace "$NS" \
+  --set dynamoPodMonitors.enabled=true --set "dynamoPodMonitors.namespaces={$NS}" \
+  --show-only templates/dynamo-podmonitors.yaml >"$DEMO_DIR/podmonitors.yaml"
+step "starting the test bed: Dynamo's frontend and engines for the DGD's Ready pods, and the load ($(wc -l <"$trace") requests over 330 s, looped); status on 127.0.0.1:$BED_PORT"
+start bed "$SIM_BIN" dynamo-bed --dgd "$DGD" --namespace "$NS" --workdir "$DEMO_DIR/bed" \
+  --python "$DYNAMO_PY" --model-dir "$DYNAMO_MODEL" --model "$MODEL_NAME" --profile "$PROFILE" \
+  --system-ports "$ENGINE_PORTS" --trace "$trace" --loop --listen "127.0.0.1:$BED_PORT" \
+  --prometheus-config "$DEMO_DIR/prometheus.yml" --pod-monitors "$DEMO_DIR/podmonitors.yaml" --scrape-interval-s 2 \
+  --prometheus-job "planner-operator=127.0.0.1:$METRICS_PORT" 2>/dev/null
+bed_started=$SECONDS
+wait_for bed "the Dynamo frontend serves $MODEL_NAME; the load starts" 120 \
+  bash -c "curl -sf --max-time 2 http://127.0.0.1:$BED_PORT/status | grep -q '\"started\":true'"
 trace_started=$SECONDS
 
-# Like upstream's dynamo-frontend PodMonitor, the scrape adds dynamo_namespace
-# (<namespace>-<DGD>), which the planner selects on; see config/synthetic-frontend/prometheus.yml.
-cat >"$DEMO_DIR/prometheus.yml" <<EOF
-global:
-  scrape_interval: 2s
-  evaluation_interval: 2s
-scrape_configs:
-  - job_name: dynamo-frontend
-    honor_labels: true
-    static_configs:
-      - targets: ["127.0.0.1:$FRONTEND_PORT"]
-        labels:
-          dynamo_namespace: "$NS-$DGD"
-  - job_name: planner-operator
-    honor_labels: true
-    static_configs:
-      - targets: ["127.0.0.1:$METRICS_PORT"]
-EOF
 step "starting Prometheus on 127.0.0.1:$PROM_PORT ($PROMETHEUS)"
 start prometheus "$PROMETHEUS" --config.file="$DEMO_DIR/prometheus.yml" \
   --storage.tsdb.path="$DEMO_DIR/prometheus-data" --storage.tsdb.retention.time=1d \
@@ -304,33 +352,34 @@ $(stamp) the loop runs. Look around while it does:
          Prometheus  http://127.0.0.1:$PROM_PORT/api/v1/query?query=dynamo_frontend_requests_total
                      (dynamo_frontend_*, planner_operator_*; the one \`make tools\` builds has the API, no web UI)
          kubectl     KUBECONFIG=$KUBECONFIG $KUBECTL -n $NS get dgd,ppol,pods
-         logs        $LOGS/{operator,frontend,prometheus}.log
+         test bed    http://127.0.0.1:$BED_PORT/status (processes, engines, load, CPU and memory)
+         logs        $LOGS/{operator,bed,prometheus}.log, $DEMO_DIR/bed/logs/<pod>.log (Dynamo's)
          $(if [[ -n "$DEMO_SECONDS" ]]; then echo "stopping after ${DEMO_SECONDS}s (DEMO_SECONDS)"; else echo "Ctrl-C stops the demo and cleans up"; fi)
 EOF
 
 # --- One line per planner interval --------------------------------------------------------------
 # observed: requests/s over the interval, mean ISL/OSL (tokens), mean TTFT/ITL (ms); predicted:
 # requests/s, ISL, OSL of the next interval; replicas: prefill/decode when the interval ran, and
-# what the planner decided (the DGD is scaled to it).
+# what the planner decided (the DGD is scaled to it); engines: prefill/decode processes running.
 JSONPATH='{.status.lastTickTime}{"\t"}{.status.observed.requests}{"\t"}{.status.observed.isl}{"\t"}{.status.observed.osl}{"\t"}{.status.observed.ttftMs}{"\t"}{.status.observed.itlMs}{"\t"}{.status.predicted.requests}{"\t"}{.status.predicted.isl}{"\t"}{.status.predicted.osl}{"\t"}{.status.current.prefill}{"\t"}{.status.current.decode}{"\t"}{.status.desired.prefill}{"\t"}{.status.desired.decode}{"\t"}{.status.message}'
 
 header() {
-  printf '%6s  %-8s | %-36s | %-20s | %-11s | %s\n' "" "" "observed" "predicted" "prefill/decode" ""
-  printf '%6s  %-8s | %6s %6s %5s %8s %6s | %6s %6s %5s | %4s %-6s | %s\n' \
-    "t" "tick" "req/s" "ISL" "OSL" "TTFT ms" "ITL ms" "req/s" "ISL" "OSL" "now" "next" "message"
+  printf '%6s  %-8s | %-36s | %-20s | %-19s | %s\n' "" "" "observed" "predicted" "prefill/decode" ""
+  printf '%6s  %-8s | %6s %6s %5s %8s %6s | %6s %6s %5s | %4s %-6s %-7s | %s\n' \
+    "t" "tick" "req/s" "ISL" "OSL" "TTFT ms" "ITL ms" "req/s" "ISL" "OSL" "now" "next" "engines" "message"
 }
 
-# format_line T FIELDS...: one aligned line; missing values print as "-".
+# format_line T ENGINES FIELDS...: one aligned line; missing values print as "-".
 format_line() {
-  awk -F'\t' -v t="$1" -v iv="$INTERVAL_S" '
+  awk -F'\t' -v t="$1" -v engines="$2" -v iv="$INTERVAL_S" '
     function num(v, fmt) { return v == "" ? "-" : sprintf(fmt, v) }
     function rps(v) { return v == "" ? "-" : sprintf("%.1f", v / iv) }
     {
       tick = $1; sub(/^.*T/, "", tick); sub(/Z$/, "", tick)
       now = ($10 == "" ? "-" : $10 "/" $11); next_ = ($12 == "" ? "-" : $12 "/" $13)
-      printf "%5ds  %-8s | %6s %6s %5s %8s %6s | %6s %6s %5s | %4s %-6s | %s\n",
+      printf "%5ds  %-8s | %6s %6s %5s %8s %6s | %6s %6s %5s | %4s %-6s %-7s | %s\n",
         t, tick, rps($2), num($3, "%.0f"), num($4, "%.0f"), num($5, "%.1f"), num($6, "%.2f"),
-        rps($7), num($8, "%.0f"), num($9, "%.0f"), now, next_, $14
+        rps($7), num($8, "%.0f"), num($9, "%.0f"), now, next_, engines, $14
     }'
 }
 
@@ -338,7 +387,7 @@ format_line() {
 last_tick=""
 lines=0
 while true; do
-  for name in operator frontend prometheus; do
+  for name in operator bed prometheus; do
     running "$name" || fail_component "$name" "$name exited"
   done
   if [[ -n "$DEMO_SECONDS" ]] && ((SECONDS - policy_created >= DEMO_SECONDS)); then
@@ -351,7 +400,10 @@ while true; do
     last_tick="$tick"
     ((lines % 20 == 0)) && header
     lines=$((lines + 1))
-    format_line "$((SECONDS - trace_started))" <<<"$row"
+    status="$(curl -sf --max-time 2 "http://127.0.0.1:$BED_PORT/status" || true)"
+    engines="$(json_field prefill "$status")/$(json_field decode "$status")"
+    peak_engines="$(json_field peak_engines "$status")"
+    format_line "$((SECONDS - trace_started))" "$engines" <<<"$row"
     IFS=$'\t' read -r _ _ _ _ _ _ _ _ _ cur_p cur_d want_p want_d _ <<<"$row"
     if [[ -n "$want_p" && -n "$want_d" ]]; then
       total=$((want_p + want_d))
@@ -368,8 +420,8 @@ while true; do
       if [[ -n "$up_at" && -z "$down_at" ]] && ((total < peak_total)); then down_at=$SECONDS; fi
       if [[ -n "$down_at" && -z "$base_at" ]] && ((total <= base_total)); then base_at=$SECONDS; fi
     fi
-    if [[ -n "$EXPECT_SCALING" && -n "$down_at" ]]; then
-      step "the replicas went up and down again (DEMO_EXPECT_SCALING): stopping"
+    if [[ -n "$EXPECT_SCALING" && -n "$down_at" ]] && ((${peak_engines:-0} >= 3)); then
+      step "the replicas went up and down again, with ${peak_engines} engine processes at the peak (DEMO_EXPECT_SCALING): stopping"
       break
     fi
   fi
@@ -379,4 +431,5 @@ done
 if [[ -n "$EXPECT_SCALING" ]]; then
   [[ -n "$up_at" ]] || fail_component operator "DEMO_EXPECT_SCALING: no scale-up within ${DEMO_SECONDS}s"
   [[ -n "$down_at" ]] || fail_component operator "DEMO_EXPECT_SCALING: scaled up, but not down again within ${DEMO_SECONDS}s"
+  ((${peak_engines:-0} >= 3)) || fail_component bed "DEMO_EXPECT_SCALING: at most ${peak_engines:-0} engine processes at once, not 3"
 fi

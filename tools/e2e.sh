@@ -40,21 +40,20 @@ else
   unset PROMETHEUS_BIN
   log "warning: no prometheus installed and none built (make tools builds one): the closed-loop test will fail"
 fi
-# The topology tests run the released Dynamo runtime's topology reader on what worker pods get:
-# the python of `make dynamo` (tools/dynamo-venv.sh).
-if [[ -z "${DYNAMO_PYTHON:-}" && -f "$DYNAMO_DIR/.complete" ]]; then
-  DYNAMO_PYTHON="$(dynamo_python)"
-fi
-if [[ -n "${DYNAMO_PYTHON:-}" ]]; then
-  export DYNAMO_PYTHON
-  log "Dynamo's runtime for the topology conformance tests: $DYNAMO_PYTHON"
-else
-  log "warning: Dynamo is not installed (make dynamo): the topology conformance tests will fail"
-fi
+# The closed-loop tests run NVIDIA Dynamo's real frontend and engines (the test bed of
+# `planner-sim dynamo-bed`), the real-metrics and conformance tests run them directly, and the
+# topology tests run the released runtime's topology reader on what worker pods get: the
+# virtual environment `make dynamo` installs (a no-op once cached), named in DYNAMO_PYTHON
+# (unless set) and DYNAMO_MODEL_DIR.
+bash "$TOOLS_SRC/dynamo-venv.sh"
+DYNAMO_PYTHON="${DYNAMO_PYTHON:-$(dynamo_python)}"
+DYNAMO_MODEL_DIR="$(dynamo_model_dir)"
+export DYNAMO_PYTHON DYNAMO_MODEL_DIR
+log "Dynamo for the bed, the real-metrics and the topology conformance tests: $DYNAMO_PYTHON"
 log "e2e tests against KUBECONFIG=$KUBECONFIG"
 cd "$TOOLS_SRC/.."
 # Tests that run the operator as separate processes (leader election) use this binary, and the
-# closed loop runs the synthetic frontend of planner-sim.
+# closed loop runs the test bed of planner-sim (others its synthetic frontend).
 "${CARGO:-cargo}" build -p planner-operator --bin planner-operator -p planner-sim --bin planner-sim --locked
 # Not exec: the EXIT trap removes the PATH directory afterwards.
 if [[ $# -eq 0 ]]; then

@@ -157,6 +157,12 @@ log "Prometheus on 127.0.0.1:$PROM_PORT: $N target groups, scrape every ${SCRAPE
     printf '      - targets: ["127.0.0.1:%s"]\n        labels: {dynamo_namespace: "%s-graph-%s"}\n' \
       "$FE_PORT" "$NS" "$i"
   done
+  # The decode engines' KV usage, which the synthetic frontend serves on /engine/metrics.
+  printf '  - job_name: dynamo-worker\n    honor_labels: true\n    metrics_path: /engine/metrics\n    static_configs:\n'
+  for i in $(seq 1 "$N"); do
+    printf '      - targets: ["127.0.0.1:%s"]\n        labels: {dynamo_namespace: "%s-graph-%s", dynamo_component_type: decode}\n' \
+      "$FE_PORT" "$NS" "$i"
+  done
 } >"$TMP/prometheus.yml"
 "$PROMETHEUS" --config.file="$TMP/prometheus.yml" --storage.tsdb.path="$TMP/prometheus-data" \
   --web.listen-address="127.0.0.1:$PROM_PORT" --log.level=warn >"$TMP/prometheus.log" 2>&1 &

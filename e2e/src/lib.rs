@@ -29,6 +29,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 pub mod chart;
+pub mod dynamo;
 pub mod dynamo_runtime;
 pub mod upstream;
 

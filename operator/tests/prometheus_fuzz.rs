@@ -169,7 +169,7 @@ fn check_queries(body: String) {
             let _ = format!("{observation:?}");
         }
         let _ = client.history(&filter, 60, 5, 1.7e9).await;
-        let _ = client.load_samples("ns-llama", 60.0, 5.0, 1.7e9).await;
+        let _ = client.load_samples("ns-llama", 60.0, 5.0, 1.7e9, 2).await;
         if let Ok(snapshot) = client.fast_snapshot(20).await {
             let _ = snapshot.signals(&filter);
         }

@@ -65,6 +65,12 @@ pub const BUILTIN_PROFILES: [&str; 4] = [
         description = "Decode replicas of the last decision"
     ),
     printcolumn(
+        name = "Workers",
+        type_ = "integer",
+        json_path = ".status.desired.workers",
+        description = "Aggregated workers of the last decision (aggregated graphs)"
+    ),
+    printcolumn(
         name = "TTFT",
         type_ = "number",
         json_path = ".status.observed.ttftMs",
@@ -922,6 +928,36 @@ pub struct ObservedLoad {
     /// Mean inter-token latency, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub itl_ms: Option<f64>,
+    /// Mean KV-cache usage of the decode workers (0 to 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_kv_usage: Option<f64>,
+    /// Where `decodeKvUsage` comes from: `engines` (the decode engines' own gauge) or `router`
+    /// (the KV router's estimate, read only when no engine exports one: it counts prompt blocks
+    /// only, so the planner does not learn from it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_kv_usage_source: Option<KvUsageSource>,
+}
+
+/// Where a decode KV-cache usage comes from.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum KvUsageSource {
+    /// The decode engines' gauge (`dynamo_component_gpu_cache_usage_percent`,
+    /// `vllm:kv_cache_usage_perc`).
+    Engines,
+    /// The KV router's estimate (`dynamo_frontend_worker_active_decode_blocks` over
+    /// `dynamo_frontend_model_total_kv_blocks`): prompt blocks only, a lower bound.
+    Router,
+}
+
+impl KvUsageSource {
+    /// The name used in status.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Engines => "engines",
+            Self::Router => "router",
+        }
+    }
 }
 
 /// Load predicted for the next interval.
@@ -959,4 +995,8 @@ pub struct PoolReplicas {
     pub prefill: i32,
     /// Decode replicas.
     pub decode: i32,
+    /// Replicas of an aggregated graph's one worker pool, which is both pools (prefill and
+    /// decode then say the same); absent for disaggregated graphs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers: Option<i32>,
 }

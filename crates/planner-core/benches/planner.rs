@@ -105,6 +105,7 @@ fn one_interval_per_predictor(c: &mut Criterion) {
             },
             model: sla_model,
             queueing: QueueingConfig::default(),
+            aggregated: None,
         };
         let mut planner = SlaPlanner::new(&config);
         planner.replay(&past[..480]);

@@ -2,9 +2,9 @@
 //! and the simulator call these functions unchanged.
 //!
 //! Each round, every member asks for replicas per pool (two for a disaggregated graph, one for
-//! an aggregated one): its floor (the replicas it never goes below), what meets its SLA (`want`)
-//! and the GPUs one replica of the pool takes. [`arbitrate`] grants replicas so that the granted
-//! GPUs never exceed the total:
+//! an aggregated one: [`graph_request_pools`]): its floor (the replicas it never goes below),
+//! what meets its SLA (`want`) and the GPUs one replica of the pool takes. [`arbitrate`] grants
+//! replicas so that the granted GPUs never exceed the total:
 //!
 //! 1. **Floors first**, members in [`rank`] order (priority, then name). A member whose whole
 //!    floor does not fit in what is left gets none of it ([`GrantReason::FloorUnfunded`]); a
@@ -17,7 +17,8 @@
 //!    SLA, so a grant short of it tends to miss whatever its size: filling as many requests as
 //!    possible in full meets more SLAs than cutting every member by the same share (measured in
 //!    the simulator's multi-graph run, where cutting by share, or by share times risk, met fewer
-//!    intervals than the same GPUs split statically).
+//!    intervals than the same GPUs split statically, and granting every member what its
+//!    planner sizes without its margins before anyone's margins met fewer than whole requests).
 //!
 //! What a member does not ask for is free for the others in the same round: GPUs one graph gives
 //! back are granted to another by the same call.
@@ -50,6 +51,52 @@ impl PoolAsk {
     /// What is asked: the want, never below the floor.
     fn asked(&self) -> u32 {
         self.want.max(self.floor)
+    }
+}
+
+/// A graph's pools as a budget request: prefill and decode, or for an aggregated graph its one
+/// worker pool (both pools are that pool, whose replicas are the larger of the two; its GPUs
+/// per replica are the decode engine's, counted once). `floor`, `want` and `gpus` are per
+/// (prefill, decode).
+pub fn graph_request_pools(
+    aggregated: bool,
+    floor: (u32, u32),
+    want: (u32, u32),
+    gpus: (u32, u32),
+) -> Vec<PoolAsk> {
+    if aggregated {
+        vec![PoolAsk {
+            floor: floor.0.max(floor.1),
+            want: want.0.max(want.1),
+            gpus: gpus.1,
+        }]
+    } else {
+        vec![
+            PoolAsk {
+                floor: floor.0,
+                want: want.0,
+                gpus: gpus.0,
+            },
+            PoolAsk {
+                floor: floor.1,
+                want: want.1,
+                gpus: gpus.1,
+            },
+        ]
+    }
+}
+
+/// The (prefill, decode) replicas of the pools [`graph_request_pools`] made (an aggregated
+/// graph's one pool is both); `missing` for a pool `replicas` does not hold.
+pub fn graph_replicas(aggregated: bool, replicas: &[u32], missing: (u32, u32)) -> (u32, u32) {
+    if aggregated {
+        let n = replicas.first().copied().unwrap_or(missing.0.max(missing.1));
+        (n, n)
+    } else {
+        (
+            replicas.first().copied().unwrap_or(missing.0),
+            replicas.get(1).copied().unwrap_or(missing.1),
+        )
     }
 }
 
@@ -577,6 +624,44 @@ mod tests {
         assert_eq!(replicas(&grants), [vec![3], vec![2]]);
         assert!(grants[0].contenders.is_empty(), "{:?}", grants[0].contenders);
         assert_eq!(grants[1].contenders[0].member, "four");
+    }
+
+    #[test]
+    fn an_aggregated_member_asks_for_its_one_pool_counted_once() {
+        // One pool of 4-GPU aggregated workers (floor 1, wants 4) beside a disaggregated graph
+        // of 2-GPU engines (floor 1 + 1, wants 3 + 3).
+        let aggregated = Request {
+            pools: graph_request_pools(true, (1, 1), (4, 3), (4, 4)),
+            ..member("ns/agg", 0, &[])
+        };
+        assert_eq!(
+            aggregated.pools,
+            [PoolAsk {
+                floor: 1,
+                want: 4,
+                gpus: 4
+            }]
+        );
+        assert_eq!((aggregated.floor_gpus(), aggregated.asked_gpus()), (4, 16));
+        let disaggregated = Request {
+            pools: graph_request_pools(false, (1, 1), (3, 3), (2, 2)),
+            ..member("ns/disagg", 0, &[])
+        };
+        assert_eq!((disaggregated.floor_gpus(), disaggregated.asked_gpus()), (4, 12));
+        // 24 GPUs: both floors (8), then the smaller request whole (the disaggregated graph's 8
+        // more), then what is left to the aggregated pool, in whole 4-GPU replicas.
+        let grants = arbitrate(24, &[aggregated, disaggregated]);
+        assert_eq!(replicas(&grants), [vec![3], vec![3, 3]]);
+        assert_eq!(grants.iter().map(|g| g.gpus).sum::<u64>(), 24);
+        assert_eq!(
+            (grants[0].reason, grants[0].gpus, grants[0].asked_gpus),
+            (GrantReason::Cut, 12, 16)
+        );
+        // Back to both pools: the one pool is both.
+        assert_eq!(graph_replicas(true, &grants[0].replicas, (1, 1)), (3, 3));
+        assert_eq!(graph_replicas(false, &grants[1].replicas, (1, 1)), (3, 3));
+        assert_eq!(graph_replicas(true, &[], (1, 2)), (2, 2));
+        assert_eq!(graph_replicas(false, &[5], (1, 2)), (5, 2));
     }
 
     #[test]

@@ -18,6 +18,12 @@ pub enum IntervalMetrics {
         /// Why, for status and events.
         reason: String,
     },
+    /// The frontend serves the model but has counted no request yet (a new graph before its
+    /// first request has no request series): nothing is learned or decided until one arrives.
+    AwaitingTraffic {
+        /// What was seen, for status.
+        reason: String,
+    },
     /// The interval's frontend metrics (means may be NaN when no request completed).
     Observed(Observation),
 }
@@ -33,6 +39,11 @@ pub enum Hold {
     },
     /// Means are NaN because no request completed: upstream skips such intervals.
     NoTraffic,
+    /// No request has reached the frontend yet: planning starts with the first one.
+    AwaitingTraffic {
+        /// What was seen.
+        reason: String,
+    },
 }
 
 /// What a decision came to: the replicas kept, or one model's plan.
@@ -121,6 +132,7 @@ impl SlaDecision {
             Outcome::Hold(Hold::NoTraffic) => {
                 return "keeping replicas: no request completed in the interval".to_string();
             }
+            Outcome::Hold(Hold::AwaitingTraffic { reason }) => return format!("keeping replicas: {reason}"),
             Outcome::Queueing(plan) => return plan.explanation(),
             Outcome::Upstream(plan) => plan,
         };

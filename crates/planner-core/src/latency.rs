@@ -31,10 +31,19 @@
 //! engine finishes the request it holds (its GPUs are released at once: the caller accounts
 //! for them); removing decode engines spreads the running requests over the remaining ones.
 //! KV-cache transfer between prefill and decode, network and tokenizer time are not modelled.
+//!
+//! **Aggregated engines** ([`Cluster::aggregated`]): the `p` prefill and `d` decode engines are
+//! the same engines (the caller keeps `p = d`), each step of which carries a chunk of a prompt
+//! and one token of every running request, timed as the sum of the two parts (the way
+//! Dynamo's mocker times a mixed step). A prompt holds its engine for its prefill time plus
+//! the decode step of every chunk (`ceil(isl / chunk_tokens)` of them, at the decode load when
+//! it starts); decode tokens come `1 / (1 − ρ)` times slower, `ρ` the share of the engines'
+//! time the step spent on prompt tokens (at most 0.95). The KV a prompt holds while it is
+//! prefilled is not counted. [`crate::aggregated`] plans with the same model.
 
 use std::collections::VecDeque;
 
-use crate::{interpolation::PerformanceCurves, profile::Profile};
+use crate::{aggregated::AggregatedEngine, interpolation::PerformanceCurves, profile::Profile};
 
 /// What the model needs beyond the performance curves.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -149,8 +158,15 @@ struct PrefillEngine {
 #[derive(Clone, Copy, Debug)]
 struct Prefilled {
     job: Job,
+    /// When its engine started on it.
+    begin_s: f64,
     done_s: f64,
+    /// Share of its engine time spent on prompt tokens (1 unless aggregated).
+    prompt_share: f64,
 }
+
+/// Largest share of an aggregated engine's time the model lets prompts take from decode.
+const MAX_PROMPT_SHARE: f64 = 0.95;
 
 #[derive(Clone, Copy, Debug)]
 struct Decoding {
@@ -202,9 +218,17 @@ pub struct Cluster {
     /// KV capacity of one decode engine, remembered from the last step (for snapshots).
     kv_capacity_per_engine: f64,
     prefill_work_started_s: f64,
+    /// Prompt tokens per step when the engines are aggregated.
+    chunk_tokens: Option<f64>,
 }
 
 impl Cluster {
+    /// The same deployment with aggregated engines (`Some`), or disaggregated pools.
+    pub fn aggregated(mut self, engine: Option<&AggregatedEngine>) -> Self {
+        self.chunk_tokens = engine.map(AggregatedEngine::chunk);
+        self
+    }
+
     /// An idle deployment at time `now_s`.
     pub fn new(now_s: f64, prefill_engines: u32, decode_engines: u32) -> Self {
         let mut cluster = Self {
@@ -218,6 +242,7 @@ impl Cluster {
             kv_tokens: 0.0,
             kv_capacity_per_engine: 0.0,
             prefill_work_started_s: 0.0,
+            chunk_tokens: None,
         };
         cluster.set_prefill_engines(prefill_engines);
         cluster
@@ -254,6 +279,12 @@ impl Cluster {
     /// How many requests have not had their first token yet (the frontend's queued gauge).
     pub fn waiting_for_first_token_count(&self) -> usize {
         self.prefill_queue.len() + self.prefilling.len() + self.decode_queue.len()
+    }
+
+    /// How many requests wait for or are in prefill (what the frontend's prefill stages count:
+    /// a request waiting for decode after its prefill is not among them).
+    pub fn prefill_pending_count(&self) -> usize {
+        self.prefill_queue.len() + self.prefilling.len()
     }
 
     /// Requests that have not had their first token yet (queued for prefill, prefilling, or
@@ -343,6 +374,14 @@ impl Cluster {
             return;
         }
         self.kv_capacity_per_engine = model.spec.max_kv_tokens;
+        // An aggregated engine's prompt also pays the decode step of each chunk.
+        let ride_along_s = match self.chunk_tokens {
+            Some(_) if !self.decoding.is_empty() && self.decode_engines > 0 => {
+                let active = self.decoding.len() as f64;
+                model.itl_s(active / f64::from(self.decode_engines), self.kv_tokens / active)
+            }
+            _ => 0.0,
+        };
 
         // Prefill: hand queued requests, in order, to the engine that frees up first.
         while let Some(job) = self.prefill_queue.front().copied() {
@@ -358,7 +397,11 @@ impl Cluster {
             if begin >= until_s {
                 break;
             }
-            let service = model.prefill_time_s(job.isl);
+            let prompt_s = model.prefill_time_s(job.isl);
+            let chunks = self
+                .chunk_tokens
+                .map_or(0.0, |chunk| (job.isl / chunk).ceil().max(1.0));
+            let service = prompt_s + chunks * ride_along_s;
             self.prefill_engines[index] = PrefillEngine {
                 free_at: begin + service,
                 isl: job.isl,
@@ -366,10 +409,27 @@ impl Cluster {
             self.prefill_work_started_s += service;
             self.prefilling.push(Prefilled {
                 job,
+                begin_s: begin,
                 done_s: begin + service,
+                prompt_share: if service > 0.0 { prompt_s / service } else { 1.0 },
             });
             self.prefill_queue.pop_front();
         }
+
+        // Aggregated: the share of the engines' time this step spends on prompt tokens slows
+        // every decode token down.
+        let decode_stretch = match self.chunk_tokens {
+            Some(_) if self.decode_engines > 0 => {
+                let prompt_s: f64 = self
+                    .prefilling
+                    .iter()
+                    .map(|p| (p.done_s.min(until_s) - p.begin_s.max(start)).max(0.0) * p.prompt_share)
+                    .sum();
+                let share = prompt_s / (f64::from(self.decode_engines) * (until_s - start));
+                1.0 / (1.0 - share.clamp(0.0, MAX_PROMPT_SHARE))
+            }
+            _ => 1.0,
+        };
 
         // Requests whose prefill ends in this step line up for decode, in the order they end.
         let mut finished: Vec<Prefilled> = Vec::new();
@@ -426,7 +486,7 @@ impl Cluster {
             let active = self.decoding.len() as f64;
             let concurrency = active / f64::from(self.decode_engines);
             let context = self.kv_tokens / active;
-            let itl = model.itl_s(concurrency, context);
+            let itl = model.itl_s(concurrency, context) * decode_stretch;
             let mut kv_tokens = 0.0;
             self.decoding.retain_mut(|r| {
                 let from = r.ready_s.max(start);
@@ -629,13 +689,44 @@ mod tests {
         cluster.arrive(job(0, 0.0, 100.0, 5.0));
         cluster.advance(&model, 1.0, &mut ());
         assert_eq!(cluster.snapshot().prefill_queue, 1);
+        assert_eq!(cluster.prefill_pending_count(), 1);
         cluster.set_prefill_engines(1);
         cluster.advance(&model, 2.0, &mut ());
         assert_eq!(cluster.snapshot().decode_queue, 1);
+        // Prefilled, waiting for decode: no first token yet, but no prefill work either.
+        assert_eq!(cluster.waiting_for_first_token_count(), 1);
+        assert_eq!(cluster.prefill_pending_count(), 0);
         cluster.set_decode_engines(1);
         let mut log = Log::default();
         cluster.advance(&model, 3.0, &mut log);
         assert_eq!(log.ttft, vec![(0, 2.0)]);
         assert_eq!(log.done.len(), 1);
+    }
+
+    #[test]
+    fn aggregated_engines_share_steps_between_prompts_and_decode() {
+        let model = LatencyModel::new(&Linear, spec());
+        let engine = AggregatedEngine { chunk_tokens: 1000.0 };
+        // One engine decoding one request (ITL 11 ms alone), then a 2000-token prompt (200 ms
+        // of prefill, two chunks) arrives.
+        let run = |aggregated: Option<&AggregatedEngine>| {
+            let mut cluster = Cluster::new(0.0, 1, 1).aggregated(aggregated);
+            let mut log = Log::default();
+            cluster.arrive(job(0, 0.0, 10.0, 1000.0));
+            cluster.advance(&model, 1.0, &mut log);
+            cluster.arrive(job(1, 1.0, 2000.0, 2.0));
+            cluster.advance(&model, 2.0, &mut log);
+            let ttft = log.ttft.iter().find(|(id, _)| *id == 1).unwrap().1;
+            (ttft, log.tokens)
+        };
+        let (ttft_split, tokens_split) = run(None);
+        let (ttft_agg, tokens_agg) = run(Some(&engine));
+        // Disaggregated: the prompt alone, 200 ms.
+        assert!((ttft_split - 0.2).abs() < 1e-9, "{ttft_split}");
+        // Aggregated: plus the decode step of each of its two chunks (11 ms each).
+        assert!((ttft_agg - (0.2 + 2.0 * 0.011)).abs() < 1e-9, "{ttft_agg}");
+        // And the running request decoded fewer tokens in the second it shared: its engine
+        // spent 200 ms of it on the prompt.
+        assert!(tokens_agg < tokens_split - 10.0, "{tokens_agg} vs {tokens_split}");
     }
 }

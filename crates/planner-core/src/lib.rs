@@ -2,6 +2,7 @@
 //! prediction and replica decisions. Pure: no Kubernetes, no I/O beyond parsing what it is
 //! given, so the operator, the simulator and the benchmarks run the same code.
 
+pub mod aggregated;
 pub mod budget;
 pub mod case;
 pub mod clough_tocher;

@@ -60,6 +60,11 @@ pub struct LoadSamples {
     pub prefill_queue: Vec<f64>,
     /// Mean KV-cache usage of the decode workers (0..1).
     pub decode_kv_usage: Vec<f64>,
+    /// The KV usage is a lower bound of the engines' (an estimate that leaves blocks out, such
+    /// as the KV router's count of prompt blocks): it can show a full cache, never an idle one,
+    /// so decode is not scaled down on it.
+    #[serde(default)]
+    pub decode_kv_lower_bound: bool,
 }
 
 /// Why a pool moved or stayed.
@@ -86,6 +91,11 @@ pub enum LoadReason {
     QueueDraining {
         /// Extrapolated queue per worker.
         projected: f64,
+    },
+    /// Low decode load, but measured by a lower bound of the engines' KV usage.
+    LowerBound {
+        /// The load measure.
+        load: f64,
     },
     /// Low decode load inside the grace period after a scale-up.
     GracePeriod {
@@ -187,7 +197,14 @@ impl LoadPlanner {
         }
         let per_worker = queue / f64::from(prefill);
         let (new_prefill, prefill_reason) = prefill_step(config, prefill, decode, per_worker, queue, samples);
-        let (new_decode, decode_reason) = decode_step(config, new_prefill, decode, kv, grace);
+        let (new_decode, decode_reason) = decode_step(
+            config,
+            new_prefill,
+            decode,
+            kv,
+            grace,
+            samples.decode_kv_lower_bound,
+        );
         // A decode scale-up starts the grace period before the next scale-down.
         if matches!(decode_reason, LoadReason::ScaleUp { .. }) {
             self.decode_grace_remaining = config.decode_grace_intervals;
@@ -208,6 +225,110 @@ impl LoadPlanner {
             decode_reason,
             skipped: None,
         }
+    }
+}
+
+impl LoadPlanner {
+    /// One interval of one aggregated pool of `workers` engines, by Dynamo's load rule for
+    /// aggregated workers: the engines' KV usage, with the prompts waiting counted as the KV
+    /// they are about to take (`queued_kv_per_request`: one prompt's tokens over one engine's
+    /// KV capacity; 0 when unknown). One more engine when it reaches
+    /// [`LoadConfig::kv_scale_up`]; one fewer when it is at or below
+    /// [`LoadConfig::kv_scale_down`] and the engines left would stay below the scale-up
+    /// threshold (`usage · n / (n − 1)`), so a scale-down never triggers the next scale-up.
+    /// A usage that is only a lower bound ([`LoadSamples::decode_kv_lower_bound`]) scales up,
+    /// never down.
+    /// Upstream reads each engine's latest forward pass; the operator reads the pool's mean
+    /// over the interval. The decision carries the pool as both pools.
+    pub fn tick_aggregated(
+        &mut self,
+        config: &LoadConfig,
+        workers: u32,
+        samples: &LoadSamples,
+        queued_kv_per_request: f64,
+    ) -> LoadDecision {
+        let decided = |replicas: u32, reason: LoadReason, skipped: Option<LoadSkip>| LoadDecision {
+            prefill: replicas,
+            decode: replicas,
+            prefill_reason: reason.clone(),
+            decode_reason: reason,
+            skipped,
+        };
+        let changed = self.last_replicas.is_some_and(|last| last != (workers, workers));
+        self.last_replicas = Some((workers, workers));
+        if changed {
+            return decided(workers, LoadReason::Steady, Some(LoadSkip::ReplicasChanged));
+        }
+        let Some(kv) = mean(&samples.decode_kv_usage) else {
+            return decided(workers, LoadReason::Steady, Some(LoadSkip::NoSamples));
+        };
+        if workers == 0 {
+            return decided(workers, LoadReason::Steady, Some(LoadSkip::NoWorkers));
+        }
+        let per_request = if queued_kv_per_request.is_finite() {
+            queued_kv_per_request.max(0.0)
+        } else {
+            0.0
+        };
+        let queued = mean(&samples.prefill_queue).unwrap_or(0.0).max(0.0);
+        let usage = kv + queued * per_request / f64::from(workers);
+        let (replicas, reason) = if usage >= config.kv_scale_up {
+            if !below_max(config, workers) {
+                (
+                    workers,
+                    LoadReason::AtBound {
+                        bound: config.max_replicas.unwrap_or(workers),
+                    },
+                )
+            } else if !fits(config, 0, workers + 1) {
+                (
+                    workers,
+                    LoadReason::Budget {
+                        budget: config.max_gpu_budget.unwrap_or(0),
+                    },
+                )
+            } else {
+                (
+                    workers + 1,
+                    LoadReason::ScaleUp {
+                        load: usage,
+                        threshold: config.kv_scale_up,
+                    },
+                )
+            }
+        } else if usage <= config.kv_scale_down {
+            let survivors = f64::from(workers.saturating_sub(1).max(1));
+            if samples.decode_kv_lower_bound {
+                (workers, LoadReason::LowerBound { load: usage })
+            } else if workers <= config.min_replicas {
+                (
+                    workers,
+                    LoadReason::AtBound {
+                        bound: config.min_replicas,
+                    },
+                )
+            } else if usage * f64::from(workers) / survivors >= config.kv_scale_up {
+                (workers, LoadReason::Steady)
+            } else {
+                (
+                    workers - 1,
+                    LoadReason::ScaleDown {
+                        load: usage,
+                        threshold: config.kv_scale_down,
+                    },
+                )
+            }
+        } else {
+            (workers, LoadReason::Steady)
+        };
+        let bounded = Limits {
+            max_gpu_budget: None,
+            ..config.limits()
+        }
+        .apply_aggregated(replicas)
+        .replicas
+        .1;
+        decided(bounded, reason, None)
     }
 }
 
@@ -299,8 +420,16 @@ fn prefill_step(
 }
 
 /// Decode: one more when the KV-cache usage is above its threshold, one fewer below the
-/// other once the grace period after a scale-up is over.
-fn decode_step(config: &LoadConfig, new_prefill: u32, decode: u32, kv: f64, grace: u32) -> (u32, LoadReason) {
+/// other once the grace period after a scale-up is over (never when the usage is only a lower
+/// bound).
+fn decode_step(
+    config: &LoadConfig,
+    new_prefill: u32,
+    decode: u32,
+    kv: f64,
+    grace: u32,
+    lower_bound: bool,
+) -> (u32, LoadReason) {
     if kv > config.kv_scale_up {
         if !below_max(config, decode) {
             (
@@ -326,7 +455,9 @@ fn decode_step(config: &LoadConfig, new_prefill: u32, decode: u32, kv: f64, grac
             )
         }
     } else if kv < config.kv_scale_down {
-        if grace > 0 {
+        if lower_bound {
+            (decode, LoadReason::LowerBound { load: kv })
+        } else if grace > 0 {
             (decode, LoadReason::GracePeriod { remaining: grace })
         } else if decode > config.min_replicas {
             (
@@ -357,7 +488,78 @@ mod tests {
         LoadSamples {
             prefill_queue: queue.to_vec(),
             decode_kv_usage: kv.to_vec(),
+            decode_kv_lower_bound: false,
         }
+    }
+
+    #[test]
+    fn an_aggregated_pool_counts_waiting_prompts_as_kv_and_moves_one_engine() {
+        let config = LoadConfig::default();
+        // 60 % KV used, 2 prompts waiting per engine of 20 % of an engine's cache each: 100 %.
+        let mut planner = LoadPlanner::default();
+        let up = planner.tick_aggregated(&config, 3, &samples(&[6.0, 6.0], &[0.6, 0.6]), 0.2);
+        assert_eq!((up.prefill, up.decode, up.skipped.clone()), (4, 4, None));
+        assert!(matches!(up.decode_reason, LoadReason::ScaleUp { .. }));
+        // The same usage without the queue is steady.
+        let mut planner = LoadPlanner::default();
+        let steady = planner.tick_aggregated(&config, 3, &samples(&[6.0], &[0.6]), 0.0);
+        assert_eq!((steady.decode, steady.decode_reason), (3, LoadReason::Steady));
+        // Low usage: one fewer, unless the survivors would cross the scale-up threshold.
+        let mut planner = LoadPlanner::default();
+        let down = planner.tick_aggregated(&config, 3, &samples(&[0.0], &[0.4]), 0.0);
+        assert_eq!(down.decode, 2);
+        let mut planner = LoadPlanner::default();
+        let tight = LoadConfig {
+            kv_scale_up: 0.55,
+            ..config
+        };
+        let held = planner.tick_aggregated(&tight, 2, &samples(&[0.0], &[0.4]), 0.0);
+        assert_eq!((held.decode, held.decode_reason), (2, LoadReason::Steady));
+        // The replicas changed since the last interval: observe only.
+        let next = planner.tick_aggregated(&config, 3, &samples(&[0.0], &[0.1]), 0.0);
+        assert_eq!(next.skipped, Some(LoadSkip::ReplicasChanged));
+        // No samples never scale down.
+        let mut planner = LoadPlanner::default();
+        let none = planner.tick_aggregated(&config, 3, &samples(&[], &[]), 0.0);
+        assert_eq!((none.decode, none.skipped), (3, Some(LoadSkip::NoSamples)));
+        // The budget counts the pool's GPUs once.
+        let mut planner = LoadPlanner::default();
+        let budget = LoadConfig {
+            max_gpu_budget: Some(3),
+            ..config
+        };
+        let capped = planner.tick_aggregated(&budget, 3, &samples(&[0.0], &[0.95]), 0.0);
+        assert_eq!(capped.decode, 3);
+        assert!(matches!(capped.decode_reason, LoadReason::Budget { budget: 3 }));
+    }
+
+    #[test]
+    fn a_lower_bound_of_kv_usage_scales_decode_up_never_down() {
+        let config = LoadConfig::default();
+        let estimate = |kv: f64| LoadSamples {
+            decode_kv_lower_bound: true,
+            ..samples(&[0.3], &[kv])
+        };
+        let mut planner = LoadPlanner::default();
+        let low = planner.tick(&config, 1, 3, &estimate(0.1));
+        // The same for an aggregated pool.
+        let mut aggregated = LoadPlanner::default();
+        let held = aggregated.tick_aggregated(&config, 3, &estimate(0.1), 0.0);
+        assert_eq!(
+            (held.decode, held.decode_reason),
+            (3, LoadReason::LowerBound { load: 0.1 })
+        );
+        let mut aggregated = LoadPlanner::default();
+        assert_eq!(
+            aggregated
+                .tick_aggregated(&config, 3, &estimate(0.95), 0.0)
+                .decode,
+            4
+        );
+        assert_eq!(low.decode, 3);
+        assert_eq!(low.decode_reason, LoadReason::LowerBound { load: 0.1 });
+        let mut planner = LoadPlanner::default();
+        assert_eq!(planner.tick(&config, 1, 3, &estimate(0.95)).decode, 4);
     }
 
     #[test]

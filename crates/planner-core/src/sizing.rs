@@ -497,6 +497,114 @@ pub fn normal_quantile(p: f64) -> f64 {
     }
 }
 
+/// What decode must carry for an arrival rate: the running requests (Little's law at the ITL
+/// they cause) and the KV tokens they hold.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DecodeLoad {
+    /// Arrival rate (requests/s).
+    pub rate: f64,
+    /// Tokens decoded per request after the first.
+    pub decode_tokens: f64,
+    /// KV tokens a running request holds, weighted by how long it runs.
+    pub kv_mean: f64,
+    kv_second: f64,
+    itl_z: f64,
+    kv_sigmas: f64,
+}
+
+/// A decode load at one engine count.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DecodePoint {
+    /// ITL (ms) at the target's statistic.
+    pub itl_ms: f64,
+    /// Requests decoding (pool).
+    pub concurrency: f64,
+    /// KV tokens to provide for (mean plus the margin).
+    pub kv_tokens: f64,
+}
+
+impl DecodeLoad {
+    pub(crate) fn new(
+        rate: f64,
+        isl: &LengthMoments,
+        osl: &LengthMoments,
+        model: &DecodeModel,
+        targets: &LatencyTargets,
+    ) -> Self {
+        let rate = if rate.is_finite() { rate.max(0.0) } else { 0.0 };
+        let osl_mean = osl.mean.max(1.0);
+        let isl_mean = isl.mean.max(0.0);
+        let scale = if model.kv_scale.is_finite() && model.kv_scale > 0.0 {
+            model.kv_scale
+        } else {
+            1.0
+        };
+        Self {
+            rate,
+            decode_tokens: (osl_mean - 1.0).max(0.0),
+            kv_mean: scale * (isl_mean + osl.second.max(osl_mean * osl_mean) / (2.0 * osl_mean)),
+            kv_second: scale
+                * scale
+                * (isl.second.max(isl_mean * isl_mean)
+                    + isl_mean * osl.second.max(osl_mean * osl_mean) / osl_mean
+                    + osl.third() / (3.0 * osl_mean)),
+            itl_z: targets
+                .itl_quantile
+                .filter(|p| *p > 0.0 && *p < 1.0)
+                .map_or(0.0, normal_quantile),
+            kv_sigmas: model.kv_sigmas.max(0.0),
+        }
+    }
+
+    /// The load on `d` engines whose decode steps are stretched by `stretch` (1: decode
+    /// alone; an aggregated engine's steps also carry prefill chunks).
+    pub(crate) fn at(&self, curves: &impl PerformanceCurves, d: u32, stretch: f64) -> DecodePoint {
+        let engines = f64::from(d.max(1));
+        // Little's law with the ITL at the resulting concurrency (a few fixed-point steps).
+        let mut itl_s = curves.decode_itl_ms(1.0, self.kv_mean) / 1000.0 * stretch;
+        let mut n = 0.0;
+        for _ in 0..4 {
+            n = self.rate * self.decode_tokens * itl_s.max(1e-4);
+            let at = curves.decode_itl_ms(n / engines, self.kv_mean) / 1000.0 * stretch;
+            // A fixed point reached: further steps would repeat it exactly.
+            if !at.is_finite() || at == itl_s {
+                break;
+            }
+            itl_s = at;
+        }
+        let n_hi = n + self.itl_z * n.sqrt();
+        DecodePoint {
+            itl_ms: curves.decode_itl_ms(n_hi / engines, self.kv_mean) * stretch,
+            concurrency: n,
+            kv_tokens: n * self.kv_mean + self.kv_sigmas * (n * self.kv_second).sqrt(),
+        }
+    }
+
+    /// No fewer engines than the KV cache needs at the fastest ITL (a lower bound: the
+    /// concurrency only grows as ITL does), within `[min.max(1), max]`.
+    pub(crate) fn kv_lower_bound(
+        &self,
+        curves: &impl PerformanceCurves,
+        fill: f64,
+        min: u32,
+        max: u32,
+    ) -> u32 {
+        curves
+            .max_kv_tokens()
+            .filter(|v| *v > 0.0 && v.is_finite())
+            .map_or(min.max(1), |c| {
+                let itl_s = curves.decode_itl_ms(0.0, self.kv_mean) / 1000.0;
+                let n = self.rate * self.decode_tokens * itl_s.max(1e-4);
+                let lower = (n * self.kv_mean / (c * fill)).floor();
+                if lower.is_finite() {
+                    (lower.min(f64::from(max)) as u32).max(min.max(1))
+                } else {
+                    min.max(1)
+                }
+            })
+    }
+}
+
 /// The fewest decode engines in `[min, max]` whose KV cache holds the predicted running
 /// requests and whose ITL meets the target, for `rate` requests/s.
 #[allow(clippy::too_many_arguments)]
@@ -510,86 +618,35 @@ pub fn size_decode(
     min: u32,
     max: u32,
 ) -> DecodeSizing {
-    let rate = if rate.is_finite() { rate.max(0.0) } else { 0.0 };
+    let load = DecodeLoad::new(rate, isl, osl, model, targets);
     let max = max.max(min);
-    let osl_mean = osl.mean.max(1.0);
-    let isl_mean = isl.mean.max(0.0);
-    // Tokens a running request holds, weighted by how long it runs.
-    let scale = if model.kv_scale.is_finite() && model.kv_scale > 0.0 {
-        model.kv_scale
-    } else {
-        1.0
-    };
-    let kv_mean = scale * (isl_mean + osl.second.max(osl_mean * osl_mean) / (2.0 * osl_mean));
-    let kv_second = scale
-        * scale
-        * (isl.second.max(isl_mean * isl_mean)
-            + isl_mean * osl.second.max(osl_mean * osl_mean) / osl_mean
-            + osl.third() / (3.0 * osl_mean));
-    let decode_tokens = (osl_mean - 1.0).max(0.0);
     let capacity_per_engine = curves.max_kv_tokens().filter(|v| *v > 0.0 && v.is_finite());
-    let itl_z = targets
-        .itl_quantile
-        .filter(|p| *p > 0.0 && *p < 1.0)
-        .map_or(0.0, normal_quantile);
-    let itl_alone_s = curves.decode_itl_ms(1.0, kv_mean) / 1000.0;
-    let evaluate = |d: u32| -> (f64, f64, f64) {
-        let engines = f64::from(d.max(1));
-        // Little's law with the ITL at the resulting concurrency (a few fixed-point steps).
-        let mut itl_s = itl_alone_s;
-        let mut n = 0.0;
-        for _ in 0..4 {
-            n = rate * decode_tokens * itl_s.max(1e-4);
-            let at = curves.decode_itl_ms(n / engines, kv_mean) / 1000.0;
-            // A fixed point reached: further steps would repeat it exactly.
-            if !at.is_finite() || at == itl_s {
-                break;
-            }
-            itl_s = at;
-        }
-        let n_hi = n + itl_z * n.sqrt();
-        let itl_ms = curves.decode_itl_ms(n_hi / engines, kv_mean);
-        let kv = n * kv_mean + model.kv_sigmas.max(0.0) * (n * kv_second).sqrt();
-        (itl_ms, n, kv)
-    };
-    let sizing_given = |d: u32, (itl_ms, n, kv): (f64, f64, f64), bound: Bound| DecodeSizing {
+    let sizing_given = |d: u32, at: DecodePoint, bound: Bound| DecodeSizing {
         replicas: d,
-        itl_ms,
-        concurrency: n,
-        kv_tokens: kv,
+        itl_ms: at.itl_ms,
+        concurrency: at.concurrency,
+        kv_tokens: at.kv_tokens,
         kv_capacity: capacity_per_engine.map_or(f64::INFINITY, |c| c * f64::from(d)),
         bound,
     };
-    let sizing = |d: u32, bound: Bound| sizing_given(d, evaluate(d), bound);
-    if rate <= 0.0 || decode_tokens <= 0.0 {
+    let sizing = |d: u32, bound: Bound| sizing_given(d, load.at(curves, d, 1.0), bound);
+    if load.rate <= 0.0 || load.decode_tokens <= 0.0 {
         return sizing(min, Bound::Minimum);
     }
     let fill = model.kv_fill.clamp(0.05, 1.0);
     let max = max.min(SEARCH_LIMIT.max(min));
-    // No fewer engines than the KV cache needs at the fastest ITL (a lower bound: the
-    // concurrency only grows as ITL does).
-    let start = capacity_per_engine.map_or(min.max(1), |c| {
-        let itl_s = curves.decode_itl_ms(0.0, kv_mean) / 1000.0;
-        let n = rate * decode_tokens * itl_s.max(1e-4);
-        let lower = (n * kv_mean / (c * fill)).floor();
-        if lower.is_finite() {
-            (lower.min(f64::from(max)) as u32).max(min.max(1))
-        } else {
-            min.max(1)
-        }
-    });
+    let start = load.kv_lower_bound(curves, fill, min, max);
     // Each evaluation interpolates the ITL grid six times: the one before is kept for the bound.
-    let mut below: Option<(f64, f64, f64)> = None;
+    let mut below: Option<DecodePoint> = None;
     for d in start..=max {
-        let at = evaluate(d);
-        let (itl_ms, _, kv) = at;
-        let kv_ok = capacity_per_engine.is_none_or(|c| kv <= c * f64::from(d) * fill);
-        let itl_ok = itl_ms.is_nan() || itl_ms <= targets.itl_ms;
+        let at = load.at(curves, d, 1.0);
+        let kv_ok = capacity_per_engine.is_none_or(|c| at.kv_tokens <= c * f64::from(d) * fill);
+        let itl_ok = at.itl_ms.is_nan() || at.itl_ms <= targets.itl_ms;
         if kv_ok && itl_ok {
             let bound = if d == min {
                 Bound::Minimum
             } else {
-                let (_, _, kv_below) = below.unwrap_or_else(|| evaluate(d - 1));
+                let kv_below = below.unwrap_or_else(|| load.at(curves, d - 1, 1.0)).kv_tokens;
                 if capacity_per_engine.is_some_and(|c| kv_below > c * f64::from(d - 1) * fill) {
                     Bound::KvCache
                 } else {

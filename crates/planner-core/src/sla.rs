@@ -32,8 +32,10 @@ pub struct Observation {
     /// (`dynamo_frontend_inflight_requests`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inflight: Option<f64>,
-    /// Requests accepted without a first token yet, at the end of the interval
-    /// (`dynamo_frontend_queued_requests`).
+    /// Requests waiting for or in prefill, at the end of the interval: the frontend's requests
+    /// in its preprocess, prefill route and prefill dispatch stages (`dynamo_frontend_stage_requests`;
+    /// on frontends without it, `dynamo_frontend_queued_requests`). Less the prefill engines
+    /// serving, the prefill backlog.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued: Option<f64>,
     /// `E[ISL²]` (tokens²) from the input-length histogram.
@@ -203,6 +205,51 @@ impl Limits {
         Bounded {
             unbudgeted,
             replicas: (prefill, decode),
+            limits,
+        }
+    }
+}
+
+impl Limits {
+    /// [`Self::apply`] for one aggregated pool (its engines' GPUs are the decode engine's):
+    /// raised to the minimum, cut to the maximum, then to the budget
+    /// ([`apply_single_pool_budget`]); reported as both pools, with the same replicas.
+    pub fn apply_aggregated(&self, needed: u32) -> Bounded {
+        let mut limits = Vec::new();
+        let mut replicas = needed;
+        if replicas < self.min_replicas {
+            limits.push(Limit::MinReplicas {
+                pool: Pool::Decode,
+                needed,
+                min: self.min_replicas,
+            });
+            replicas = self.min_replicas;
+        }
+        if let Some(max) = self.max_replicas.filter(|&max| replicas > max) {
+            limits.push(Limit::MaxReplicas {
+                pool: Pool::Decode,
+                needed: replicas,
+                max,
+            });
+            replicas = max;
+        }
+        let unbudgeted = replicas;
+        let gpus = self.decode_gpus_per_engine.max(1);
+        let budgeted = apply_single_pool_budget(replicas, gpus, self.min_replicas, self.max_gpu_budget);
+        if let Some(budget) = self.max_gpu_budget.filter(|_| budgeted != replicas) {
+            let needed_gpus = u64::from(replicas) * u64::from(gpus);
+            limits.push(if budgeted == 0 {
+                Limit::BudgetBelowMinimum {
+                    budget,
+                    minimum_gpus: u64::from(self.min_replicas) * u64::from(gpus),
+                }
+            } else {
+                Limit::GpuBudget { needed_gpus, budget }
+            });
+        }
+        Bounded {
+            unbudgeted: (unbudgeted, unbudgeted),
+            replicas: (budgeted, budgeted),
             limits,
         }
     }

@@ -13,20 +13,21 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::{
-    decision::{Hold, IntervalMetrics, Outcome, SlaDecision},
-    queueing::{
-        Burstiness, DecodeKv, FastPath, FastSignals, Margins, QueueingConfig, QueueingPlan, ScaleReason,
-        Stabilisation,
-    },
-};
 use crate::{
+    aggregated::AggregatedEngine,
     interpolation::PerformanceCurves,
     predictor::{LoadPredictors, PredictorConfig},
     queueing::{Context, QueueingState},
     sla::{Corrections, Limits, Observation, SlaTargets},
     trace::TraceBucket,
     upstream,
+};
+pub use crate::{
+    decision::{Hold, IntervalMetrics, Outcome, SlaDecision},
+    queueing::{
+        Burstiness, DecodeKv, FastPath, FastSignals, Margins, QueueingConfig, QueueingPlan, ScaleReason,
+        Stabilisation,
+    },
 };
 
 /// Which model sizes the pools (`spec.sla.model`).
@@ -59,6 +60,10 @@ pub struct SlaPlannerConfig {
     /// Queueing-model settings.
     #[serde(default)]
     pub queueing: QueueingConfig,
+    /// `Some` when the deployment is one pool of aggregated engines (the queueing model only):
+    /// decisions then carry that pool's replicas as both pools'.
+    #[serde(default)]
+    pub aggregated: Option<AggregatedEngine>,
 }
 
 impl SlaPlannerConfig {
@@ -77,6 +82,7 @@ impl SlaPlannerConfig {
             sla: &self.sla,
             limits: &self.limits,
             settings: &self.queueing,
+            aggregated: self.aggregated.as_ref(),
         }
     }
 }
@@ -168,6 +174,10 @@ impl SlaPlanner {
                 decision.outcome = Outcome::Hold(Hold::MetricsUnavailable { reason });
                 return decision;
             }
+            IntervalMetrics::AwaitingTraffic { reason } => {
+                decision.outcome = Outcome::Hold(Hold::AwaitingTraffic { reason });
+                return decision;
+            }
             IntervalMetrics::Observed(observation) => observation,
         };
         decision.observed = Some(observation);
@@ -253,6 +263,7 @@ mod tests {
             },
             model: SlaModel::Upstream,
             queueing: QueueingConfig::default(),
+            aggregated: None,
         }
     }
 
@@ -274,6 +285,47 @@ mod tests {
             ttft_ms: 100.0,
             itl_ms: 20.0,
             request_duration_s: 8.0,
+        }
+    }
+
+    #[test]
+    fn a_graph_awaiting_its_first_request_holds_and_learns_nothing() {
+        for model_kind in [SlaModel::Upstream, SlaModel::Queueing] {
+            let config = SlaPlannerConfig {
+                model: model_kind,
+                ..config(PredictorKind::Constant)
+            };
+            let mut waited = SlaPlanner::new(&config);
+            for _ in 0..3 {
+                let decision = waited.tick(
+                    &config,
+                    &model(),
+                    IntervalMetrics::AwaitingTraffic {
+                        reason: "waiting for the first request".into(),
+                    },
+                    (2, 2),
+                );
+                assert_eq!(decision.target(), None, "{model_kind:?}");
+                assert!(matches!(decision.hold(), Some(Hold::AwaitingTraffic { .. })));
+                assert_eq!(
+                    decision.explanation(),
+                    "keeping replicas: waiting for the first request"
+                );
+            }
+            // The first interval with traffic plans as a new planner's first one does.
+            let mut fresh = SlaPlanner::new(&config);
+            let first = |planner: &mut SlaPlanner| {
+                planner
+                    .tick(
+                        &config,
+                        &model(),
+                        IntervalMetrics::Observed(observed(600.0)),
+                        (2, 2),
+                    )
+                    .target()
+            };
+            assert!(first(&mut fresh).is_some(), "{model_kind:?}");
+            assert_eq!(first(&mut waited), first(&mut fresh), "{model_kind:?}");
         }
     }
 

@@ -5,7 +5,11 @@
 //! - [`frontend`]: a synthetic Dynamo frontend that replays a trace in real time against the
 //!   Ready prefill and decode pods and serves Dynamo's frontend metrics, for closed-loop tests.
 //! - [`mocker_profile`]: a profile as the timing tables of Dynamo's mocker engine.
+//! - [`bed`]: NVIDIA Dynamo's real frontend and mocker engines playing a graph's pods, with a
+//!   load generator and Prometheus scraping them as NVIDIA's PodMonitors do, for the demo and
+//!   the closed-loop tests.
 
+pub mod bed;
 pub mod frontend;
 pub mod mocker_profile;
 pub mod sim;

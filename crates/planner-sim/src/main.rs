@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use planner_sim::{frontend, mocker_profile, sim};
+use planner_sim::{bed, frontend, mocker_profile, sim};
 
 /// Test tools of planner-operator: the trace-driven simulator and a synthetic Dynamo frontend.
 #[derive(Debug, Parser)]
@@ -33,6 +33,10 @@ enum Command {
     /// Replay several traces, one graph each, sharing one GPU budget arbitrated by the
     /// operator's rules, against the same GPUs split statically per graph; print the table.
     Budget(sim::budget::BudgetArgs),
+    /// Run NVIDIA Dynamo's real frontend and mocker engines for the Ready pods of a
+    /// DynamoGraphDeployment on fake nodes, send a request trace to the frontend, and write the
+    /// targets with which Prometheus scrapes them as PodMonitors scrape the pods.
+    DynamoBed(Box<bed::DynamoBedArgs>),
     /// Answer replicas for observations from another engine model: one JSON sample per line on
     /// standard input, one JSON answer per line on standard output (the replay harness's
     /// bridge into Dynamo's offline replay).
@@ -81,6 +85,7 @@ fn main() -> ExitCode {
                 }
             }
         },
+        Command::DynamoBed(args) => dynamo_bed(*args),
         Command::ReplayTraces(args) => replay_outcome("replay-traces", sim::replay::replay_traces(&args)),
         Command::ReplayReport(args) => replay_outcome("replay-report", sim::replay::replay_report(&args)),
         Command::Bridge(args) => {
@@ -124,20 +129,43 @@ fn replay_outcome(command: &str, outcome: Result<String, sim::replay::ReplayErro
     }
 }
 
-fn synthetic_frontend(args: frontend::SyntheticFrontendArgs) -> ExitCode {
-    // One TLS provider for the process (the kube client).
+/// One TLS provider for the process (the kube client), logging, and the async runtime.
+fn runtime() -> Option<tokio::runtime::Runtime> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     init_logging();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
     {
-        Ok(runtime) => runtime,
+        Ok(runtime) => Some(runtime),
         Err(error) => {
             eprintln!("planner-sim: cannot start the async runtime: {error}");
-            return ExitCode::FAILURE;
+            None
         }
+    }
+}
+
+fn dynamo_bed(args: bed::DynamoBedArgs) -> ExitCode {
+    let Some(runtime) = runtime() else {
+        return ExitCode::FAILURE;
+    };
+    match runtime.block_on(bed::run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error @ bed::BedError::Input(_)) => {
+            eprintln!("planner-sim dynamo-bed: {error}");
+            ExitCode::from(EXIT_BAD_INPUT)
+        }
+        Err(error) => {
+            eprintln!("planner-sim dynamo-bed: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn synthetic_frontend(args: frontend::SyntheticFrontendArgs) -> ExitCode {
+    let Some(runtime) = runtime() else {
+        return ExitCode::FAILURE;
     };
     match runtime.block_on(frontend::run(args)) {
         Ok(()) => ExitCode::SUCCESS,
@@ -158,6 +186,8 @@ fn init_logging() {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("planner_sim=info,kube=warn,warn"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        // Plain text when the logs go to a file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .with_writer(std::io::stderr)
         .try_init();

@@ -27,7 +27,7 @@ pub struct MockerProfileArgs {
     /// Longest prompt (tokens) the prefill table covers; longer ones than the profile's take
     /// proportionally longer, as in the simulator. The default covers the bench traces (the
     /// longest Mooncake prompt is 126,527 tokens).
-    #[arg(long, value_name = "TOKENS", default_value_t = 131_072.0)]
+    #[arg(long, value_name = "TOKENS", default_value_t = MAX_ISL)]
     max_isl: f64,
     /// Longest mean context (tokens) the decode table covers (default: the profile's).
     #[arg(long, value_name = "TOKENS")]
@@ -36,6 +36,10 @@ pub struct MockerProfileArgs {
     #[arg(long, value_name = "FILE")]
     out: PathBuf,
 }
+
+/// Longest prompt the prefill table covers by default: the test model's context, past the
+/// longest Mooncake prompt (126,527 tokens).
+pub const MAX_ISL: f64 = 131_072.0;
 
 /// Why the file could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -65,27 +69,39 @@ pub fn mocker_profile(args: &MockerProfileArgs) -> Result<String, MockerProfileE
         }
     }
     .map_err(|e| MockerProfileError::Input(e.to_string()))?;
-    let curves = PerformanceModel::new(&profile).map_err(|e| MockerProfileError::Input(e.to_string()))?;
-    let model = LatencyModel::new(&curves, EngineSpec::from_profile(&profile));
+    write_profile(&profile, args.max_isl, args.max_context, &args.out)
+}
+
+/// Writes `profile`'s latencies to `out` as the mocker's NPZ tables, prompts up to `max_isl`
+/// tokens and mean contexts up to `max_context` (default: the profile's); returns a one-line
+/// summary.
+pub fn write_profile(
+    profile: &Profile,
+    max_isl: f64,
+    max_context: Option<f64>,
+    out: &Path,
+) -> Result<String, MockerProfileError> {
+    let curves = PerformanceModel::new(profile).map_err(|e| MockerProfileError::Input(e.to_string()))?;
+    let model = LatencyModel::new(&curves, EngineSpec::from_profile(profile));
     let profiled_context = profile.decode.context_length.iter().copied().fold(0.0, f64::max);
-    let max_context = args.max_context.unwrap_or(profiled_context);
-    for (flag, value) in [("--max-isl", args.max_isl), ("--max-context", max_context)] {
+    let max_context = max_context.unwrap_or(profiled_context);
+    for (flag, value) in [("--max-isl", max_isl), ("--max-context", max_context)] {
         if !(value.is_finite() && value >= 2.0) {
             return Err(MockerProfileError::Input(format!(
                 "{flag} must be a number of tokens >= 2, not {value}"
             )));
         }
     }
-    let tables = MockerTables::sample(&model, max_context, args.max_isl);
-    write_npz(&tables, &args.out).map_err(|message| MockerProfileError::Output {
-        path: args.out.display().to_string(),
+    let tables = MockerTables::sample(&model, max_context, max_isl);
+    write_npz(&tables, out).map_err(|message| MockerProfileError::Output {
+        path: out.display().to_string(),
         message,
     })?;
     Ok(format!(
         "wrote {}: prefill {} prompt lengths up to {} tokens, decode {}x{} (KV tokens up to {}, context up to {})",
-        args.out.display(),
+        out.display(),
         tables.prefill_isl.len(),
-        args.max_isl,
+        max_isl,
         tables.decode_active_kv_tokens.len(),
         tables.decode_context_length.len(),
         profile.decode.max_kv_tokens,

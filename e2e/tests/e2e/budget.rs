@@ -32,7 +32,7 @@ use serde_json::{Value, json};
 use crate::{
     closed_loop::{Frontend, post, start_synthetic_frontend},
     operator::start,
-    prometheus::Prometheus,
+    prometheus::{Job, Prometheus},
 };
 
 const INTERVAL_S: u64 = 10;
@@ -219,10 +219,16 @@ async fn run(ns: &TestNamespace, budget_name: &str, planner_only: bool) -> Resul
     let burst_frontend = frontend("burst")?;
     let steady_frontend = frontend("steady")?;
     let (burst_ns, steady_ns) = (format!("{}-burst", ns.name), format!("{}-steady", ns.name));
-    let prometheus = Prometheus::start_targets(
+    let job = |name: &str, frontend: &Frontend, dynamo_namespace: &str| Job {
+        name: format!("{name}-frontend"),
+        targets: vec![frontend.control.clone()],
+        path: "/metrics",
+        labels: vec![("dynamo_namespace".into(), dynamo_namespace.into())],
+    };
+    let prometheus = Prometheus::start_jobs(
         &[
-            (&burst_frontend.control, &[("dynamo_namespace", &burst_ns)]),
-            (&steady_frontend.control, &[("dynamo_namespace", &steady_ns)]),
+            job("burst", &burst_frontend, &burst_ns),
+            job("steady", &steady_frontend, &steady_ns),
         ],
         1,
     )

@@ -74,6 +74,13 @@ fn modes() -> Result<Vec<Mode>> {
         ],
     ));
     modes.push(set(
+        "dynamo-pod-monitors",
+        &[
+            "dynamoPodMonitors.enabled=true",
+            "dynamoPodMonitors.labels.release=kube-prometheus",
+        ],
+    ));
+    modes.push(set(
         "names-overridden",
         &[
             "fullnameOverride=dynamo-planner",
@@ -863,5 +870,144 @@ async fn bad_values_are_rejected_with_messages_that_say_what_to_fix() -> Result<
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+    Ok(())
+}
+
+/// Whether a PodMonitor's `selector` and `namespaceSelector` select a pod.
+fn selects(monitor: &Value, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
+    let spec = &monitor["spec"];
+    let namespaces = &spec["namespaceSelector"];
+    let in_namespace =
+        namespaces["any"] == true || strings(&namespaces["matchNames"]).iter().any(|n| n == namespace);
+    let selector = &spec["selector"];
+    let match_labels = selector["matchLabels"].as_object().is_none_or(|m| {
+        m.iter()
+            .all(|(k, v)| labels.get(k).map(String::as_str) == v.as_str())
+    });
+    let match_expressions = selector["matchExpressions"].as_array().is_none_or(|expressions| {
+        expressions.iter().all(|e| {
+            e["operator"] == "In"
+                && labels
+                    .get(e["key"].as_str().unwrap_or_default())
+                    .is_some_and(|v| strings(&e["values"]).contains(v))
+        })
+    });
+    in_namespace && match_labels && match_expressions
+}
+
+#[tokio::test]
+async fn dynamo_pod_monitors_scrape_the_pods_the_dgd_controller_renders() -> Result<()> {
+    assert!(
+        of_kind(&template(RELEASE, NAMESPACE, &[]).await?, "PodMonitor").is_empty(),
+        "off by default"
+    );
+    let objects = template(
+        RELEASE,
+        NAMESPACE,
+        &[
+            "--set",
+            "dynamoPodMonitors.enabled=true",
+            "--set",
+            "dynamoPodMonitors.namespaces={llm}",
+        ],
+    )
+    .await?;
+    let monitors = of_kind(&objects, "PodMonitor");
+    assert_eq!(monitors.len(), 2);
+
+    // The pods this operator renders for the sample graph.
+    let mut dgd: planner_api::DynamoGraphDeployment = serde_yaml::from_str(&std::fs::read_to_string(
+        e2e::repo_root().join("config/samples/dgd-disagg.yaml"),
+    )?)?;
+    dgd.metadata.namespace = Some("llm".into());
+    dgd.metadata.uid = Some("0f3c2a".into());
+    let graph_namespace =
+        planner_api::labels::dynamo_namespace("llm", dgd.metadata.name.as_deref().unwrap_or_default());
+    let rendered = planner_operator::controller::dgd::render::render(&dgd, None)?;
+    let pods: Vec<(String, BTreeMap<String, String>, Vec<String>)> = rendered
+        .deployments
+        .iter()
+        .map(|d| {
+            let template =
+                serde_json::to_value(d.spec.as_ref().map(|s| s.template.clone())).unwrap_or_default();
+            let labels: BTreeMap<String, String> =
+                serde_json::from_value(template["metadata"]["labels"].clone()).unwrap_or_default();
+            let ports = template["spec"]["containers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|c| c["ports"].as_array().cloned().unwrap_or_default())
+                .filter_map(|p| p["name"].as_str().map(String::from))
+                .collect();
+            (labels["nvidia.com/dynamo-component-type"].clone(), labels, ports)
+        })
+        .collect();
+
+    for (monitor, expected) in [
+        ("dynamo-frontend", vec!["frontend"]),
+        ("dynamo-worker", vec!["prefill", "decode"]),
+    ] {
+        let monitor = monitors
+            .iter()
+            .find(|m| {
+                m["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.ends_with(monitor))
+            })
+            .ok_or(format!("no PodMonitor {monitor}"))?;
+        let selected: Vec<&(String, BTreeMap<String, String>, Vec<String>)> = pods
+            .iter()
+            .filter(|(_, labels, _)| selects(monitor, "llm", labels))
+            .collect();
+        assert_eq!(
+            selected
+                .iter()
+                .map(|(kind, _, _)| kind.as_str())
+                .collect::<Vec<_>>(),
+            expected,
+            "{monitor}"
+        );
+        assert!(
+            pods.iter()
+                .all(|(_, labels, _)| !selects(monitor, "other", labels)),
+            "only the namespaces asked for"
+        );
+        let endpoint = &monitor["spec"]["podMetricsEndpoints"][0];
+        for (kind, labels, ports) in selected {
+            // The port scraped is a named port of the pod.
+            assert!(
+                ports.iter().any(|p| endpoint["port"] == p.as_str()),
+                "{kind}: {ports:?} {endpoint}"
+            );
+            // The relabelling copies the pod's Dynamo namespace (Prometheus's meta label of a
+            // pod label: every character other than letters, digits and `_` made `_`) into
+            // `dynamo_namespace`, the graph's, which a PlannerPolicy selects series by.
+            let relabel = endpoint["relabelings"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|r| r["targetLabel"] == "dynamo_namespace")
+                .ok_or(format!("{kind}: no dynamo_namespace relabelling"))?;
+            let source = strings(&relabel["sourceLabels"]).join(",");
+            let value = labels
+                .iter()
+                .find(|(key, _)| {
+                    let meta: String = key
+                        .chars()
+                        .map(|c| {
+                            if c.is_ascii_alphanumeric() || c == '_' {
+                                c
+                            } else {
+                                '_'
+                            }
+                        })
+                        .collect();
+                    source == format!("__meta_kubernetes_pod_label_{meta}")
+                })
+                .map(|(_, value)| value.clone());
+            assert_eq!(value, Some(graph_namespace.clone()), "{kind}: {source}");
+            assert_eq!(endpoint["honorLabels"], true);
+        }
+    }
     Ok(())
 }

@@ -1,26 +1,66 @@
-//! The planner end to end: a DGD on kwok nodes, the synthetic Dynamo frontend
-//! replaying the Azure conversation trace against the DGD's Ready pods, a real Prometheus
-//! scraping it, and the operator planning every 10 s. A load step up raises the replicas, a
-//! step down lowers them, and while Prometheus is down nothing is scaled down.
+//! The planner end to end on real Dynamo: a DGD on kwok nodes, the test bed running NVIDIA
+//! Dynamo's real frontend and one real mocker engine per Ready prefill and decode pod (timed by
+//! the profile the policy plans with), a load generator replaying a trace against the frontend,
+//! a real Prometheus scraping them as NVIDIA's PodMonitors do, and the operator planning every
+//! 10 s. A load step up raises the replicas and the engine processes with them, a step down
+//! lowers them, while Prometheus is down nothing is scaled down, and an overload is scaled out
+//! of. The synthetic frontend (`start_synthetic_frontend`) stays for tests that need no engines.
 
 use std::{
     process::{Child, Command, Stdio},
     time::Duration,
 };
 
-use e2e::{Result, TestNamespace, in_namespace, install_crds, poll_until, repo_root, sim_binary};
+use e2e::{Result, in_namespace_exclusive, install_crds, poll_until, repo_root, sim_binary};
 use k8s_openapi::api::events::v1::Event;
 use kube::{
     Api,
     api::{ListParams, PostParams},
 };
-use planner_api::{DynamoGraphDeployment, PlannerPolicy};
+use planner_api::{DynamoGraphDeployment, KvUsageSource, PlannerPolicy};
 use serde_json::{Value, json};
 
-use crate::{faults::condition, operator::start, prometheus::Prometheus};
+use crate::{
+    bed::{Bed, MODEL, PROFILE, RELEASE, graph, write_trace},
+    faults::condition,
+    operator::start,
+    prometheus::Prometheus,
+};
 
 const INTERVAL_S: u64 = 10;
 const WAIT: Duration = Duration::from_secs(120);
+const TTFT_TARGET_MS: f64 = 500.0;
+
+/// The engine processes the bed runs (prefill, decode) and what it has sent.
+async fn engines(bed: &Bed) -> Result<(i64, i64, Value)> {
+    let status = bed.status().await?;
+    Ok((
+        status["prefill"].as_i64().unwrap_or(-1),
+        status["decode"].as_i64().unwrap_or(-1),
+        status["load"].clone(),
+    ))
+}
+
+/// Waits until the bed runs one engine process per replica of the DGD.
+async fn engines_follow(bed: &Bed, dgds: &Api<DynamoGraphDeployment>) -> Result<()> {
+    poll_until(
+        "one engine process per prefill and decode replica",
+        Duration::from_secs(60),
+        || async {
+            let want = replicas(&dgds.get("llama").await?);
+            let (prefill, decode, _) = engines(bed).await?;
+            Ok((prefill, decode) == (i64::from(want.0), i64::from(want.1)))
+        },
+    )
+    .await
+}
+
+/// A trace of one request per second for ten minutes (looped by the bed).
+fn trace(dir: &std::path::Path) -> Result<std::path::PathBuf> {
+    let path = dir.join("trace.jsonl");
+    write_trace(&path, 1.0, 600.0)?;
+    Ok(path)
+}
 
 /// The synthetic frontend, stopped on drop.
 pub(crate) struct Frontend {
@@ -72,10 +112,6 @@ pub(crate) async fn post(addr: &str, path: &str) -> Result<()> {
     })
 }
 
-fn start_frontend(ns: &TestNamespace, dgd: &str) -> Result<Frontend> {
-    start_synthetic_frontend(&["--dgd", dgd, "--namespace", &ns.name])
-}
-
 /// Starts the synthetic frontend replaying the Azure conversation trace four times faster, in
 /// a loop, for model `llama-3.1-8b`, with its workers given by `capacity` (`--dgd` and
 /// `--namespace`, or fixed `--prefill` and `--decode` counts).
@@ -110,24 +146,6 @@ pub(crate) fn start_synthetic_frontend(capacity: &[&str]) -> Result<Frontend> {
     })
 }
 
-fn graph() -> Result<Value> {
-    let mut value: Value = serde_yaml::from_str(&std::fs::read_to_string(
-        repo_root().join("config/samples/dgd-disagg.yaml"),
-    )?)?;
-    value["metadata"]["name"] = json!("llama");
-    value["spec"]
-        .as_object_mut()
-        .ok_or("spec")?
-        .remove("topologyConstraint");
-    for component in value["spec"]["components"].as_array_mut().ok_or("components")? {
-        component
-            .as_object_mut()
-            .ok_or("component")?
-            .remove("kvCacheTransferTopology");
-    }
-    Ok(value)
-}
-
 fn policy(prometheus: &str) -> Result<PlannerPolicy> {
     Ok(serde_json::from_value(json!({
         "apiVersion": "planner.dynamo.io/v1alpha1",
@@ -136,14 +154,14 @@ fn policy(prometheus: &str) -> Result<PlannerPolicy> {
         "spec": {
             "targetRef": {"name": "llama"},
             "adjustmentInterval": format!("{INTERVAL_S}s"),
-            "sla": {"ttftMs": 200, "itlMs": 10},
+            "sla": {"ttftMs": TTFT_TARGET_MS, "itlMs": 8},
             // Ten-second intervals: a stabilisation window of three intervals, not the default
             // five minutes.
             "behavior": {"scaleDownStabilization": "30s"},
             "bounds": {"minReplicas": 1, "maxReplicas": 12, "maxGpuBudget": -1},
             "predictor": {"type": "constant"},
-            "profile": {"builtin": "h200-llama3.1-8b-tp1"},
-            "metrics": {"prometheus": {"url": prometheus}, "modelName": "llama-3.1-8b"}
+            "profile": {"builtin": PROFILE},
+            "metrics": {"prometheus": {"url": prometheus}, "modelName": MODEL}
         }
     }))?)
 }
@@ -160,40 +178,98 @@ fn replicas(dgd: &DynamoGraphDeployment) -> (i32, i32) {
     (of("prefill"), of("decode"))
 }
 
+// Both tests run alone (`in_namespace_exclusive`): they measure the latency of real processes on
+// two cores, and the engines they start at once would slow the tests beside them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_follow_the_load_and_missing_metrics_never_scale_down() -> Result<()> {
-    in_namespace("closed-loop", |ns| async move {
+    in_namespace_exclusive("closed-loop", |ns| async move {
         install_crds(&ns.client).await?;
         let dgds: Api<DynamoGraphDeployment> = ns.api();
         let policies: Api<PlannerPolicy> = ns.api();
-        ns.accepts(&graph()?).await?;
-        let frontend = start_frontend(&ns, "llama")?;
-        let mut prometheus = Prometheus::start(
-            &frontend.control,
-            &[("dynamo_namespace", &format!("{}-llama", ns.name))],
-        )
-        .await?;
+        ns.accepts(&graph("llama")?).await?;
+        let dir = tempfile_dir(&ns.name)?;
+        // The operator first: it renders the pods the bed plays.
         let operator = start(&ns, &["--webhook-disabled"]).await?;
+        let started = async {
+            let bed = Bed::start(&ns, "llama", &trace(&dir)?, 1, &[]).await?;
+            let prometheus = Prometheus::start_with_config(&bed.prometheus_config).await?;
+            Ok::<_, e2e::Error>((bed, prometheus))
+        }
+        .await;
+        let (mut bed, mut prometheus) = match started {
+            Ok(started) => started,
+            Err(error) => {
+                let _ = operator.stop().await;
+                return Err(error);
+            }
+        };
         let outcome = async {
             policies
                 .create(&PostParams::default(), &policy(&prometheus.url)?)
                 .await?;
 
-            // Metrics flow: the policy observes the trace's requests.
-            poll_until("the policy to observe requests", WAIT, || async {
+            // Metrics flow: the policy observes the trace's requests, from the real frontend's
+            // series, which get their dynamo_namespace from the PodMonitor's relabelling only,
+            // and the decode KV usage from the engines (the mocker's gauge has no Dynamo labels:
+            // the worker PodMonitor adds the graph's namespace from the pod label the operator
+            // renders), not the KV router's estimate.
+            poll_until("the policy to observe requests and the engines' KV usage", WAIT, || async {
                 let policy = policies.get("llama-sla").await?;
-                Ok(policy
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.observed.as_ref())
-                    .and_then(|o| o.requests)
-                    .is_some_and(|r| r > 0.0))
+                let observed = policy.status.as_ref().and_then(|s| s.observed.as_ref());
+                Ok(observed.and_then(|o| o.requests).is_some_and(|r| r > 0.0)
+                    && observed.and_then(|o| o.decode_kv_usage_source) == Some(KvUsageSource::Engines))
             })
             .await?;
+            // The series as the chart's PodMonitors label them: the frontend's dynamo_namespace
+            // from its pod's label, the engines' too (on the series that carry none of their own)
+            // with their component type, and the pod of each.
+            let namespace = format!("{}-llama", ns.name);
+            let frontend = prometheus
+                .query(&format!(
+                    "dynamo_frontend_requests_total{{dynamo_namespace=\"{namespace}\"}}"
+                ))
+                .await?;
+            let labels = &frontend
+                .first()
+                .ok_or("no frontend series with the dynamo_namespace")?["metric"];
+            let job = |monitor: &str| format!("{}/{RELEASE}-planner-operator-dynamo-{monitor}", ns.name);
+            assert_eq!(labels["job"], job("frontend").as_str(), "{labels}");
+            assert_eq!(labels["namespace"], ns.name.as_str(), "{labels}");
+            // honorLabels: the frontend's own `endpoint` label is kept over the scrape's.
+            assert_eq!(labels["endpoint"], "chat_completions", "{labels}");
+            assert!(
+                labels["pod"]
+                    .as_str()
+                    .is_some_and(|p| p.starts_with("llama-frontend-")),
+                "{labels}"
+            );
+            let engines_seen = prometheus
+                .query(&format!(
+                    "count by (dynamo_component_type, job, dynamo_namespace) (vllm:kv_cache_usage_perc or dynamo_component_uptime_seconds{{job=\"{}\"}})",
+                    job("worker")
+                ))
+                .await?;
+            let mut types: Vec<(String, String, String)> = engines_seen
+                .iter()
+                .map(|s| {
+                    let label = |name: &str| s["metric"][name].as_str().unwrap_or("").to_string();
+                    (label("dynamo_component_type"), label("job"), label("dynamo_namespace"))
+                })
+                .collect();
+            types.sort();
+            types.dedup();
+            assert_eq!(
+                types,
+                [
+                    ("decode".to_string(), job("worker"), namespace.clone()),
+                    ("prefill".to_string(), job("worker"), namespace.clone())
+                ]
+            );
             let before = replicas(&dgds.get("llama").await?);
 
-            // Step up: forty times the traffic. Decode and prefill grow within a few intervals.
-            post(&frontend.control, "/control/rate-scale/40").await?;
+            // Step up: eight times the traffic. Decode and prefill grow within a few intervals,
+            // and the bed runs an engine process for each new replica.
+            bed.rate_scale(8.0).await?;
             poll_until("both pools to scale up", WAIT, || async {
                 let (prefill, decode) = replicas(&dgds.get("llama").await?);
                 Ok(prefill > before.0 && decode > before.1)
@@ -201,6 +277,7 @@ async fn replicas_follow_the_load_and_missing_metrics_never_scale_down() -> Resu
             .await?;
             let peak = replicas(&dgds.get("llama").await?);
             eprintln!("scaled up from {before:?} to {peak:?}");
+            engines_follow(&bed, &dgds).await?;
             let events: Api<Event> = ns.api();
             let scaled = events
                 .list(&ListParams::default())
@@ -211,7 +288,7 @@ async fn replicas_follow_the_load_and_missing_metrics_never_scale_down() -> Resu
             assert!(scaled, "no Scaled event");
 
             // Prometheus down: no scale-down however idle the traffic, and the policy says why.
-            post(&frontend.control, "/control/rate-scale/0").await?;
+            bed.rate_scale(0.0).await?;
             prometheus.stop();
             poll_until(
                 "MetricsAvailable=False while Prometheus is down",
@@ -244,8 +321,9 @@ async fn replicas_follow_the_load_and_missing_metrics_never_scale_down() -> Resu
             })
             .await?;
 
-            // Back, at the original rate: the pools shrink again.
-            post(&frontend.control, "/control/rate-scale/1").await?;
+            // Back, at the original rate: the pools shrink again, and their engine processes
+            // stop (SIGTERM, as a pod's containers get) without failing a request.
+            bed.rate_scale(1.0).await?;
             prometheus.restart().await?;
             poll_until(
                 "both pools to scale back down",
@@ -256,43 +334,77 @@ async fn replicas_follow_the_load_and_missing_metrics_never_scale_down() -> Resu
                 },
             )
             .await?;
+            engines_follow(&bed, &dgds).await?;
             let policy = policies.get("llama-sla").await?;
             assert_eq!(condition(&policy, "Ready").map(|c| c.0).as_deref(), Some("True"));
+            let (_, _, load) = engines(&bed).await?;
+            eprintln!("load: {load}");
+            assert!(load["completed"].as_u64().unwrap_or(0) > 100, "{load}");
+            assert_eq!(load["failed"], 0, "requests failed: {load}");
             operator.check_running()
         }
         .await;
         let stopped = operator.stop().await;
-        drop(frontend);
+        if outcome.is_err() {
+            bed.keep_logs();
+        } else {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        drop(bed);
         outcome.and(stopped)
     })
     .await
 }
 
-/// A sample of the frontend's own metrics text (`name{labels} value`), summed over its series.
-async fn frontend_metric(control: &str, name: &str) -> Result<f64> {
-    let addr: std::net::SocketAddr = control.parse()?;
-    let (_, body) = e2e::http_get(addr, "/metrics").await?;
-    Ok(body
-        .lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+/// A scratch directory for the test's trace.
+fn tempfile_dir(name: &str) -> Result<std::path::PathBuf> {
+    let dir = std::env::temp_dir().join(format!("e2e-{name}-{}", free_port()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// A process's own metrics text.
+async fn metrics_text(addr: std::net::SocketAddr) -> Result<String> {
+    Ok(e2e::http_get(addr, "/metrics").await?.1)
+}
+
+/// A sample of metrics text (`name{labels} value`), summed over its series whose labels contain
+/// every one of `matching` (e.g. `worker_type="prefill"`; none: all).
+fn metric(body: &str, name: &str, matching: &[&str]) -> f64 {
+    body.lines()
+        .filter(|l| {
+            l.starts_with(name)
+                && l[name.len()..].starts_with(['{', ' '])
+                && matching.iter().all(|m| l.contains(m))
+        })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum())
+        .sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_overload_is_scaled_out_of_and_no_pool_shrinks_while_a_backlog_remains() -> Result<()> {
-    in_namespace("overload", |ns| async move {
+    in_namespace_exclusive("overload", |ns| async move {
         install_crds(&ns.client).await?;
         let dgds: Api<DynamoGraphDeployment> = ns.api();
         let policies: Api<PlannerPolicy> = ns.api();
-        ns.accepts(&graph()?).await?;
-        let frontend = start_frontend(&ns, "llama")?;
-        let prometheus = Prometheus::start(
-            &frontend.control,
-            &[("dynamo_namespace", &format!("{}-llama", ns.name))],
-        )
-        .await?;
+        ns.accepts(&graph("llama")?).await?;
+        let dir = tempfile_dir(&ns.name)?;
         let operator = start(&ns, &["--webhook-disabled"]).await?;
+        // Engines serve two seconds after their pod is Ready: the test is about how fast the
+        // planner reacts, not how long an engine loads.
+        let started = async {
+            let bed = Bed::start(&ns, "llama", &trace(&dir)?, 1, &["--engine-startup-s", "2"]).await?;
+            let prometheus = Prometheus::start_with_config(&bed.prometheus_config).await?;
+            Ok::<_, e2e::Error>((bed, prometheus))
+        }
+        .await;
+        let (mut bed, prometheus) = match started {
+            Ok(started) => started,
+            Err(error) => {
+                let _ = operator.stop().await;
+                return Err(error);
+            }
+        };
         let outcome = async {
             policies
                 .create(&PostParams::default(), &policy(&prometheus.url)?)
@@ -314,14 +426,15 @@ async fn an_overload_is_scaled_out_of_and_no_pool_shrinks_while_a_backlog_remain
             let (requests, ttft_ms) = observed(&policy).ok_or("no observation")?;
             let before = replicas(&dgds.get("llama").await?);
             // What the prefill pool serves: engines over the unqueued service time (the TTFT at
-            // this light load); the step asks four times that.
+            // this light load); the step asks four times that (at most 30 requests/s, what the
+            // real processes serve on two cores beside the rest of the suite).
             let capacity = f64::from(before.0) / (ttft_ms / 1000.0).max(1e-3);
             let rate = requests / INTERVAL_S as f64;
-            let step = (4.0 * capacity / rate.max(1e-3)).clamp(4.0, 200.0);
+            let step = (4.0 * capacity / rate.max(1e-3)).clamp(4.0, 30.0 / rate.max(1e-3));
             eprintln!(
-                "pool {before:?} serves ~{capacity:.0} req/s at {rate:.1} req/s; stepping the rate {step:.0}x"
+                "pool {before:?} serves ~{capacity:.1} req/s at {rate:.1} req/s; stepping the rate {step:.1}x"
             );
-            post(&frontend.control, &format!("/control/rate-scale/{step:.0}")).await?;
+            bed.rate_scale(step).await?;
             let stepped = std::time::Instant::now();
 
             // Scaled out within two intervals.
@@ -334,26 +447,49 @@ async fn an_overload_is_scaled_out_of_and_no_pool_shrinks_while_a_backlog_remain
             eprintln!("scaled out after {:?}", stepped.elapsed());
 
             // Back under the TTFT target within three intervals of the step (the mean TTFT of the
-            // first tokens of each ten-second window, from the frontend's histogram), and no
-            // pool shrinks while requests wait beyond the engines serving.
-            let control = frontend.control.as_str();
+            // first tokens of each ten-second window, from the real frontend's histogram), and no
+            // pool shrinks while more requests wait for a prefill engine (in the router's queue)
+            // than there are engines left.
+            let frontend = bed.frontend().await?;
             let ttft = || async move {
+                let body = metrics_text(frontend).await?;
                 Ok::<_, e2e::Error>((
-                    frontend_metric(control, "dynamo_frontend_time_to_first_token_seconds_sum").await?,
-                    frontend_metric(control, "dynamo_frontend_time_to_first_token_seconds_count").await?,
+                    metric(&body, "dynamo_frontend_time_to_first_token_seconds_sum", &[]),
+                    metric(&body, "dynamo_frontend_time_to_first_token_seconds_count", &[]),
                 ))
             };
+            let mut most_queued = 0.0_f64;
             let mut last = replicas(&dgds.get("llama").await?);
             let mut recovered = None;
             let mut window_start = (std::time::Instant::now(), ttft().await?);
             let deadline = std::time::Instant::now() + Duration::from_secs(8 * INTERVAL_S);
             while std::time::Instant::now() < deadline {
                 let now = replicas(&dgds.get("llama").await?);
-                let queued = frontend_metric(control, "dynamo_frontend_queued_requests").await?;
+                let body = metrics_text(frontend).await?;
+                let queued = metric(
+                    &body,
+                    "dynamo_frontend_router_queue_pending_requests",
+                    &["worker_type=\"prefill\""],
+                );
+                // The backlog the planner reads, the frontend's prefill stages (the router's
+                // queue is its `route` stage), holds every request the router's queue does.
+                let stages: f64 = ["preprocess", "route", "dispatch"]
+                    .iter()
+                    .map(|stage| {
+                        let stage = format!("stage=\"{stage}\"");
+                        metric(&body, "dynamo_frontend_stage_requests", &[&stage, "phase=\"prefill\""])
+                            + metric(&body, "dynamo_frontend_stage_requests", &[&stage, "phase=\"\""])
+                    })
+                    .sum();
+                assert!(
+                    stages >= queued,
+                    "the prefill stages show {stages} requests, the router's queue {queued}"
+                );
+                most_queued = most_queued.max(queued);
                 if queued > f64::from(now.0) {
                     assert!(
                         now.0 >= last.0 && now.1 >= last.1,
-                        "scaled down from {last:?} to {now:?} with {queued} requests queued"
+                        "scaled down from {last:?} to {now:?} with {queued} requests waiting for a prefill engine"
                     );
                 }
                 last = now;
@@ -365,15 +501,17 @@ async fn an_overload_is_scaled_out_of_and_no_pool_shrinks_while_a_backlog_remain
                     } else {
                         f64::INFINITY
                     };
-                    eprintln!("{:>5.1?} after the step: window mean TTFT {mean_ms:.0} ms, replicas {now:?}, {queued} queued", stepped.elapsed());
+                    let (prefill, decode, _) = engines(&bed).await?;
+                    eprintln!("{:>5.1?} after the step: window mean TTFT {mean_ms:.0} ms, replicas {now:?}, engines ({prefill}, {decode}), {queued} queued", stepped.elapsed());
                     // Recovered from the start of the first window whose first tokens met it.
-                    if recovered.is_none() && mean_ms <= 200.0 {
+                    if recovered.is_none() && mean_ms <= TTFT_TARGET_MS {
                         recovered = Some(window_start.0.duration_since(stepped));
                     }
                     window_start = (std::time::Instant::now(), (sum, count));
                 }
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
+            assert!(most_queued > 0.0, "the step never queued a request in the router");
             let recovered = recovered.ok_or("TTFT never came back under the target after the step")?;
             eprintln!("TTFT back under the target {recovered:?} after the step; replicas {last:?}");
             assert!(
@@ -395,7 +533,12 @@ async fn an_overload_is_scaled_out_of_and_no_pool_shrinks_while_a_backlog_remain
         }
         .await;
         let stopped = operator.stop().await;
-        drop(frontend);
+        if outcome.is_err() {
+            bed.keep_logs();
+        } else {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        drop(bed);
         outcome.and(stopped)
     })
     .await

@@ -3,11 +3,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+mod aggregated;
+mod bed;
 mod budget;
 mod chart;
 mod chart_rbac;
 mod closed_loop;
 mod cluster;
+mod conformance;
 mod conversion;
 mod crd_race;
 mod crds;
@@ -20,6 +23,7 @@ mod leader_freeze;
 mod operator;
 mod policy_rules;
 mod prometheus;
+mod real_metrics;
 mod scrape_interval;
 mod topology;
 mod topology_label_keys;

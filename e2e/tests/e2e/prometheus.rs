@@ -1,7 +1,7 @@
 //! A real Prometheus for the tests (`PROMETHEUS_BIN`, which `make e2e` sets to the one `make
 //! tools` builds from Go modules or an installed one; else `prometheus` on PATH), scraping given
 //! targets on loopback (every second unless a test asks otherwise), with the static labels the
-//! frontend PodMonitor would add.
+//! frontend PodMonitor would add, or with a configuration of the test's (the test bed's).
 
 use std::{
     process::{Child, Command, Stdio},
@@ -9,6 +9,18 @@ use std::{
 };
 
 use e2e::{Result, poll_until};
+
+/// One scrape job: its targets (`host:port`) and the labels added to their series.
+pub struct Job {
+    /// `job_name`.
+    pub name: String,
+    /// `host:port` of each target.
+    pub targets: Vec<String>,
+    /// The path scraped (`/metrics` for Dynamo's frontends and engines).
+    pub path: &'static str,
+    /// Labels added to every series of the targets.
+    pub labels: Vec<(String, String)>,
+}
 
 /// A running Prometheus; stopped and its data removed on drop.
 pub struct Prometheus {
@@ -28,45 +40,56 @@ fn free_port() -> u16 {
 }
 
 impl Prometheus {
-    /// Starts Prometheus scraping `target` (host:port) every second with `labels` added.
-    pub async fn start(target: &str, labels: &[(&str, &str)]) -> Result<Self> {
-        Self::start_every(target, labels, 1).await
-    }
-
-    /// Starts Prometheus scraping `target` every `scrape_s` seconds with `labels` added.
-    pub async fn start_every(target: &str, labels: &[(&str, &str)], scrape_s: u32) -> Result<Self> {
-        Self::start_targets(&[(target, labels)], scrape_s).await
-    }
-
-    /// Starts Prometheus scraping each target every `scrape_s` seconds with its labels added (one
-    /// frontend per graph, each with its own `dynamo_namespace`).
-    pub async fn start_targets(targets: &[(&str, &[(&str, &str)])], scrape_s: u32) -> Result<Self> {
+    /// Starts Prometheus scraping every job's targets every `scrape_s` seconds, with the job's
+    /// labels added to its series and the targets' own labels kept (`honor_labels`), as
+    /// NVIDIA's PodMonitors and this chart's scrape Dynamo's pods.
+    pub async fn start_jobs(jobs: &[Job], scrape_s: u32) -> Result<Self> {
         let port = free_port();
         let dir = std::env::temp_dir().join(format!("e2e-prometheus-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
-        let static_configs: String = targets
-            .iter()
-            .map(|(target, labels)| {
-                let label_lines: String = labels
-                    .iter()
-                    .map(|(k, v)| format!("          {k}: \"{v}\"\n"))
-                    .collect();
-                format!("      - targets: [\"{target}\"]\n        labels:\n{label_lines}")
-            })
-            .collect();
-        let config = dir.join("prometheus.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "global:\n  scrape_interval: {scrape_s}s\n  evaluation_interval: {scrape_s}s\nscrape_configs:\n  - job_name: dynamo-frontend\n    honor_labels: true\n    static_configs:\n{static_configs}"
-            ),
-        )?;
+        let mut config = format!(
+            "global:\n  scrape_interval: {scrape_s}s\n  evaluation_interval: {scrape_s}s\nscrape_configs:\n"
+        );
+        for job in jobs {
+            let targets: Vec<String> = job.targets.iter().map(|t| format!("\"{t}\"")).collect();
+            config.push_str(&format!(
+                "  - job_name: {}\n    honor_labels: true\n    metrics_path: {}\n    static_configs:\n      - targets: [{}]\n        labels:\n",
+                job.name,
+                job.path,
+                targets.join(", ")
+            ));
+            for (k, v) in &job.labels {
+                config.push_str(&format!("          {k}: \"{v}\"\n"));
+            }
+            if job.labels.is_empty() {
+                config.push_str("          {}\n");
+            }
+        }
+        let file = dir.join("prometheus.yml");
+        std::fs::write(&file, config)?;
         let mut prometheus = Self {
             child: None,
             dir,
             url: format!("http://127.0.0.1:{port}"),
             port,
-            config,
+            config: file,
+        };
+        prometheus.spawn()?;
+        prometheus.wait_ready().await?;
+        Ok(prometheus)
+    }
+
+    /// Starts Prometheus with the configuration file `config` (e.g. the test bed's).
+    pub async fn start_with_config(config: &std::path::Path) -> Result<Self> {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("e2e-prometheus-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let mut prometheus = Self {
+            child: None,
+            dir,
+            url: format!("http://127.0.0.1:{port}"),
+            port,
+            config: config.to_path_buf(),
         };
         prometheus.spawn()?;
         prometheus.wait_ready().await?;
@@ -101,6 +124,26 @@ impl Prometheus {
             async move { Ok(reqwest_ready(&url).await) }
         })
         .await
+    }
+
+    /// The series of an instant query: `[{"metric": {...}, "value": [t, "v"]}, ...]`.
+    pub async fn query(&self, promql: &str) -> Result<Vec<serde_json::Value>> {
+        let encoded: String = promql
+            .bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        let addr: std::net::SocketAddr = format!("127.0.0.1:{}", self.port).parse()?;
+        let (code, body) = e2e::http_get(addr, &format!("/api/v1/query?query={encoded}")).await?;
+        let answer: serde_json::Value = serde_json::from_str(&body)?;
+        if code != 200 || answer["status"] != "success" {
+            return Err(format!("query {promql} answered {code}: {body}").into());
+        }
+        Ok(answer["data"]["result"].as_array().cloned().unwrap_or_default())
     }
 
     /// Stops Prometheus (as an outage would), keeping its data.

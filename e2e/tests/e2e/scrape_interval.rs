@@ -10,10 +10,13 @@ use e2e::{Result, poll_until};
 use planner_operator::{
     controller::planner_policy::observe::{self, FastCache, MetricsQuery},
     metrics::operator::OperatorMetrics,
-    sources::prometheus::{PrometheusClient, SeriesFilter},
+    sources::prometheus::{KvUsageSource, PrometheusClient, Reading, SeriesFilter},
 };
 
-use crate::{closed_loop::start_synthetic_frontend, prometheus::Prometheus};
+use crate::{
+    closed_loop::start_synthetic_frontend,
+    prometheus::{Job, Prometheus},
+};
 
 const SCRAPE_S: u32 = 15;
 const GRAPH: &str = "scrape-interval-llama";
@@ -23,8 +26,27 @@ const MODEL: &str = "llama-3.1-8b";
 #[tokio::test]
 async fn reads_hold_their_series_when_scrapes_are_sparser_than_the_window() -> Result<()> {
     let frontend = start_synthetic_frontend(&["--prefill", "2", "--decode", "2"])?;
-    let prometheus =
-        Prometheus::start_every(&frontend.control, &[("dynamo_namespace", GRAPH)], SCRAPE_S).await?;
+    // The frontend, and its decode engines' KV usage (on its /engine/metrics), as PodMonitors
+    // label them.
+    let graph = ("dynamo_namespace".to_string(), GRAPH.to_string());
+    let prometheus = Prometheus::start_jobs(
+        &[
+            Job {
+                name: "dynamo-frontend".into(),
+                targets: vec![frontend.control.clone()],
+                path: "/metrics",
+                labels: vec![graph.clone()],
+            },
+            Job {
+                name: "dynamo-worker".into(),
+                targets: vec![frontend.control.clone()],
+                path: "/engine/metrics",
+                labels: vec![graph, ("dynamo_component_type".into(), "decode".into())],
+            },
+        ],
+        SCRAPE_S,
+    )
+    .await?;
     let client = PrometheusClient::new(&prometheus.url, Duration::from_secs(10))?;
     let filter = SeriesFilter {
         dynamo_namespace: GRAPH.into(),
@@ -85,14 +107,22 @@ async fn reads_hold_their_series_when_scrapes_are_sparser_than_the_window() -> R
         }
         assert!(signals.completions > 0.0, "read {read}: {signals:?}");
 
-        let observation = observe::observe_interval(&client, &filter, 20, 0.9)
+        let reading = observe::observe_interval(&client, &filter, 20, 0.9)
             .await
             .map_err(|e| format!("read {read}: the interval's observation failed: {e}"))?;
+        let Reading::Observed { observation, kv } = reading else {
+            return Err(format!("read {read}: {reading:?}").into());
+        };
         assert!(
             observation.num_req > 0.0 && observation.isl > 0.0,
             "read {read}: {observation:?}"
         );
-        // The decode KV usage over the window: its mean never above its peak.
+        // The decode engines' KV usage over the window: its mean never above its peak.
+        assert_eq!(
+            kv.map(|kv| kv.source),
+            Some(KvUsageSource::Engines),
+            "read {read}"
+        );
         let (mean, peak) = (observation.decode_kv_usage, observation.decode_kv_usage_peak);
         assert!(
             matches!((mean, peak), (Some(mean), Some(peak)) if mean >= 0.0 && mean <= peak + 1e-9),

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use planner_api::KvUsageSource;
 use planner_core::{sizing::LengthMoments, sla::Observation, state::FastSignals};
 
 /// Metric name prefix of Dynamo frontends.
@@ -39,60 +40,201 @@ fn quote(value: &str) -> String {
     format!("\"{}\"", value.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
+/// The graph's series: `{dynamo_namespace="<ns>"}`.
+fn graph(dynamo_namespace: &str) -> String {
+    format!("dynamo_namespace={}", quote(dynamo_namespace))
+}
+
+/// `increase(series[window])` per series, counting from zero: a counter series that appeared
+/// within the window (the frontend creates a label set on its first use, so a new graph's first
+/// requests, a first error, or a restarted frontend start one) counts its last value, all of it
+/// counted since it started at zero, where `increase` would miss what it held at its first
+/// sample.
+pub fn increase_query(series: &str, window_s: u64) -> String {
+    let born = format!("(max_over_time({series}[{window_s}s]) unless {series} offset {window_s}s)");
+    format!("(increase({series}[{window_s}s]) unless {born} or {born})")
+}
+
 /// The PromQL mean of a frontend histogram over the window, per series.
 pub fn mean_query(histogram: &str, filter: &SeriesFilter, window_s: u64) -> String {
-    let selector = format!("{{dynamo_namespace={}}}", quote(&filter.dynamo_namespace));
+    let selector = format!("{{{}}}", graph(&filter.dynamo_namespace));
     format!(
-        "increase({FRONTEND_PREFIX}_{histogram}_sum{selector}[{window_s}s])/increase({FRONTEND_PREFIX}_{histogram}_count{selector}[{window_s}s])"
+        "{}/{}",
+        increase_query(&format!("{FRONTEND_PREFIX}_{histogram}_sum{selector}"), window_s),
+        increase_query(
+            &format!("{FRONTEND_PREFIX}_{histogram}_count{selector}"),
+            window_s
+        )
     )
 }
 
 /// The PromQL request count over the window, per series.
 pub fn requests_query(filter: &SeriesFilter, window_s: u64) -> String {
-    format!(
-        "increase({FRONTEND_PREFIX}_requests_total{{dynamo_namespace={}}}[{window_s}s])",
-        quote(&filter.dynamo_namespace)
+    increase_query(
+        &format!(
+            "{FRONTEND_PREFIX}_requests_total{{{}}}",
+            graph(&filter.dynamo_namespace)
+        ),
+        window_s,
     )
 }
 
 /// The PromQL count of requests the frontend accepted over the window, per series.
 pub fn started_query(filter: &SeriesFilter, window_s: u64) -> String {
-    format!(
-        "increase({FRONTEND_PREFIX}_requests_started_total{{dynamo_namespace={}}}[{window_s}s])",
-        quote(&filter.dynamo_namespace)
+    increase_query(
+        &format!(
+            "{FRONTEND_PREFIX}_requests_started_total{{{}}}",
+            graph(&filter.dynamo_namespace)
+        ),
+        window_s,
     )
 }
 
 /// The PromQL value of a frontend gauge now, per series.
 pub fn gauge_query(gauge: &str, filter: &SeriesFilter) -> String {
+    format!("{FRONTEND_PREFIX}_{gauge}{{{}}}", graph(&filter.dynamo_namespace))
+}
+
+/// The PromQL requests the frontend is handling now, per series: `active_requests`, or the
+/// deprecated `inflight_requests` (the same count) on frontends without it.
+pub fn in_flight_query(filter: &SeriesFilter) -> String {
     format!(
-        "{FRONTEND_PREFIX}_{gauge}{{dynamo_namespace={}}}",
-        quote(&filter.dynamo_namespace)
+        "{} or {}",
+        gauge_query("active_requests", filter),
+        gauge_query("inflight_requests", filter)
+    )
+}
+
+/// The frontend's pipeline stages before a first token: tokenising, routing to a prefill worker
+/// and waiting on it (`stage_requests{stage, phase}`; requests past prefill, waiting for decode,
+/// are in none of them).
+const PREFILL_STAGES: &str = "stage=~\"preprocess|route|dispatch\",phase=~\"|prefill\"";
+
+/// The PromQL requests waiting for or in prefill now, over the graph's frontends (the stage
+/// gauges carry no model label).
+pub fn prefill_pending_query(dynamo_namespace: &str) -> String {
+    format!(
+        "sum({FRONTEND_PREFIX}_stage_requests{{{},{PREFILL_STAGES}}})",
+        graph(dynamo_namespace)
+    )
+}
+
+/// The PromQL requests waiting for a prefill engine now: those tokenised or routed, and those
+/// dispatched beyond one per engine of the `prefill_engines` serving; none when the frontend
+/// has no prefill dispatch series (then the router's queue is read instead).
+pub fn prefill_waiting_query(dynamo_namespace: &str, prefill_engines: u32) -> String {
+    let stage = |stages: &str| {
+        format!(
+            "sum({FRONTEND_PREFIX}_stage_requests{{{},{stages}}})",
+            graph(dynamo_namespace)
+        )
+    };
+    format!(
+        "({} or vector(0)) + clamp_min({} - {prefill_engines}, 0)",
+        stage("stage=~\"preprocess|route\",phase=~\"|prefill\""),
+        stage("stage=\"dispatch\",phase=\"prefill\"")
+    )
+}
+
+/// The PromQL prefill requests held in the KV router's queue now (only with router queueing on;
+/// a frontend in round-robin mode has no such series).
+pub fn router_queue_query(dynamo_namespace: &str) -> String {
+    format!(
+        "sum({FRONTEND_PREFIX}_router_queue_pending_requests{{{},worker_type=\"prefill\"}})",
+        graph(dynamo_namespace)
+    )
+}
+
+/// The PromQL models the frontend of a graph serves (the `model_*` gauges it sets when a
+/// worker registers a model, before any request).
+pub fn served_models_query(dynamo_namespace: &str) -> String {
+    format!(
+        "group by (model) ({{__name__=~\"{FRONTEND_PREFIX}_model_.+\",{}}})",
+        graph(dynamo_namespace)
     )
 }
 
 /// The PromQL bucket counts of a frontend histogram over the window, per model and bound.
 pub fn buckets_query(histogram: &str, filter: &SeriesFilter, window_s: u64) -> String {
     format!(
-        "sum by (model, le) (increase({FRONTEND_PREFIX}_{histogram}_bucket{{dynamo_namespace={}}}[{window_s}s]))",
-        quote(&filter.dynamo_namespace)
+        "sum by (model, le) ({})",
+        increase_query(
+            &format!(
+                "{FRONTEND_PREFIX}_{histogram}_bucket{{{}}}",
+                graph(&filter.dynamo_namespace)
+            ),
+            window_s
+        )
     )
 }
 
 /// The PromQL `quantile` (0..1) of a frontend histogram over the window, per model.
 pub fn quantile_query(histogram: &str, quantile: f64, filter: &SeriesFilter, window_s: u64) -> String {
     format!(
-        "histogram_quantile({quantile}, sum by (model, le) (increase({FRONTEND_PREFIX}_{histogram}_bucket{{dynamo_namespace={}}}[{window_s}s])))",
-        quote(&filter.dynamo_namespace)
+        "histogram_quantile({quantile}, {})",
+        buckets_query(histogram, filter, window_s)
     )
 }
 
-/// The PromQL KV-cache usage of the decode workers now (active blocks per worker over one
-/// engine's blocks), from the router's metrics.
-pub fn kv_usage_query(dynamo_namespace: &str) -> String {
-    let ns = quote(dynamo_namespace);
+/// A regular expression matching every `dynamo_namespace` a graph's workers' series carry: the
+/// graph's Dynamo namespace (as a scrape relabels it from the pod label, or a worker without a
+/// generation suffix) or its worker namespace `<ns>-<8 hex digits>` (Dynamo's operator suffixes
+/// workers with their spec hash), either as written (labels Dynamo's Python code injects) or
+/// with every other character than letters, digits and `_` made `_` (Dynamo's Rust metrics).
+pub fn worker_namespaces(dynamo_namespace: &str) -> String {
+    let escape = |text: &str| {
+        text.chars().fold(String::new(), |mut out, c| {
+            if "\\.+*?()|[]{}^$".contains(c) {
+                out.push('\\');
+            }
+            out.push(c);
+            out
+        })
+    };
+    let underscored: String = dynamo_namespace
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
     format!(
-        "avg({FRONTEND_PREFIX}_worker_active_decode_blocks{{dynamo_namespace={ns},worker_type=\"decode\"}}) / max({FRONTEND_PREFIX}_model_total_kv_blocks{{dynamo_namespace={ns}}})"
+        "{}(-[0-9a-f]{{8}})?|{}(_[0-9a-f]{{8}})?",
+        escape(dynamo_namespace),
+        escape(&underscored)
+    )
+}
+
+/// The decode workers of a graph: their namespace, and not marked prefill (by the component
+/// Dynamo's runtime registers, or the pod's component type a PodMonitor copies).
+fn decode_workers(dynamo_namespace: &str) -> String {
+    format!(
+        "dynamo_namespace=~{},dynamo_component!=\"prefill\",dynamo_component_type!=\"prefill\"",
+        quote(&worker_namespaces(dynamo_namespace))
+    )
+}
+
+/// The PromQL KV-cache usage (0..1) of the decode engines now, averaged over them, as the
+/// engines measure it: Dynamo's `dynamo_component_gpu_cache_usage_percent` (vLLM, SGLang,
+/// TensorRT-LLM workers), else vLLM's own `vllm:kv_cache_usage_perc` (also the mocker's).
+pub fn engine_kv_usage_query(dynamo_namespace: &str) -> String {
+    let workers = decode_workers(dynamo_namespace);
+    format!(
+        "(avg(dynamo_component_gpu_cache_usage_percent{{{workers}}}) or avg(vllm:kv_cache_usage_perc{{{workers}}}))"
+    )
+}
+
+/// The PromQL KV-cache usage the KV router estimates for the decode workers now (the blocks of
+/// the prompts it routed, per worker, over one engine's blocks): no output blocks, and only
+/// this frontend's requests, so a lower bound of the engines'. It exists only with
+/// `--router-mode kv`.
+pub fn router_kv_usage_query(dynamo_namespace: &str) -> String {
+    let ns = graph(dynamo_namespace);
+    format!(
+        "avg({FRONTEND_PREFIX}_worker_active_decode_blocks{{{ns},worker_type=\"decode\"}}) / max({FRONTEND_PREFIX}_model_total_kv_blocks{{{ns}}})"
     )
 }
 
@@ -100,13 +242,10 @@ pub fn kv_usage_query(dynamo_namespace: &str) -> String {
 /// filled for a few scrapes, whatever the scrape interval.
 const KV_SUBQUERY_STEP_S: u64 = 5;
 
-/// [`kv_usage_query`] over the last `window_s` seconds through `over` (`avg_over_time`: the
-/// interval's mean; `max_over_time`: its peak).
-pub fn kv_usage_over_query(over: &str, dynamo_namespace: &str, window_s: u64) -> String {
-    format!(
-        "{over}(({})[{window_s}s:{KV_SUBQUERY_STEP_S}s])",
-        kv_usage_query(dynamo_namespace)
-    )
+/// A KV-usage `expression` over the last `window_s` seconds through `over` (`avg_over_time`:
+/// the interval's mean; `max_over_time`: its peak).
+pub fn kv_usage_over_query(over: &str, expression: &str, window_s: u64) -> String {
+    format!("{over}(({expression})[{window_s}s:{KV_SUBQUERY_STEP_S}s])")
 }
 
 /// The distribution's moments from a histogram's bucket samples for `model` (cumulative counts
@@ -148,6 +287,15 @@ pub enum MetricsError {
         /// Prometheus's explanation.
         reason: String,
     },
+    /// No frontend series carry the graph's `dynamo_namespace`: the frontend is not scraped, or
+    /// scraped without the label.
+    #[error(
+        "no dynamo_frontend_* series with dynamo_namespace {dynamo_namespace:?}: the graph's frontend is not scraped, or scraped without that label (its pods need the labels nvidia.com/metrics-enabled: \"true\" and nvidia.com/dynamo-namespace, and a PodMonitor that copies the latter into dynamo_namespace: NVIDIA's dynamo-frontend, or this chart's podMonitors)"
+    )]
+    NoFrontend {
+        /// The namespace filter.
+        dynamo_namespace: String,
+    },
     /// No series matched the graph and model.
     #[error("no {metric} series for dynamo_namespace {dynamo_namespace:?} and model {model:?}")]
     NoSeries {
@@ -166,7 +314,7 @@ impl MetricsError {
         match self {
             Self::Http { .. } => "http",
             Self::Query { .. } => "query",
-            Self::NoSeries { .. } => "no_series",
+            Self::NoFrontend { .. } | Self::NoSeries { .. } => "no_series",
         }
     }
 }
@@ -610,64 +758,113 @@ impl PrometheusClient {
     }
 
     /// Samples of the load-based planner's metrics over the last `window_s` seconds, one every
-    /// `step_s`: queued prefill requests (summed over frontends) and decode KV-cache usage
-    /// (active decode blocks per worker over the KV blocks of one engine).
+    /// `step_s`: prefill requests waiting for an engine beyond the `prefill_engines` serving
+    /// (summed over frontends; from the frontend's stage gauges, else the KV router's queue) and
+    /// the decode engines' KV-cache usage (else the KV router's estimate, flagged as a lower
+    /// bound).
     pub async fn load_samples(
         &self,
         dynamo_namespace: &str,
         window_s: f64,
         step_s: f64,
         end: f64,
+        prefill_engines: u32,
     ) -> Result<planner_core::load::LoadSamples, MetricsError> {
-        let ns = quote(dynamo_namespace);
-        let queue = format!(
-            "sum({FRONTEND_PREFIX}_router_queue_pending_requests{{dynamo_namespace={ns},worker_type=\"prefill\"}})"
-        );
-        let kv = kv_usage_query(dynamo_namespace);
         let flatten = |series: Vec<Series>| -> Vec<f64> {
             by_timestamp(&series, None)
                 .into_iter()
                 .map(|(_, values)| values.iter().sum())
                 .collect()
         };
+        let range =
+            |query: String| async move { self.query_range(&query, end, window_s, step_s).await.map(flatten) };
+        let mut prefill_queue = range(prefill_waiting_query(dynamo_namespace, prefill_engines)).await?;
+        if prefill_queue.is_empty() {
+            prefill_queue = range(router_queue_query(dynamo_namespace)).await?;
+        }
+        let mut decode_kv_usage = range(engine_kv_usage_query(dynamo_namespace)).await?;
+        let decode_kv_lower_bound = decode_kv_usage.is_empty();
+        if decode_kv_lower_bound {
+            decode_kv_usage = range(router_kv_usage_query(dynamo_namespace)).await?;
+        }
         Ok(planner_core::load::LoadSamples {
-            prefill_queue: flatten(self.query_range(&queue, end, window_s, step_s).await?),
-            decode_kv_usage: flatten(self.query_range(&kv, end, window_s, step_s).await?),
+            prefill_queue,
+            decode_kv_usage,
+            decode_kv_lower_bound,
         })
     }
 
-    /// The interval's observation. Missing series of upstream's metrics are an error (never
-    /// read as zero load); means of an interval without completed requests are `NaN`. The demand
-    /// signals (requests accepted, the in-flight and queued gauges, the length distributions,
-    /// the TTFT `quantile`, the decode KV usage's mean and peak over the window) are `None` when
-    /// their series are missing: an older frontend does not export them all.
+    /// Whether the graph's frontend serves `model` (any model when `None`) and has never counted
+    /// a request: a new graph before its first request, which has no request series yet.
+    /// Without any frontend series of the graph, the frontend is not scraped: an error.
+    pub async fn awaiting_traffic(
+        &self,
+        dynamo_namespace: &str,
+        model: Option<&str>,
+    ) -> Result<bool, MetricsError> {
+        let served = self.query(&served_models_query(dynamo_namespace)).await?;
+        if served.is_empty() {
+            return Err(MetricsError::NoFrontend {
+                dynamo_namespace: dynamo_namespace.to_string(),
+            });
+        }
+        let counted = self
+            .query(&format!(
+                "group by (model) ({{__name__=~\"{FRONTEND_PREFIX}_requests(_started)?_total\",{}}})",
+                graph(dynamo_namespace)
+            ))
+            .await?;
+        Ok(match model {
+            Some(model) => mean_of(&served, model).is_some() && mean_of(&counted, model).is_none(),
+            None => counted.is_empty(),
+        })
+    }
+
+    /// The interval's observation. A graph whose frontend serves the model but has counted no
+    /// request is [`Reading::AwaitingTraffic`]; missing request series otherwise are an error
+    /// (never read as zero load). Means of an interval without such observations are `NaN` (a
+    /// histogram the frontend has not created yet, such as the ITL before a second token, has
+    /// none). The demand signals (requests accepted, in flight, waiting for or in prefill, the
+    /// length distributions, the TTFT `quantile`, the decode KV usage's mean and peak over the
+    /// window) are `None` when their series are missing: an older frontend does not export
+    /// them all.
     pub async fn observe(
         &self,
         filter: &SeriesFilter,
         window_s: u64,
         quantile: f64,
-    ) -> Result<Observation, MetricsError> {
-        let no_series = |metric: &str| MetricsError::NoSeries {
-            metric: format!("{FRONTEND_PREFIX}_{metric}"),
-            dynamo_namespace: filter.dynamo_namespace.clone(),
-            model: filter.model.clone(),
-        };
+    ) -> Result<Reading, MetricsError> {
+        let model = filter.model.as_str();
+        let ns = filter.dynamo_namespace.as_str();
         let requests_samples = self.query(&requests_query(filter, window_s)).await?;
-        let num_req = sum_of(&requests_samples, &filter.model).ok_or_else(|| no_series("requests_total"))?;
+        let arrivals = sum_of(&self.query(&started_query(filter, window_s)).await?, model);
+        // Requests accepted and none completed yet (the completion counter starts with the
+        // first one): no completions.
+        let Some(num_req) = sum_of(&requests_samples, model).or(arrivals.map(|_| 0.0)) else {
+            return if self.awaiting_traffic(ns, Some(model)).await? {
+                Ok(Reading::AwaitingTraffic)
+            } else {
+                Err(MetricsError::NoSeries {
+                    metric: format!("{FRONTEND_PREFIX}_requests_total"),
+                    dynamo_namespace: filter.dynamo_namespace.clone(),
+                    model: filter.model.clone(),
+                })
+            };
+        };
         let mut means = [0.0; MEANS.len()];
         for (slot, (_, histogram, scale)) in means.iter_mut().zip(MEANS) {
             let samples = self.query(&mean_query(histogram, filter, window_s)).await?;
-            *slot = mean_of(&samples, &filter.model).ok_or_else(|| no_series(histogram))? * scale;
+            *slot = mean_of(&samples, model).unwrap_or(f64::NAN) * scale;
         }
         let [ttft_ms, itl_ms, request_duration_s, isl, osl] = means;
         let mut observation = Observation::upstream(num_req, isl, osl, ttft_ms, itl_ms, request_duration_s);
-        let model = filter.model.as_str();
-        observation.arrivals = sum_of(&self.query(&started_query(filter, window_s)).await?, model);
-        observation.inflight = sum_of(
-            &self.query(&gauge_query("inflight_requests", filter)).await?,
-            model,
-        );
-        observation.queued = sum_of(&self.query(&gauge_query("queued_requests", filter)).await?, model);
+        observation.arrivals = arrivals;
+        observation.inflight = sum_of(&self.query(&in_flight_query(filter)).await?, model);
+        // The stage gauges carry no model label: the graph's frontends' requests of any model.
+        observation.queued = match self.query(&prefill_pending_query(ns)).await?.first() {
+            Some(pending) if pending.value.is_finite() => Some(pending.value),
+            _ => sum_of(&self.query(&gauge_query("queued_requests", filter)).await?, model),
+        };
         let second = |samples: &[Sample], mean: f64| moments_of(samples, model, mean).map(|m| m.second);
         observation.isl_second_moment = second(
             &self
@@ -694,36 +891,84 @@ impl PrometheusClient {
         )
         .filter(|v| v.is_finite())
         .map(|seconds| (quantile, seconds * 1000.0));
-        // The router's KV metrics carry no model label: the graph's only.
-        let kv_usage = |over: &'static str| async move {
-            self.query(&kv_usage_over_query(over, &filter.dynamo_namespace, window_s))
+        let kv = self.kv_usage(ns, window_s).await;
+        // The planner learns and judges from the engines' usage only; the router's estimate
+        // can show a full cache (its peak) but never a cache with room.
+        match kv {
+            Some(KvReading {
+                source: KvUsageSource::Engines,
+                mean,
+                peak,
+            }) => {
+                observation.decode_kv_usage = mean;
+                observation.decode_kv_usage_peak = peak;
+            }
+            Some(KvReading {
+                source: KvUsageSource::Router,
+                peak,
+                ..
+            }) => observation.decode_kv_usage_peak = peak,
+            None => {}
+        }
+        Ok(Reading::Observed {
+            observation: Box::new(observation),
+            kv,
+        })
+    }
+
+    /// The decode KV usage's mean and peak over the window, from the engines, else from the
+    /// KV router's estimate; `None` when neither is exported.
+    async fn kv_usage(&self, dynamo_namespace: &str, window_s: u64) -> Option<KvReading> {
+        let over = |over: &'static str, expression: String| async move {
+            self.query(&kv_usage_over_query(over, &expression, window_s))
                 .await
                 .ok()
                 .and_then(|samples| samples.first().map(|s| s.value))
                 .filter(|v| v.is_finite())
         };
-        observation.decode_kv_usage = kv_usage("avg_over_time").await;
-        observation.decode_kv_usage_peak = kv_usage("max_over_time").await;
-        Ok(observation)
+        for (source, expression) in [
+            (KvUsageSource::Engines, engine_kv_usage_query(dynamo_namespace)),
+            (KvUsageSource::Router, router_kv_usage_query(dynamo_namespace)),
+        ] {
+            let mean = over("avg_over_time", expression.clone()).await;
+            if mean.is_some() {
+                return Some(KvReading {
+                    source,
+                    mean,
+                    peak: over("max_over_time", expression).await,
+                });
+            }
+        }
+        None
     }
 
     /// What the fast path reads, for every graph this Prometheus holds at once (so the query
     /// rate does not grow with the number of policies): over the last `window_s` seconds, the
-    /// requests accepted and completed, and the in-flight and queued gauges now.
+    /// requests accepted and completed, and now the requests in flight and those waiting for or
+    /// in prefill.
     pub async fn fast_snapshot(&self, window_s: u64) -> Result<FastSnapshot, MetricsError> {
         let by_graph = |metric: String| format!("sum by (dynamo_namespace, model) ({metric})");
         let completions = self
-            .query(&by_graph(format!(
-                "increase({FRONTEND_PREFIX}_requests_total[{window_s}s])"
+            .query(&by_graph(increase_query(
+                &format!("{FRONTEND_PREFIX}_requests_total"),
+                window_s,
             )))
             .await?;
         let arrivals = self
-            .query(&by_graph(format!(
-                "increase({FRONTEND_PREFIX}_requests_started_total[{window_s}s])"
+            .query(&by_graph(increase_query(
+                &format!("{FRONTEND_PREFIX}_requests_started_total"),
+                window_s,
             )))
             .await?;
         let inflight = self
-            .query(&by_graph(format!("{FRONTEND_PREFIX}_inflight_requests")))
+            .query(&by_graph(format!(
+                "{FRONTEND_PREFIX}_active_requests or {FRONTEND_PREFIX}_inflight_requests"
+            )))
+            .await?;
+        let prefill_pending = self
+            .query(&format!(
+                "sum by (dynamo_namespace) ({FRONTEND_PREFIX}_stage_requests{{{PREFILL_STAGES}}})"
+            ))
             .await?;
         let queued = self
             .query(&by_graph(format!("{FRONTEND_PREFIX}_queued_requests")))
@@ -733,9 +978,35 @@ impl PrometheusClient {
             completions,
             arrivals,
             inflight,
+            prefill_pending,
             queued,
         })
     }
+}
+
+/// What one interval's reads found.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Reading {
+    /// The graph's frontend serves the model but has counted no request yet.
+    AwaitingTraffic,
+    /// The interval's observation.
+    Observed {
+        /// What the planner reads (boxed: the other variant is empty).
+        observation: Box<Observation>,
+        /// The decode KV usage read, and where from.
+        kv: Option<KvReading>,
+    },
+}
+
+/// A decode KV-cache usage (0..1) over an interval, and where it comes from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KvReading {
+    /// The engines, or the KV router's estimate.
+    pub source: KvUsageSource,
+    /// Mean over the interval.
+    pub mean: Option<f64>,
+    /// Peak over the interval.
+    pub peak: Option<f64>,
 }
 
 /// The fast path's signals of every graph of one Prometheus at one moment.
@@ -746,6 +1017,9 @@ pub struct FastSnapshot {
     completions: Vec<Sample>,
     arrivals: Vec<Sample>,
     inflight: Vec<Sample>,
+    /// Requests waiting for or in prefill, by graph (no model label).
+    prefill_pending: Vec<Sample>,
+    /// The deprecated `queued_requests`, for frontends without the stage gauges.
     queued: Vec<Sample>,
 }
 
@@ -753,21 +1027,24 @@ impl FastSnapshot {
     /// One graph's signals; `None` when the snapshot has no completions series for it (a graph
     /// without a frontend scraped yet).
     pub fn signals(&self, filter: &SeriesFilter) -> Option<FastSignals> {
+        let in_graph = |s: &&Sample| s.dynamo_namespace.as_deref() == Some(filter.dynamo_namespace.as_str());
         let of = |samples: &[Sample]| {
-            let graph: Vec<Sample> = samples
-                .iter()
-                .filter(|s| s.dynamo_namespace.as_deref() == Some(filter.dynamo_namespace.as_str()))
-                .cloned()
-                .collect();
+            let graph: Vec<Sample> = samples.iter().filter(in_graph).cloned().collect();
             sum_of(&graph, &filter.model)
         };
+        let pending = self
+            .prefill_pending
+            .iter()
+            .filter(in_graph)
+            .map(|s| s.value)
+            .find(|v| v.is_finite());
         Some(FastSignals {
             elapsed_s: 0.0,
             window_s: self.window_s as f64,
             arrivals: of(&self.arrivals),
             completions: of(&self.completions)?,
             inflight: of(&self.inflight),
-            queued: of(&self.queued),
+            queued: pending.or_else(|| of(&self.queued)),
             prefill_engines: 0.0,
             isl: f64::NAN,
             isl_second_moment: None,
@@ -790,13 +1067,21 @@ mod tests {
 
     #[test]
     fn queries_match_the_namespace_in_promql() {
+        let sum = "dynamo_frontend_time_to_first_token_seconds_sum{dynamo_namespace=\"llm-llama-disagg\"}";
         assert_eq!(
             mean_query("time_to_first_token_seconds", &filter(), 180),
-            "increase(dynamo_frontend_time_to_first_token_seconds_sum{dynamo_namespace=\"llm-llama-disagg\"}[180s])/increase(dynamo_frontend_time_to_first_token_seconds_count{dynamo_namespace=\"llm-llama-disagg\"}[180s])"
+            format!(
+                "{}/{}",
+                increase_query(sum, 180),
+                increase_query(&sum.replace("_sum{", "_count{"), 180)
+            )
         );
         assert_eq!(
             requests_query(&filter(), 60),
-            "increase(dynamo_frontend_requests_total{dynamo_namespace=\"llm-llama-disagg\"}[60s])"
+            increase_query(
+                "dynamo_frontend_requests_total{dynamo_namespace=\"llm-llama-disagg\"}",
+                60
+            )
         );
         let tricky = SeriesFilter {
             dynamo_namespace: "a\"b\\c".into(),
@@ -804,9 +1089,51 @@ mod tests {
         };
         assert!(requests_query(&tricky, 60).contains("dynamo_namespace=\"a\\\"b\\\\c\""));
         assert_eq!(
-            kv_usage_over_query("max_over_time", "ns", 60),
+            kv_usage_over_query("max_over_time", &router_kv_usage_query("ns"), 60),
             "max_over_time((avg(dynamo_frontend_worker_active_decode_blocks{dynamo_namespace=\"ns\",worker_type=\"decode\"}) / max(dynamo_frontend_model_total_kv_blocks{dynamo_namespace=\"ns\"}))[60s:5s])"
         );
+    }
+
+    #[test]
+    fn a_series_born_in_the_window_counts_from_zero() {
+        // `increase` alone misses what a new label set held at its first sample.
+        assert_eq!(
+            increase_query("c{a=\"b\"}", 60),
+            "(increase(c{a=\"b\"}[60s]) unless (max_over_time(c{a=\"b\"}[60s]) unless c{a=\"b\"} offset 60s) or (max_over_time(c{a=\"b\"}[60s]) unless c{a=\"b\"} offset 60s))"
+        );
+    }
+
+    #[test]
+    fn worker_series_are_those_of_the_graph_in_every_form_dynamo_writes() {
+        let pattern = worker_namespaces("llm-llama.v2");
+        assert_eq!(
+            pattern,
+            "llm-llama\\.v2(-[0-9a-f]{8})?|llm_llama_v2(_[0-9a-f]{8})?"
+        );
+        // Prometheus anchors the regular expression (RE2; the regex crate reads it alike): the
+        // graph's own namespace, its worker generations and their Rust-sanitised forms match,
+        // another graph's do not.
+        let anchored = regex::Regex::new(&format!("^(?:{pattern})$")).unwrap();
+        for ns in [
+            "llm-llama.v2",
+            "llm-llama.v2-0a1b2c3d",
+            "llm_llama_v2_0a1b2c3d",
+            "llm_llama_v2",
+        ] {
+            assert!(anchored.is_match(ns), "{ns}");
+        }
+        for ns in [
+            "llm-llama.v2-mistral",
+            "llm-llama.v2-0a1b2c3d4",
+            "llm-llama",
+            "llm-llamaxv2",
+            "dynamo",
+        ] {
+            assert!(!anchored.is_match(ns), "{ns}");
+        }
+        let engine = engine_kv_usage_query("ns-g");
+        assert!(engine.contains("dynamo_component_gpu_cache_usage_percent{dynamo_namespace=~\"ns-g(-[0-9a-f]{8})?|ns_g(_[0-9a-f]{8})?\",dynamo_component!=\"prefill\",dynamo_component_type!=\"prefill\"}"), "{engine}");
+        assert!(engine.contains(" or avg(vllm:kv_cache_usage_perc{"), "{engine}");
     }
 
     #[test]
@@ -917,6 +1244,7 @@ mod tests {
             ]),
             arrivals: vector(&[("llm-llama-disagg", "llama-3.1-8b", 90.0)]),
             inflight: vector(&[("llm-llama-disagg", "llama-3.1-8b", 55.0)]),
+            prefill_pending: vec![],
             queued: vec![],
         };
         let signals = snapshot.signals(&filter()).unwrap();
@@ -936,11 +1264,20 @@ mod tests {
     fn demand_queries_and_histogram_moments() {
         assert_eq!(
             started_query(&filter(), 60),
-            "increase(dynamo_frontend_requests_started_total{dynamo_namespace=\"llm-llama-disagg\"}[60s])"
+            increase_query(
+                "dynamo_frontend_requests_started_total{dynamo_namespace=\"llm-llama-disagg\"}",
+                60
+            )
         );
         assert_eq!(
             quantile_query("time_to_first_token_seconds", 0.9, &filter(), 60),
-            "histogram_quantile(0.9, sum by (model, le) (increase(dynamo_frontend_time_to_first_token_seconds_bucket{dynamo_namespace=\"llm-llama-disagg\"}[60s])))"
+            format!(
+                "histogram_quantile(0.9, sum by (model, le) ({}))",
+                increase_query(
+                    "dynamo_frontend_time_to_first_token_seconds_bucket{dynamo_namespace=\"llm-llama-disagg\"}",
+                    60
+                )
+            )
         );
         // Ten prompts: four up to 1000 tokens, six between 1000 and 4000, mean 1900.
         let body = r#"{"status":"success","data":{"resultType":"vector","result":[
@@ -995,5 +1332,336 @@ mod tests {
                 .contains("expected a vector")
         );
         assert!(parse_vector("q", "<html>").is_err());
+    }
+
+    /// A Prometheus on loopback answering each query with the samples of the first rule whose
+    /// needle the query contains (none otherwise): `(labels, value)` pairs, as a vector for an
+    /// instant query and as two points per series for a range query. It records the queries.
+    struct Fake {
+        client: PrometheusClient,
+        queries: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    }
+
+    type Rules = Vec<(&'static str, Vec<(serde_json::Value, f64)>)>;
+
+    /// `%XX` and `+` decoded (what reqwest's query encoding produces).
+    fn decode(text: &str) -> String {
+        let bytes = text.as_bytes();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < bytes.len() {
+            match bytes[i] {
+                b'+' => out.push(b' '),
+                b'%' if i + 2 < bytes.len() => {
+                    out.push(u8::from_str_radix(&text[i + 1..i + 3], 16).unwrap());
+                    i += 2;
+                }
+                other => out.push(other),
+            }
+            i += 1;
+        }
+        String::from_utf8(out).unwrap()
+    }
+
+    async fn fake(rules: Rules) -> Fake {
+        use axum::{extract::State, http::Uri, routing::get};
+        type Shared = (
+            std::sync::Arc<Rules>,
+            std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+        );
+        async fn answer(State((rules, seen)): State<Shared>, uri: Uri) -> String {
+            let query = uri
+                .query()
+                .unwrap_or_default()
+                .split('&')
+                .find_map(|pair| pair.strip_prefix("query="))
+                .map(decode)
+                .unwrap_or_default();
+            seen.lock().unwrap().push(query.clone());
+            let range = uri.path().ends_with("query_range");
+            let samples = rules
+                .iter()
+                .find(|(needle, _)| query.contains(needle))
+                .map(|(_, samples)| samples.clone())
+                .unwrap_or_default();
+            let result: Vec<serde_json::Value> = samples
+                .into_iter()
+                .map(|(metric, value)| {
+                    if range {
+                        serde_json::json!({"metric": metric, "values": [[100.0, value.to_string()], [105.0, value.to_string()]]})
+                    } else {
+                        serde_json::json!({"metric": metric, "value": [100.0, value.to_string()]})
+                    }
+                })
+                .collect();
+            let kind = if range { "matrix" } else { "vector" };
+            serde_json::json!({"status": "success", "data": {"resultType": kind, "result": result}})
+                .to_string()
+        }
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let app = axum::Router::new()
+            .fallback(get(answer))
+            .with_state((std::sync::Arc::new(rules), std::sync::Arc::clone(&seen)));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Fake {
+            client: PrometheusClient::new(&url, Duration::from_secs(5)).unwrap(),
+            queries: seen,
+        }
+    }
+
+    fn model(value: f64) -> Vec<(serde_json::Value, f64)> {
+        vec![(serde_json::json!({"model": "llama-3.1-8b"}), value)]
+    }
+
+    fn bare(value: f64) -> Vec<(serde_json::Value, f64)> {
+        vec![(serde_json::json!({}), value)]
+    }
+
+    /// A busy graph's frontend: 10 requests, every mean, the stage gauges (7 requests waiting
+    /// for or in prefill) and the deprecated queued gauge (30: 23 more wait for decode).
+    fn busy() -> Rules {
+        vec![
+            ("increase(dynamo_frontend_requests_total", model(10.0)),
+            ("increase(dynamo_frontend_requests_started_total", model(12.0)),
+            ("time_to_first_token_seconds_sum", model(0.2)),
+            ("inter_token_latency_seconds_sum", model(0.02)),
+            ("request_duration_seconds_sum", model(3.0)),
+            ("input_sequence_tokens_sum", model(1000.0)),
+            ("output_sequence_tokens_sum", model(100.0)),
+            ("active_requests", model(40.0)),
+            ("stage_requests", bare(7.0)),
+            ("queued_requests", model(30.0)),
+        ]
+    }
+
+    fn with(mut rules: Rules, more: Rules) -> Rules {
+        rules.splice(0..0, more);
+        rules
+    }
+
+    #[tokio::test]
+    async fn a_graph_before_its_first_request_awaits_traffic() {
+        let served = ("dynamo_frontend_model_.+", model(1.0));
+        let idle = fake(vec![served.clone()]).await;
+        assert_eq!(
+            idle.client.observe(&filter(), 60, 0.9).await.unwrap(),
+            Reading::AwaitingTraffic
+        );
+        assert!(
+            idle.client
+                .awaiting_traffic("llm-llama-disagg", None)
+                .await
+                .unwrap()
+        );
+        // Another model served: this one's series are missing, which is an error.
+        let other = fake(vec![(
+            "dynamo_frontend_model_.+",
+            vec![(serde_json::json!({"model": "mistral"}), 1.0)],
+        )])
+        .await;
+        assert!(matches!(
+            other.client.observe(&filter(), 60, 0.9).await,
+            Err(MetricsError::NoSeries { .. })
+        ));
+        // Requests counted before, but none in the window (scrapes too sparse): an error, so
+        // the read widens its window.
+        let counted = fake(vec![
+            (
+                "group by (model) ({__name__=~\"dynamo_frontend_requests(_started)?_total\"",
+                model(1.0),
+            ),
+            served,
+        ])
+        .await;
+        assert!(matches!(
+            counted.client.observe(&filter(), 60, 0.9).await,
+            Err(MetricsError::NoSeries { .. })
+        ));
+        // Nothing of the graph's frontend: not scraped, or not labelled; the message says how.
+        let nothing = fake(vec![]).await;
+        let error = nothing.client.observe(&filter(), 60, 0.9).await.unwrap_err();
+        assert!(matches!(error, MetricsError::NoFrontend { .. }), "{error}");
+        assert!(
+            error.to_string().contains("nvidia.com/dynamo-namespace"),
+            "{error}"
+        );
+    }
+
+    #[tokio::test]
+    async fn requests_accepted_and_none_completed_are_traffic() {
+        // A burst of long requests: the completion counter does not exist before the first ends.
+        let rules: Rules = busy()
+            .into_iter()
+            .filter(|(n, _)| *n != "increase(dynamo_frontend_requests_total")
+            .collect();
+        let burst = fake(rules).await;
+        let Reading::Observed { observation, .. } = burst.client.observe(&filter(), 60, 0.9).await.unwrap()
+        else {
+            panic!("not observed");
+        };
+        assert_eq!((observation.num_req, observation.arrivals), (0.0, Some(12.0)));
+    }
+
+    #[tokio::test]
+    async fn kv_usage_comes_from_the_engines_and_the_router_only_as_a_lower_bound() {
+        let router = vec![
+            (
+                "avg_over_time((avg(dynamo_frontend_worker_active_decode_blocks",
+                bare(0.1),
+            ),
+            (
+                "max_over_time((avg(dynamo_frontend_worker_active_decode_blocks",
+                bare(0.3),
+            ),
+        ];
+        let engines = vec![
+            (
+                "avg_over_time(((avg(dynamo_component_gpu_cache_usage_percent",
+                bare(0.4),
+            ),
+            (
+                "max_over_time(((avg(dynamo_component_gpu_cache_usage_percent",
+                bare(0.6),
+            ),
+        ];
+        let both = fake(with(with(busy(), engines), router.clone())).await;
+        let Reading::Observed { observation, kv } = both.client.observe(&filter(), 60, 0.9).await.unwrap()
+        else {
+            panic!("not observed");
+        };
+        assert_eq!(
+            kv,
+            Some(KvReading {
+                source: KvUsageSource::Engines,
+                mean: Some(0.4),
+                peak: Some(0.6)
+            })
+        );
+        assert_eq!(
+            (observation.decode_kv_usage, observation.decode_kv_usage_peak),
+            (Some(0.4), Some(0.6))
+        );
+        let queries = both.queries.lock().unwrap().clone();
+        assert!(
+            queries.iter().any(|q| q.contains(
+                "dynamo_namespace=~\"llm-llama-disagg(-[0-9a-f]{8})?|llm_llama_disagg(_[0-9a-f]{8})?\""
+            )),
+            "{queries:#?}"
+        );
+        // Without an engine gauge, the router's estimate: said so, its peak can show a full
+        // cache, its mean is not handed to the planner.
+        let only_router = fake(with(busy(), router)).await;
+        let Reading::Observed { observation, kv } =
+            only_router.client.observe(&filter(), 60, 0.9).await.unwrap()
+        else {
+            panic!("not observed");
+        };
+        assert_eq!(kv.map(|kv| kv.source), Some(KvUsageSource::Router));
+        assert_eq!(kv.and_then(|kv| kv.mean), Some(0.1));
+        assert_eq!(
+            (observation.decode_kv_usage, observation.decode_kv_usage_peak),
+            (None, Some(0.3))
+        );
+        let neither = fake(busy()).await;
+        let Reading::Observed { observation, kv } = neither.client.observe(&filter(), 60, 0.9).await.unwrap()
+        else {
+            panic!("not observed");
+        };
+        assert_eq!((kv, observation.decode_kv_usage_peak), (None, None));
+    }
+
+    #[tokio::test]
+    async fn the_prefill_backlog_is_read_from_the_prefill_stages() {
+        let fake_frontend = fake(busy()).await;
+        let Reading::Observed { observation, .. } =
+            fake_frontend.client.observe(&filter(), 60, 0.9).await.unwrap()
+        else {
+            panic!("not observed");
+        };
+        // Requests waiting for decode count in `queued_requests` (30), not in the prefill
+        // stages (7).
+        assert_eq!(observation.queued, Some(7.0));
+        assert_eq!(observation.inflight, Some(40.0));
+        assert_eq!((observation.num_req, observation.arrivals), (10.0, Some(12.0)));
+        // A frontend without the stage gauges: the deprecated gauge.
+        let older: Rules = busy()
+            .into_iter()
+            .filter(|(n, _)| *n != "stage_requests")
+            .collect();
+        let older = fake(older).await;
+        let Reading::Observed { observation, .. } = older.client.observe(&filter(), 60, 0.9).await.unwrap()
+        else {
+            panic!("not observed");
+        };
+        assert_eq!(observation.queued, Some(30.0));
+        // A histogram the frontend has not created yet (no second token: no ITL) is no
+        // observation, not missing metrics.
+        let no_itl: Rules = busy()
+            .into_iter()
+            .filter(|(n, _)| *n != "inter_token_latency_seconds_sum")
+            .collect();
+        let no_itl = fake(no_itl).await;
+        let Reading::Observed { observation, .. } = no_itl.client.observe(&filter(), 60, 0.9).await.unwrap()
+        else {
+            panic!("not observed");
+        };
+        assert!(observation.itl_ms.is_nan() && observation.ttft_ms == 200.0);
+    }
+
+    #[tokio::test]
+    async fn load_mode_reads_the_prefill_wait_of_a_default_frontend() {
+        let stages = ("clamp_min(sum(dynamo_frontend_stage_requests", bare(5.0));
+        let engines = ("dynamo_component_gpu_cache_usage_percent", bare(0.7));
+        let router_queue = ("router_queue_pending_requests", bare(2.0));
+        let router_kv = ("worker_active_decode_blocks", bare(0.2));
+        let full = fake(vec![stages, engines, router_queue.clone(), router_kv.clone()]).await;
+        let samples = full
+            .client
+            .load_samples("llm-llama-disagg", 60.0, 5.0, 105.0, 2)
+            .await
+            .unwrap();
+        assert_eq!(samples.prefill_queue, vec![5.0, 5.0]);
+        assert_eq!(samples.decode_kv_usage, vec![0.7, 0.7]);
+        assert!(!samples.decode_kv_lower_bound);
+        let queries = full.queries.lock().unwrap().clone();
+        assert!(
+            queries
+                .iter()
+                .any(|q| q.contains("stage=\"dispatch\",phase=\"prefill\"}) - 2, 0)")),
+            "the prefill engines serving are not waiting: {queries:#?}"
+        );
+        // A frontend without stage gauges, with the KV router and no engine KV gauge.
+        let router = fake(vec![router_queue, router_kv]).await;
+        let samples = router
+            .client
+            .load_samples("llm-llama-disagg", 60.0, 5.0, 105.0, 2)
+            .await
+            .unwrap();
+        assert_eq!(samples.prefill_queue, vec![2.0, 2.0]);
+        assert_eq!(samples.decode_kv_usage, vec![0.2, 0.2]);
+        assert!(samples.decode_kv_lower_bound);
+    }
+
+    #[test]
+    fn the_fast_path_reads_the_prefill_stages_too() {
+        let sample = |ns: &str, model: Option<&str>, value: f64| Sample {
+            model: model.map(Into::into),
+            le: None,
+            dynamo_namespace: Some(ns.into()),
+            value,
+        };
+        let mut snapshot = FastSnapshot {
+            window_s: 20,
+            completions: vec![sample("llm-llama-disagg", Some("llama-3.1-8b"), 4.0)],
+            arrivals: vec![],
+            inflight: vec![],
+            prefill_pending: vec![sample("other", None, 99.0), sample("llm-llama-disagg", None, 3.0)],
+            queued: vec![sample("llm-llama-disagg", Some("llama-3.1-8b"), 30.0)],
+        };
+        assert_eq!(snapshot.signals(&filter()).unwrap().queued, Some(3.0));
+        snapshot.prefill_pending.clear();
+        assert_eq!(snapshot.signals(&filter()).unwrap().queued, Some(30.0));
     }
 }

@@ -49,7 +49,7 @@ pub enum BudgetError {
     ObserveMode,
     /// The policy's floor alone is more than the budget's total.
     #[error(
-        "spec.budgetRef.name: the floor of this policy, spec.bounds.minReplicas {min} of both pools ({min} x {prefill_gpus} GPUs of {prefill:?} + {min} x {decode_gpus} GPUs of {decode:?} = {floor} GPUs), is more than GpuBudget {name:?}'s total of {total} GPUs; allowed: a budget of at least {floor} GPUs, or a lower spec.bounds.minReplicas"
+        "spec.budgetRef.name: the floor of this policy, spec.bounds.minReplicas {min} of {pools} = {floor} GPUs), is more than GpuBudget {name:?}'s total of {total} GPUs; allowed: a budget of at least {floor} GPUs, or a lower spec.bounds.minReplicas"
     )]
     FloorAboveTotal {
         /// The budget.
@@ -58,14 +58,9 @@ pub enum BudgetError {
         total: i64,
         /// `bounds.minReplicas`.
         min: u32,
-        /// The prefill component.
-        prefill: String,
-        /// GPUs per prefill replica.
-        prefill_gpus: u32,
-        /// The decode component.
-        decode: String,
-        /// GPUs per decode replica.
-        decode_gpus: u32,
+        /// The pools and their GPUs, e.g. `both pools (2 x 4 GPUs of "prefill" + 2 x 4 GPUs of
+        /// "decode"`.
+        pools: String,
         /// GPUs of the floor.
         floor: u64,
     },
@@ -128,24 +123,41 @@ pub fn check(
     let min = u32::try_from(spec.bounds.min_replicas.max(1)).unwrap_or(1);
     let floor = floor_gpus(spec, target);
     if i64::try_from(floor).unwrap_or(i64::MAX) > budget.spec.total_gpus {
+        let pools = if target.aggregated {
+            format!(
+                "its one aggregated pool ({min} x {} GPUs of {:?}",
+                target.decode.gpus, target.decode.component
+            )
+        } else {
+            format!(
+                "both pools ({min} x {} GPUs of {:?} + {min} x {} GPUs of {:?}",
+                target.prefill.gpus, target.prefill.component, target.decode.gpus, target.decode.component
+            )
+        };
         errors.push(BudgetError::FloorAboveTotal {
             name: reference.name.clone(),
             total: budget.spec.total_gpus,
             min,
-            prefill: target.prefill.component.clone(),
-            prefill_gpus: target.prefill.gpus,
-            decode: target.decode.component.clone(),
-            decode_gpus: target.decode.gpus,
+            pools,
             floor,
         });
     }
     errors
 }
 
-/// GPUs of a policy's floor: its minimum replicas of both pools.
+/// GPUs of a policy's floor: its minimum replicas of both pools, or of the one pool of an
+/// aggregated graph (both pools are that pool: counted once).
 pub fn floor_gpus(spec: &PlannerPolicySpec, target: &TargetPools) -> u64 {
-    let min = u64::try_from(spec.bounds.min_replicas.max(1)).unwrap_or(1);
-    min * (u64::from(target.prefill.gpus.max(1)) + u64::from(target.decode.gpus.max(1)))
+    let min = u32::try_from(spec.bounds.min_replicas.max(1)).unwrap_or(1);
+    planner_core::budget::graph_request_pools(
+        target.aggregated,
+        (min, min),
+        (min, min),
+        (target.prefill.gpus, target.decode.gpus),
+    )
+    .iter()
+    .map(|p| u64::from(p.floor) * u64::from(p.gpus.max(1)))
+    .sum()
 }
 
 /// The members entries as `namespace` or `namespace/policy`, at most eight.
@@ -203,6 +215,8 @@ mod tests {
             prefill: pool("prefill"),
             decode: pool("decode"),
             model_name: None,
+            aggregated: false,
+            chunk_tokens: None,
         }
     }
 
@@ -257,6 +271,37 @@ mod tests {
         assert_eq!(
             errors.iter().map(BudgetError::reason).collect::<Vec<_>>(),
             ["InvalidSpec", "NotPermitted", "InvalidSpec"]
+        );
+        // An aggregated graph's one pool is both pools: its floor is counted once.
+        let worker = PoolTarget {
+            component: "worker".into(),
+            gpus: 4,
+            replicas: 1,
+        };
+        let aggregated = TargetPools {
+            prefill: worker.clone(),
+            decode: worker,
+            aggregated: true,
+            ..target(4)
+        };
+        let min_two = spec(serde_json::json!({"bounds": {"minReplicas": 2}}));
+        assert_eq!(floor_gpus(&min_two, &aggregated), 8);
+        assert_eq!(floor_gpus(&min_two, &target(4)), 16);
+        let b = budget(8, &[("team-a", None)]);
+        assert_eq!(
+            check(&min_two, "team-a", "llama", &aggregated, BudgetLookup::Found(&b)),
+            []
+        );
+        let b = budget(6, &[("team-a", None)]);
+        let text: Vec<String> = check(&min_two, "team-a", "llama", &aggregated, BudgetLookup::Found(&b))
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            text,
+            [
+                "spec.budgetRef.name: the floor of this policy, spec.bounds.minReplicas 2 of its one aggregated pool (2 x 4 GPUs of \"worker\" = 8 GPUs), is more than GpuBudget \"gpus\"'s total of 6 GPUs; allowed: a budget of at least 8 GPUs, or a lower spec.bounds.minReplicas"
+            ]
         );
         let missing = check(
             &spec(serde_json::json!({})),

@@ -11,7 +11,7 @@
 use std::{fmt, time::Duration};
 
 use planner_api::{
-    BUILTIN_PROFILES, ComponentType, ConnectorKind, PlannerMode, PlannerPolicySpec,
+    BUILTIN_PROFILES, ComponentType, ConnectorKind, PlannerMode, PlannerPolicySpec, SlaModel,
     duration::{format_duration, parse_duration},
     labels::dynamo_namespace,
 };
@@ -132,12 +132,20 @@ pub enum PolicyError {
         /// Their names.
         names: String,
     },
-    /// Both pools resolve to the same component.
+    /// An aggregated graph with a setting that works on two pools.
     #[error(
-        "spec.components: prefill and decode both resolve to component {name:?} of DynamoGraphDeployment {dgd:?}; allowed: two different components"
+        "{field}: {value} {why}, and component {name:?} of DynamoGraphDeployment {dgd:?} is one aggregated worker pool; allowed: {allowed}"
     )]
-    SameComponent {
-        /// The component.
+    AggregatedUnsupported {
+        /// The field.
+        field: &'static str,
+        /// Its value.
+        value: &'static str,
+        /// What it does with two pools.
+        why: &'static str,
+        /// What an aggregated graph allows.
+        allowed: &'static str,
+        /// The aggregated component.
         name: String,
         /// The DGD name.
         dgd: String,
@@ -332,7 +340,7 @@ impl PolicyError {
             | Self::ComponentWrongType { .. }
             | Self::NoComponentOfType { .. }
             | Self::SeveralComponentsOfType { .. }
-            | Self::SameComponent { .. }
+            | Self::AggregatedUnsupported { .. }
             | Self::BadGpuCount { .. }
             | Self::NoModelName { .. } => "ComponentsUnresolved",
             Self::UnknownBuiltinProfile { .. }
@@ -416,6 +424,8 @@ pub struct ResolvedPools {
     pub prefill: String,
     /// Name of the decode component.
     pub decode: String,
+    /// One aggregated worker component is both pools (`prefill == decode`).
+    pub aggregated: bool,
 }
 
 /// Every rule that needs no lookup: profile, durations, connector. Returns all violations.
@@ -581,13 +591,25 @@ fn is_etcd_endpoint(value: &str) -> bool {
 
 /// Resolves the prefill and decode components in the target DGD (either served version): by
 /// name when given (the component must exist and have the pool's type, `worker` or none), else
-/// the one component of the pool's type. The two must differ. Returns all violations.
+/// the one component of the pool's type. A graph is aggregated when both pools resolve to the
+/// same component, or when neither is named and the graph has no `type: prefill` or
+/// `type: decode` component but exactly one `type: worker` (Dynamo's aggregated graphs): that
+/// worker is both pools, planned as one. Returns all violations.
 pub fn resolve_pools(
     spec: &PlannerPolicySpec,
     graph: &TargetGraph,
 ) -> Result<ResolvedPools, Vec<PolicyError>> {
     let dgd_name = graph.name.clone();
     let named = spec.components.as_ref();
+    let unnamed = named.is_none_or(|c| c.prefill.is_none() && c.decode.is_none());
+    let of_type = |kind: ComponentType| graph.components.iter().filter(move |c| c.kind == Some(kind));
+    if unnamed
+        && of_type(ComponentType::Prefill).next().is_none()
+        && of_type(ComponentType::Decode).next().is_none()
+        && let [worker] = of_type(ComponentType::Worker).collect::<Vec<_>>().as_slice()
+    {
+        return aggregated(spec, &dgd_name, &worker.name);
+    }
     let mut errors = Vec::new();
     let mut resolve = |pool: Pool, name: Option<&String>| -> Option<String> {
         let components = &graph.components;
@@ -662,13 +684,52 @@ pub fn resolve_pools(
     let prefill = resolve(Pool::Prefill, named.and_then(|c| c.prefill.as_ref()));
     let decode = resolve(Pool::Decode, named.and_then(|c| c.decode.as_ref()));
     match (prefill, decode) {
-        (Some(prefill), Some(decode)) if prefill == decode => Err(vec![PolicyError::SameComponent {
-            name: prefill,
-            dgd: dgd_name,
-        }]),
-        (Some(prefill), Some(decode)) => Ok(ResolvedPools { prefill, decode }),
+        (Some(prefill), Some(decode)) if prefill == decode => aggregated(spec, &dgd_name, &prefill),
+        (Some(prefill), Some(decode)) => Ok(ResolvedPools {
+            prefill,
+            decode,
+            aggregated: false,
+        }),
         _ => Err(errors),
     }
+}
+
+/// One aggregated worker component as both pools. The virtual connector's protocol and
+/// upstream's throughput formulas have two.
+fn aggregated(spec: &PlannerPolicySpec, dgd: &str, name: &str) -> Result<ResolvedPools, Vec<PolicyError>> {
+    let unsupported = |field, value, why, allowed| PolicyError::AggregatedUnsupported {
+        field,
+        value,
+        why,
+        allowed,
+        name: name.to_string(),
+        dgd: dgd.to_string(),
+    };
+    let mut errors = Vec::new();
+    if spec.connector.kind == ConnectorKind::Virtual {
+        errors.push(unsupported(
+            "spec.connector.type",
+            "virtual",
+            "publishes prefill and decode replicas",
+            "kubernetes",
+        ));
+    }
+    if spec.mode == PlannerMode::Sla && spec.sla.model == SlaModel::Upstream {
+        errors.push(unsupported(
+            "spec.sla.model",
+            "upstream",
+            "sizes prefill and decode pools",
+            "queueing",
+        ));
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    Ok(ResolvedPools {
+        prefill: name.to_string(),
+        decode: name.to_string(),
+        aggregated: true,
+    })
 }
 
 /// One pool as the planner sizes it.
@@ -692,6 +753,11 @@ pub struct TargetPools {
     /// The model the frontend metrics are filtered by (`None` in load mode, which reads no
     /// per-model metrics).
     pub model_name: Option<String>,
+    /// One aggregated worker component is both pools (`prefill` and `decode` are the same).
+    pub aggregated: bool,
+    /// Prompt tokens one step of an aggregated worker carries, from its main container's
+    /// `--max-num-batched-tokens` (`None`: not set there, the engines' default).
+    pub chunk_tokens: Option<u32>,
 }
 
 /// A policy checked against its target: everything the reconciler plans with, parsed once.
@@ -747,7 +813,12 @@ pub fn validate_target(
     };
     let prefill = pool(Pool::Prefill, &pools.prefill);
     let decode = pool(Pool::Decode, &pools.decode);
-    if let Some(needed) = budget_shortfall(spec, &prefill, &decode)
+    let shortfall = if pools.aggregated {
+        budget_shortfall_aggregated(spec, &decode)
+    } else {
+        budget_shortfall(spec, &prefill, &decode)
+    };
+    if let Some(needed) = shortfall
         && !spec.bounds.allow_scale_to_zero
     {
         errors.push(PolicyError::BudgetBelowMinimum {
@@ -773,11 +844,19 @@ pub fn validate_target(
             }
         }
     };
+    let chunk_tokens = pools
+        .aggregated
+        .then(|| worker_flag(graph, &pools.decode, "--max-num-batched-tokens"))
+        .flatten()
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|v| *v > 0);
     if errors.is_empty() {
         Ok(TargetPools {
             prefill,
             decode,
             model_name,
+            aggregated: pools.aggregated,
+            chunk_tokens,
         })
     } else {
         Err(errors)
@@ -790,6 +869,14 @@ fn budget_shortfall(spec: &PlannerPolicySpec, prefill: &PoolTarget, decode: &Poo
     let budget = u64::try_from(spec.bounds.max_gpu_budget).ok()?;
     let min = u64::try_from(spec.bounds.min_replicas.max(1)).unwrap_or(1);
     let needed = min * (u64::from(prefill.gpus) + u64::from(decode.gpus));
+    (spec.mode != PlannerMode::Observe && needed > budget).then_some(needed)
+}
+
+/// [`budget_shortfall`] of one aggregated pool: its minimum replicas' GPUs, counted once.
+fn budget_shortfall_aggregated(spec: &PlannerPolicySpec, pool: &PoolTarget) -> Option<u64> {
+    let budget = u64::try_from(spec.bounds.max_gpu_budget).ok()?;
+    let min = u64::try_from(spec.bounds.min_replicas.max(1)).unwrap_or(1);
+    let needed = min * u64::from(pool.gpus);
     (spec.mode != PlannerMode::Observe && needed > budget).then_some(needed)
 }
 
@@ -948,6 +1035,15 @@ pub fn model_name(spec: &PlannerPolicySpec, graph: &TargetGraph, decode_componen
         .map(|name| name.to_lowercase())
 }
 
+/// The value of `flag` in the main container's arguments of `component`.
+fn worker_flag(graph: &TargetGraph, component: &str, flag: &str) -> Option<String> {
+    let args: &[String] = graph
+        .component(component)
+        .map(|c| c.main_args.as_slice())
+        .unwrap_or_default();
+    flag_value(args, flag)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -988,7 +1084,8 @@ mod tests {
                 resolve_pools(&spec, &dgd()),
                 Ok(ResolvedPools {
                     prefill: "prefill".into(),
-                    decode: "decode".into()
+                    decode: "decode".into(),
+                    aggregated: false,
                 }),
                 "{file}"
             );
@@ -1124,29 +1221,71 @@ mod tests {
     }
 
     #[test]
-    fn one_aggregated_worker_cannot_be_both_pools() {
+    fn one_aggregated_worker_is_both_pools() {
         let mut graph = sample();
         graph.spec.components[1].kind = Some(ComponentType::Worker);
-        let graph = view(&graph);
+        let disaggregated = view(&graph);
         let mut spec = policy("plannerpolicy-sla.yaml");
         spec.components = Some(PoolComponents {
             prefill: Some("prefill".into()),
             decode: None,
         });
         assert_eq!(
-            resolve_pools(&spec, &graph),
+            resolve_pools(&spec, &disaggregated),
             Ok(ResolvedPools {
                 prefill: "prefill".into(),
-                decode: "decode".into()
+                decode: "decode".into(),
+                aggregated: false,
             })
         );
+        // Named twice: that worker is both pools.
         spec.components = Some(PoolComponents {
             prefill: Some("prefill".into()),
             decode: Some("prefill".into()),
         });
+        let aggregated = ResolvedPools {
+            prefill: "prefill".into(),
+            decode: "prefill".into(),
+            aggregated: true,
+        };
+        assert_eq!(resolve_pools(&spec, &disaggregated), Ok(aggregated.clone()));
+        // Unnamed: a graph whose one worker component is `type: worker` is aggregated.
+        graph.spec.components.retain(|c| c.name != "decode");
+        let main = &mut graph.spec.components[1]
+            .pod_template
+            .as_mut()
+            .unwrap()
+            .spec
+            .as_mut()
+            .unwrap()
+            .containers[0];
+        main.args
+            .get_or_insert_with(Vec::new)
+            .extend(["--max-num-batched-tokens".to_string(), "4096".to_string()]);
+        let agg = view(&graph);
+        spec.components = None;
+        assert_eq!(resolve_pools(&spec, &agg), Ok(aggregated));
+        let target = validate_target(&spec, &agg).unwrap();
+        assert!(target.aggregated);
+        assert_eq!(target.prefill, target.decode);
+        assert_eq!(target.chunk_tokens, Some(4096));
+        // The GPU budget counts the pool once.
+        spec.bounds.max_gpu_budget = i32::try_from(target.decode.gpus).unwrap();
+        assert!(validate_target(&spec, &agg).is_ok());
+        // The virtual connector's protocol and upstream's formulas have two pools.
+        spec.connector.kind = ConnectorKind::Virtual;
+        spec.sla.model = SlaModel::Upstream;
+        let errors: Vec<String> = resolve_pools(&spec, &agg)
+            .unwrap_err()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         assert_eq!(
-            resolve_pools(&spec, &graph).unwrap_err()[0].to_string(),
-            "spec.components: prefill and decode both resolve to component \"prefill\" of DynamoGraphDeployment \"llama-disagg\"; allowed: two different components"
+            errors,
+            [
+                "spec.connector.type: virtual publishes prefill and decode replicas, and component \"prefill\" of DynamoGraphDeployment \"llama-disagg\" is one aggregated worker pool; allowed: kubernetes",
+                "spec.sla.model: upstream sizes prefill and decode pools, and component \"prefill\" of DynamoGraphDeployment \"llama-disagg\" is one aggregated worker pool; allowed: queueing",
+            ]
         );
     }
 

@@ -11,8 +11,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::{
+    aggregated::AggregatedEngine,
     sizing::LatencyTargets,
-    sla::{Limits, SlaTargets},
+    sla::{Bounded, Limits, SlaTargets},
 };
 
 /// What the queueing planner is given besides its settings.
@@ -26,6 +27,21 @@ pub(crate) struct Context<'a> {
     pub limits: &'a Limits,
     /// The queueing model's settings.
     pub settings: &'a QueueingConfig,
+    /// `Some` when the deployment is one aggregated pool (planned as both pools, with the same
+    /// replicas).
+    pub aggregated: Option<&'a AggregatedEngine>,
+}
+
+impl Context<'_> {
+    /// The replicas to run for what the load needs: [`Limits::apply`], or for an aggregated
+    /// pool [`Limits::apply_aggregated`] on the larger of the two.
+    pub fn bound(&self, needed: (u32, u32)) -> Bounded {
+        if self.aggregated.is_some() {
+            self.limits.apply_aggregated(needed.0.max(needed.1))
+        } else {
+            self.limits.apply(needed)
+        }
+    }
 }
 
 /// Settings of the queueing model. `Default` gives the defaults.
@@ -67,8 +83,8 @@ pub struct Margins {
     pub decode_quantile: f64,
     /// Forecast errors kept per quantity (each interval adds two: horizons one and two).
     pub errors_kept: usize,
-    /// Prefill's forecast multiplier until [`MIN_FORECAST_ERRORS`] errors are known (the fast
-    /// path's measured rate gets it too).
+    /// Prefill's forecast multiplier until [`MIN_FORECAST_ERRORS`] errors are known (the plan
+    /// clamps it to `max_multiplier`; the fast path's measured rate gets it whole).
     pub cold: f64,
     /// Decode's forecast multiplier until then.
     pub decode_cold: f64,
@@ -81,22 +97,22 @@ pub struct Margins {
 impl Default for Margins {
     fn default() -> Self {
         Self {
-            // 0.8 and 0.9 lose 2 runs to hpa; 0.5 and 0.6 score the same and cost 0.001x more.
-            forecast_quantile: 0.7,
+            // 0.7 loses a run to hpa, 0.8 and 0.9 two; 0.5 scores the same for 0.001x more.
+            forecast_quantile: 0.6,
             // 0.5 to 0.8 lose 4 to 6 runs to hpa (prompts grow faster than forecast), 0.95 two.
             service_quantile: 0.9,
-            // 0.7 to 0.8 lose a run to hpa (decode runs short), 0.9 and above a run of the bar.
-            decode_quantile: 0.85,
-            // 10 loses 6 runs to hpa (too few errors for a 0.7 quantile), 30 loses 3.
+            // 0.7 to 0.85 and 0.95 lose a run to hpa and one of the bar (decode runs short).
+            decode_quantile: 0.9,
+            // 10 loses 3 runs to hpa (too few errors for the quantile), 30 loses 2.
             errors_kept: 20,
-            // 1.2 and 1.3 lose 2 or 3 runs to hpa in the first minutes, 1.5 and 1.6 cost 1 or 2
-            // runs of the bar.
+            // 1.2 loses 3 runs to hpa in the first minutes, 1.3 and 1.5 cost a run of the bar,
+            // 1.6 a run to hpa and 3 of the bar.
             cold: 1.4,
-            // 1.0 loses a run to hpa; 1.2 and 1.3 cost 2 runs of the bar (decode's KV margin
-            // already covers part of that uncertainty).
+            // 1.0 loses 2 runs to hpa; 1.2 and 1.3 a run to hpa and one of the bar (decode's KV
+            // margin already covers part of that uncertainty).
             decode_cold: 1.1,
-            // 1.25 loses a run to hpa; 2 and 3 cost a run of the bar.
-            max_multiplier: 1.5,
+            // 1.5 costs a run of the bar, 2 two; 3 also loses 2 runs to hpa.
+            max_multiplier: 1.25,
         }
     }
 }
@@ -266,6 +282,11 @@ pub(super) const MIN_FORECAST_ERRORS: usize = 6;
 /// Horizons the forecast errors are measured at (intervals): a replica asked for now serves only
 /// after the scale-up delay, so the plan is for the interval after next as much as the next.
 pub(super) const FORECAST_HORIZONS: usize = 2;
+/// A scale-up delay longer than this many intervals is long: a replica released after a backlog
+/// would not be back before the next interval's decision, so the stabilisation window remembers
+/// the backlog's drain. One and a half, not one: a delay measured at about one interval (a minute
+/// against a 60 s interval) is on either side of one by noise.
+pub(super) const LONG_DELAY_INTERVALS: f64 = 1.5;
 /// Forecast multipliers are capped here, and floored at the inverse of its square root: beyond
 /// that the forecast is not informative.
 pub(super) const MAX_FORECAST_MULTIPLIER: f64 = 10.0;

@@ -32,7 +32,7 @@ pub struct FastSignals {
     pub completions: f64,
     /// Requests accepted and not completed, now.
     pub inflight: Option<f64>,
-    /// Requests accepted without a first token, now.
+    /// Requests waiting for or in prefill, now (as [`crate::sla::Observation::queued`]).
     pub queued: Option<f64>,
     /// Prefill engines ready now.
     pub prefill_engines: f64,

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    config::{Context, QueueingConfig},
+    config::{Context, LONG_DELAY_INTERVALS, QueueingConfig},
     demand::{Demand, backlogged},
     plan::ScaleReason,
     size::Sizing,
@@ -51,10 +51,18 @@ pub(super) fn hold(
         demand.serving,
         ctx.sla.ttft_ms,
     );
-    let remembered = (
-        desired.0.min(sustained.0.max(ctx.limits.min_replicas)),
-        desired.1.min(sustained.1),
-    );
+    // What the window remembers: what the arrivals alone need, the backlog's drain being
+    // held only while it lasts; but when a replica asked for now serves well after the next
+    // interval's decision, replicas released after a backlog are not back in time for the
+    // next one, so the drain is remembered too.
+    let remembered = if settings.scale_up_delay_s > LONG_DELAY_INTERVALS * ctx.interval_s {
+        desired
+    } else {
+        (
+            desired.0.min(sustained.0.max(ctx.limits.min_replicas)),
+            desired.1.min(sustained.1),
+        )
+    };
     let (replicas, held) = window.stabilise(settings, now, desired, remembered, current, backlogged);
     let reason = if held && backlogged {
         ScaleReason::BacklogHold {
@@ -70,7 +78,7 @@ pub(super) fn hold(
     } else {
         ScaleReason::Forecast
     };
-    let bounded = ctx.limits.apply(replicas);
+    let bounded = ctx.bound(replicas);
     window.decode_changed(now, current.1, bounded.replicas.1, settings.scale_up_delay_s);
     Held {
         desired,
@@ -93,10 +101,8 @@ pub(super) fn hold_scale_up(
     reason: ScaleReason,
 ) -> Option<Held> {
     let desired = (sizing.prefill.replicas, sizing.decode.replicas);
-    let bounded = ctx
-        .limits
-        .apply((desired.0.max(current.0), desired.1.max(current.1)));
-    let replicas = never_fewer(bounded.replicas, current, ctx.limits)?;
+    let bounded = ctx.bound((desired.0.max(current.0), desired.1.max(current.1)));
+    let replicas = never_fewer(bounded.replicas, current, ctx.limits, ctx.aggregated.is_some())?;
     let span = ctx.settings.stabilisation.window_s.max(0.0);
     // It enters the window as if recommended `span − hold_s` earlier.
     let held_from = now - span + hold_s.clamp(0.0, span);
@@ -114,13 +120,23 @@ pub(super) fn hold_scale_up(
 /// never removes a replica); `None` when that adds nothing, or when it would break the GPU
 /// budget: the budget's split of a larger total can move a replica from one pool to the other,
 /// and keeping both would exceed it (the interval's decision rebalances the pools instead).
-fn never_fewer(bounded: (u32, u32), current: (u32, u32), limits: &crate::sla::Limits) -> Option<(u32, u32)> {
+/// An aggregated pool is one pool reported twice: its GPUs are counted once.
+fn never_fewer(
+    bounded: (u32, u32),
+    current: (u32, u32),
+    limits: &crate::sla::Limits,
+    aggregated: bool,
+) -> Option<(u32, u32)> {
     if bounded.0 <= current.0 && bounded.1 <= current.1 {
         return None;
     }
     let replicas = (bounded.0.max(current.0), bounded.1.max(current.1));
-    let gpus = u64::from(replicas.0) * u64::from(limits.prefill_gpus_per_engine.max(1))
-        + u64::from(replicas.1) * u64::from(limits.decode_gpus_per_engine.max(1));
+    let decode_gpus = u64::from(replicas.1) * u64::from(limits.decode_gpus_per_engine.max(1));
+    let gpus = if aggregated {
+        decode_gpus
+    } else {
+        u64::from(replicas.0) * u64::from(limits.prefill_gpus_per_engine.max(1)) + decode_gpus
+    };
     if limits
         .max_gpu_budget
         .is_some_and(|budget| gpus > u64::from(budget))
@@ -143,9 +159,9 @@ pub(super) struct Window {
 
 impl Window {
     /// Applies the window and the backlog hold to an interval's recommendation; returns the
-    /// replicas and whether a scale-down was held back. `sustained` is what the arrivals alone
-    /// need: the window remembers that, while what draining a backlog needs on top is held
-    /// only while the backlog lasts (`backlogged`).
+    /// replicas and whether a scale-down was held back. `sustained` is what the window
+    /// remembers ([`hold`] says what: usually what the arrivals alone need, so what draining a
+    /// backlog needs on top is held only while the backlog lasts, `backlogged`).
     pub fn stabilise(
         &mut self,
         settings: &QueueingConfig,
@@ -251,18 +267,18 @@ mod tests {
             decode_gpus_per_engine: 4,
         };
         // Room in the budget: the pool that needs more grows, the other keeps what it has.
-        assert_eq!(never_fewer((3, 2), (2, 2), &limits), Some((3, 2)));
-        assert_eq!(never_fewer((2, 2), (3, 2), &limits), None);
+        assert_eq!(never_fewer((3, 2), (2, 2), &limits, false), Some((3, 2)));
+        assert_eq!(never_fewer((2, 2), (3, 2), &limits, false), None);
         // At the budget (5 + 1 engines, 24 GPUs), its split of a larger need moves a replica
         // to decode: keeping the fifth prefill engine as well would take 28 GPUs.
         assert_eq!(limits.apply((5, 2)).replicas, (4, 2));
-        assert_eq!(never_fewer((4, 2), (5, 1), &limits), None);
+        assert_eq!(never_fewer((4, 2), (5, 1), &limits, false), None);
         // Without a budget both are kept.
         let unbudgeted = crate::sla::Limits {
             max_gpu_budget: None,
             ..limits
         };
-        assert_eq!(never_fewer((4, 2), (5, 1), &unbudgeted), Some((5, 2)));
+        assert_eq!(never_fewer((4, 2), (5, 1), &unbudgeted, false), Some((5, 2)));
     }
 
     #[test]

@@ -20,6 +20,7 @@ use super::{
     stats::{log_error, median, push_bounded, quantile},
 };
 use crate::{
+    aggregated,
     interpolation::PerformanceCurves,
     sizing::{self, DecodeModel, LengthMoments, ServiceMoments},
     sla::Observation,
@@ -195,7 +196,19 @@ impl Learned {
         let interval_s = ctx.interval_s.max(1e-3);
         self.learn_errors(curves, seen, settings);
         if let (Some(moments), Some(service)) = (seen.isl, seen.service) {
-            self.learn_burstiness(observation, seen.arrivals / interval_s, service, settings);
+            let rate = seen.arrivals / interval_s;
+            // Aggregated engines: the queue is of prompts that also pay the decode part of each
+            // step they span (the observed ITL without the prompts' share of the steps).
+            let service = match ctx.aggregated {
+                Some(engine) => {
+                    let engines = observation.prefill_engines.filter(|c| *c >= 1.0).unwrap_or(1.0);
+                    let share = (rate * service.mean_s / engines).clamp(0.0, 0.95);
+                    let step_s = observation.itl_ms / 1000.0 * (1.0 - share);
+                    aggregated::shared_service(&service, &moments, engine, step_s)
+                }
+                None => service,
+            };
+            self.learn_burstiness(observation, rate, service, settings);
             self.isl = Some(blend(self.isl, moments));
         }
         if let Some(moments) = seen.osl {

@@ -107,7 +107,7 @@ impl QueueingState {
         let (demand, multipliers) = demand::plan(&forecast, &self.learned, &seen, ctx.settings, interval_s);
         self.fast.replan(FastBasis::of(&demand));
         // 4. Size.
-        let sizer = Sizer::new(curves, ctx.settings, ctx.sla, ctx.limits, interval_s);
+        let sizer = Sizer::new(curves, ctx, interval_s);
         let sizing = sizer.size(&demand);
         let sustained = sizer.sustained(&demand, &sizing);
         // 5. Hold, and bound.
@@ -153,7 +153,7 @@ impl QueueingState {
         // 3. Demand.
         let demand = trigger.demand(&self.learned, settings);
         // 4. Size.
-        let sizing = Sizer::new(curves, settings, ctx.sla, ctx.limits, interval_s).size(&demand);
+        let sizing = Sizer::new(curves, ctx, interval_s).size(&demand);
         // 5. Hold: up only.
         let now = self.clock_s + signals.elapsed_s.max(0.0);
         let held = hold::hold_scale_up(

@@ -1,11 +1,14 @@
 //! Stage 4, **size**: the fewest engines of each pool that meet the latency targets for a
 //! demand ([`crate::sizing`] has the models), with the backlog drained within one interval.
 
-use super::{config::QueueingConfig, demand::Demand};
+use super::{
+    config::{Context, QueueingConfig},
+    demand::Demand,
+};
 use crate::{
+    aggregated::{self, AggregatedDemand, AggregatedEngine},
     interpolation::PerformanceCurves,
     sizing::{self, DecodeModel, DecodeSizing, LatencyTargets, PrefillSizing, SEARCH_LIMIT},
-    sla::{Limits, SlaTargets},
 };
 
 /// Both pools' sizes for a demand.
@@ -25,27 +28,23 @@ pub(super) struct Sizer<'a, C> {
     min: u32,
     max: u32,
     interval_s: f64,
+    aggregated: Option<&'a AggregatedEngine>,
 }
 
 impl<'a, C: PerformanceCurves> Sizer<'a, C> {
-    /// Searches from `limits`' minimum to [`SEARCH_LIMIT`]: a search answers what the load
-    /// needs, and the maximum and the budget bound that afterwards ([`Limits::apply`]), which
+    /// Searches from the limits' minimum to [`SEARCH_LIMIT`]: a search answers what the load
+    /// needs, and the maximum and the budget bound that afterwards ([`Context::bound`]), which
     /// records what they cut.
-    pub fn new(
-        curves: &'a C,
-        settings: &'a QueueingConfig,
-        sla: &SlaTargets,
-        limits: &Limits,
-        interval_s: f64,
-    ) -> Self {
-        let min = limits.min_replicas;
+    pub fn new(curves: &'a C, ctx: Context<'a>, interval_s: f64) -> Self {
+        let min = ctx.limits.min_replicas;
         Self {
             curves,
-            settings,
-            targets: settings.targets(sla),
+            settings: ctx.settings,
+            targets: ctx.settings.targets(ctx.sla),
             min,
             max: SEARCH_LIMIT.max(min),
             interval_s,
+            aggregated: ctx.aggregated,
         }
     }
 
@@ -53,6 +52,9 @@ impl<'a, C: PerformanceCurves> Sizer<'a, C> {
     /// interval: draining it feeds decode faster than arrivals do.
     pub fn size(&self, demand: &Demand) -> Sizing {
         let drain = demand.backlog + demand.growth;
+        if let Some(engine) = self.aggregated {
+            return self.aggregated(engine, demand, drain);
+        }
         Sizing {
             prefill: self.prefill(demand, drain),
             decode: self.decode(demand, demand.decode_rate + drain / self.interval_s),
@@ -62,6 +64,13 @@ impl<'a, C: PerformanceCurves> Sizer<'a, C> {
     /// What the arrivals alone need (prefill, decode): no backlog to drain.
     pub fn sustained(&self, demand: &Demand, with_backlog: &Sizing) -> (u32, u32) {
         let drain = demand.backlog + demand.growth;
+        if let Some(engine) = self.aggregated {
+            if drain > 0.0 {
+                let alone = self.aggregated(engine, demand, 0.0);
+                return (alone.prefill.replicas, alone.decode.replicas);
+            }
+            return (with_backlog.prefill.replicas, with_backlog.decode.replicas);
+        }
         let prefill = if drain > 0.0 {
             self.prefill(demand, 0.0).replicas
         } else {
@@ -73,6 +82,44 @@ impl<'a, C: PerformanceCurves> Sizer<'a, C> {
             with_backlog.decode.replicas
         };
         (prefill, decode)
+    }
+
+    /// One aggregated pool for the demand's arrivals and `drain` requests drained within one
+    /// interval, reported as both pools.
+    fn aggregated(&self, engine: &AggregatedEngine, demand: &Demand, drain: f64) -> Sizing {
+        let drain_rate = if drain.is_finite() && drain > 0.0 {
+            drain / self.interval_s
+        } else {
+            0.0
+        };
+        let sized = aggregated::size_aggregated(
+            self.curves,
+            engine,
+            &AggregatedDemand {
+                prefill_rate: demand.rate + drain_rate,
+                decode_rate: demand.decode_rate + drain_rate,
+                service: demand.service,
+                burstiness: demand.burstiness,
+                isl: demand.isl,
+                osl: demand.osl,
+            },
+            &self.decode_model(demand),
+            &self.targets,
+            self.min,
+            self.max,
+        );
+        Sizing {
+            prefill: sized.prefill,
+            decode: sized.decode,
+        }
+    }
+
+    fn decode_model(&self, demand: &Demand) -> DecodeModel {
+        DecodeModel {
+            kv_sigmas: self.settings.decode_kv.sigmas,
+            kv_fill: self.settings.decode_kv.fill,
+            kv_scale: demand.kv_scale,
+        }
     }
 
     /// Prefill for the demand's arrivals and `backlog` requests drained within one interval.
@@ -95,11 +142,7 @@ impl<'a, C: PerformanceCurves> Sizer<'a, C> {
             rate,
             &demand.isl,
             &demand.osl,
-            &DecodeModel {
-                kv_sigmas: self.settings.decode_kv.sigmas,
-                kv_fill: self.settings.decode_kv.fill,
-                kv_scale: demand.kv_scale,
-            },
+            &self.decode_model(demand),
             &self.targets,
             self.min,
             self.max,

@@ -33,6 +33,7 @@ fn config(kind: PredictorKind) -> SlaPlannerConfig {
         },
         model: SlaModel::Upstream,
         queueing: QueueingConfig::default(),
+        aggregated: None,
     }
 }
 
@@ -200,6 +201,27 @@ fn a_backlog_scale_up_is_not_held_once_the_backlog_is_gone() {
 }
 
 #[test]
+fn a_backlog_scale_up_is_stabilised_when_replicas_serve_after_the_next_interval() {
+    // Replicas serve 180 s after they are asked for: three intervals.
+    let mut config = queueing_config();
+    config.queueing.scale_up_delay_s = 180.0;
+    config.queueing.stabilisation.quantile = 1.0;
+    let mut planner = SlaPlanner::new(&config);
+    for _ in 0..3 {
+        tick(&mut planner, &config, seen(600.0, 0.0, 2.0), (2, 2));
+    }
+    let drain = tick(&mut planner, &config, seen(600.0, 3000.0, 2.0), (2, 2));
+    let high = drain.queueing().cloned().unwrap().replicas;
+    assert!(high.0 > 4, "{high:?}");
+    // Drained: what draining asked for stays within the window, as a recommendation of the
+    // arrivals would (at a 60 s delay it is released at once).
+    let after = tick(&mut planner, &config, seen(600.0, 0.0, f64::from(high.0)), high);
+    let plan = after.queueing().cloned().unwrap();
+    assert_eq!(plan.replicas.0, high.0, "{plan:?}");
+    assert_eq!(plan.reason, ScaleReason::Stabilising);
+}
+
+#[test]
 fn observed_kv_usage_corrects_the_decode_model() {
     let config = queueing_config();
     // The pool holds far more KV than the model says 3000 requests a minute hold (long
@@ -271,6 +293,8 @@ fn decode_has_its_own_cold_start_margin() {
         let mut config = queueing_config();
         config.queueing.margins.cold = 1.4;
         config.queueing.margins.decode_cold = decode_cold;
+        // Above both cold margins, so the plan's clamp leaves them whole.
+        config.queueing.margins.max_multiplier = 1.5;
         config
     };
     // The first interval: no forecast errors known yet, so both margins are the cold ones.
@@ -590,4 +614,107 @@ fn a_backlog_the_engines_clear_within_the_target_puts_nothing_at_risk() {
         plan.reason
     );
     assert!(plan.replicas.0 > 2);
+}
+
+fn aggregated_config() -> SlaPlannerConfig {
+    SlaPlannerConfig {
+        aggregated: Some(crate::aggregated::AggregatedEngine::default()),
+        limits: Limits {
+            max_gpu_budget: Some(12),
+            ..queueing_config().limits
+        },
+        ..queueing_config()
+    }
+}
+
+#[test]
+fn an_aggregated_pool_is_sized_for_both_targets_and_reported_as_both_pools() {
+    let config = SlaPlannerConfig {
+        limits: queueing_config().limits,
+        ..aggregated_config()
+    };
+    let mut planner = SlaPlanner::new(&config);
+    let low = tick(&mut planner, &config, seen(600.0, 0.0, 1.0), (1, 1));
+    let plan = low.queueing().cloned().unwrap();
+    assert_eq!(plan.replicas.0, plan.replicas.1);
+    assert_eq!(plan.prefill_sizing.replicas, plan.decode_sizing.replicas);
+    assert!(
+        plan.prefill_sizing.ttft_ms <= 500.0 && plan.decode_sizing.itl_ms <= 50.0,
+        "{plan:?}"
+    );
+    // An aggregated engine does both jobs: at least as many as the larger disaggregated pool.
+    let mut disaggregated = SlaPlanner::new(&queueing_config());
+    let split = tick(
+        &mut disaggregated,
+        &queueing_config(),
+        seen(6000.0, 0.0, 1.0),
+        (1, 1),
+    );
+    let (p, d) = split.target().unwrap();
+    let mut planner = SlaPlanner::new(&config);
+    let high = tick(&mut planner, &config, seen(6000.0, 0.0, 1.0), (1, 1));
+    let (a, b) = high.target().unwrap();
+    assert_eq!(a, b);
+    assert!(a > plan.replicas.1, "{:?}", high.queueing());
+    assert!(a >= p.max(d), "{a} vs {p}/{d}");
+}
+
+#[test]
+fn an_aggregated_pool_is_bounded_by_the_budget_once_and_scales_down_after_the_window() {
+    let config = aggregated_config();
+    let mut planner = SlaPlanner::new(&config);
+    // Far more than 12 engines' worth: the budget counts the pool's GPUs once.
+    let busy = tick(&mut planner, &config, seen(60_000.0, 0.0, 1.0), (1, 1));
+    let plan = busy.queueing().cloned().unwrap();
+    assert_eq!(plan.replicas, (12, 12), "{plan:?}");
+    assert!(plan.desired.1 > 12);
+    assert!(
+        plan.limits
+            .iter()
+            .any(|l| matches!(l, crate::sla::Limit::GpuBudget { .. }))
+    );
+    // Quiet again: held by the stabilisation window first, down once it has passed.
+    let mut now = (12, 12);
+    let mut replicas = Vec::new();
+    for _ in 0..15 {
+        let d = tick(&mut planner, &config, seen(600.0, 0.0, f64::from(now.0)), now);
+        now = d.target().unwrap();
+        assert_eq!(now.0, now.1);
+        replicas.push(now.1);
+    }
+    assert_eq!(replicas[0], 12, "{replicas:?}");
+    assert!(*replicas.last().unwrap() < 12, "{replicas:?}");
+}
+
+#[test]
+fn an_aggregated_pool_reads_the_decode_steps_its_prompts_share_as_service_not_bursts() {
+    // The same slow first tokens on four engines, read by a disaggregated planner and by an
+    // aggregated one whose steps take 60 ms of decode (the interval's ITL): the aggregated
+    // planner counts the decode part of each step a prompt spans as its service time, so it
+    // learns less burstiness from the same TTFT.
+    let learned = |config: &SlaPlannerConfig| {
+        let mut planner = SlaPlanner::new(config);
+        let mut last = 0.0;
+        for _ in 0..5 {
+            let slow = Observation {
+                ttft_ms: 400.0,
+                itl_ms: 60.0,
+                ..seen(600.0, 0.0, 4.0)
+            };
+            last = tick(&mut planner, config, slow, (4, 4))
+                .queueing()
+                .cloned()
+                .unwrap()
+                .burstiness;
+        }
+        last
+    };
+    let config = queueing_config();
+    let split = learned(&config);
+    let aggregated = learned(&SlaPlannerConfig {
+        aggregated: Some(crate::aggregated::AggregatedEngine::default()),
+        ..config
+    });
+    assert!(split > 1.0, "{split}");
+    assert!(aggregated < split, "{aggregated} vs {split}");
 }

@@ -1,41 +1,50 @@
-//! The `dynamo_frontend_*` metrics of a Dynamo frontend, with the names, labels and buckets of Dynamo's
-//! `lib/runtime/src/metrics/prometheus_names.rs`, fed by the
-//! latency model through [`Observer`].
+//! The metrics of a Dynamo frontend in its default (round-robin) router mode and of its decode
+//! engines, as Dynamo 1.6.1 exports them, fed by the latency model through [`Observer`]: the
+//! names, types, label names, bucket bounds, series lifecycle and meaning of what the planner
+//! reads (`e2e/tests/e2e/conformance.rs` compares them with the real frontend and mocker engines
+//! under the same load).
 //!
-//! Names, label names and histogram buckets are upstream's (`lib/llm/src/http/service/metrics.rs`;
-//! log-spaced buckets with the default `DYN_METRICS_*` minimum, maximum and count):
-//! - `requests_total{model, endpoint, request_type, status}` (incremented when a request ends,
-//!   as upstream's in-flight guard does on drop), and `requests_started_total{model, endpoint,
-//!   request_type}` (incremented when the frontend accepts a request),
-//! - histograms `{model}`: `time_to_first_token_seconds`, `inter_token_latency_seconds` (one
-//!   observation per token), `request_duration_seconds`, `input_sequence_tokens`,
-//!   `output_sequence_tokens`,
-//! - `inflight_requests{model}`, `queued_requests{model}`, `output_tokens_total{model}`,
-//!   `model_total_kv_blocks{model}`, `model_kv_cache_block_size{model}`,
-//! - the KV router's per-worker gauges `worker_active_decode_blocks`,
-//!   `worker_active_prefill_tokens`, `worker_last_time_to_first_token_seconds`,
+//! The frontend's (`/metrics`, prefix `dynamo_frontend_`):
+//! - `model_total_kv_blocks`, `model_kv_cache_block_size`, `model_ready` `{model}`: set when a
+//!   worker registers the model, so an idle frontend exports them and nothing else of the model;
+//! - `requests_started_total{model, endpoint, request_type}`, counted when a request is accepted;
+//!   `requests_total{model, endpoint, request_type, status, error_type}` when it ends;
+//! - histograms `{model}` with upstream's bounds ([`crate::sim::metrics`]):
+//!   `time_to_first_token_seconds` and `input_sequence_tokens` at a first token,
+//!   `inter_token_latency_seconds` once per later token, `request_duration_seconds` and
+//!   `output_sequence_tokens` when a request ends;
+//! - `inflight_requests` and `active_requests` (accepted, not ended), `queued_requests` (no first
+//!   token yet) `{model}`, and `stage_requests{stage, phase}`: requests sent to a prefill engine
+//!   and not back (`dispatch`, `prefill`), and requests waiting for decode (`dispatch`, `decode`);
+//!   all from the first request on;
+//! - `output_tokens_total{model}`, and the per-worker `worker_last_time_to_first_token_seconds`,
 //!   `worker_last_input_sequence_tokens`, `worker_last_inter_token_latency_seconds`
-//!   `{worker_id, dp_rank, worker_type}`, and `router_queue_pending_requests{worker_type}`,
-//!   `router_queue_pending_isl_tokens{worker_type}`.
+//!   `{worker_id, dp_rank, worker_type}`.
 //!
-//! `dynamo_namespace` is not among them: upstream's PodMonitor adds it when Prometheus scrapes
-//! (relabelling the pod label `nvidia.com/dynamo-namespace`), so a scrape of this frontend
-//! must add it too (see `config/synthetic-frontend/`).
+//! Every series is created on first use, as the real frontend's are. The KV router's gauges
+//! (`worker_active_decode_blocks`, `router_queue_*`) exist only with `--router-mode kv`, and
+//! are not modelled.
+//!
+//! The decode engines' (`/engine/metrics`): vLLM's `vllm:kv_cache_usage_perc{engine,
+//! model_name, worker_id}`, one series per decode worker from the first request it decodes (the
+//! mocker's labels, plus the `worker_id` Dynamo's runtime adds on real engines, which tells the
+//! workers of this one target apart).
+//!
+//! `dynamo_namespace` is on none of them: a PodMonitor adds it when Prometheus scrapes
+//! (relabelling the pod label `nvidia.com/dynamo-namespace`), so a scrape of this frontend must
+//! add it too (see `config/synthetic-frontend/`).
 
 use std::sync::atomic::AtomicU64;
 
 use prometheus_client::{
     encoding::{EncodeLabelSet, text::encode},
-    metrics::{
-        counter::Counter,
-        family::Family,
-        gauge::Gauge,
-        histogram::{Histogram, exponential_buckets_range},
-    },
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::Registry,
 };
 
 use planner_core::latency::{Job, Observer, Outcome, Snapshot};
+
+use crate::sim::metrics::{DURATION_BOUNDS, ISL_BOUNDS, ITL_BOUNDS, OSL_BOUNDS, TTFT_BOUNDS};
 
 /// Upstream's metric prefix.
 pub const PREFIX: &str = "dynamo_frontend";
@@ -43,14 +52,14 @@ pub const PREFIX: &str = "dynamo_frontend";
 /// `{model}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ModelLabels {
-    /// Served model name, lower-cased.
+    /// Served model name, as registered (the real frontend keeps its case).
     pub model: String,
 }
 
 /// `requests_total` labels.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
-    /// Served model name, lower-cased.
+    /// Served model name.
     pub model: String,
     /// `chat_completions` or `completions`.
     pub endpoint: String,
@@ -58,12 +67,14 @@ pub struct RequestLabels {
     pub request_type: String,
     /// `success` or `error`.
     pub status: String,
+    /// Empty on success.
+    pub error_type: String,
 }
 
 /// `requests_started_total` labels.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StartedLabels {
-    /// Served model name, lower-cased.
+    /// Served model name.
     pub model: String,
     /// `chat_completions` or `completions`.
     pub endpoint: String,
@@ -76,44 +87,61 @@ pub struct StartedLabels {
 pub struct WorkerLabels {
     /// Worker identifier (the pod name when counted from Kubernetes).
     pub worker_id: String,
-    /// Data-parallel rank.
+    /// Data-parallel rank: `none` in round-robin mode.
     pub dp_rank: String,
     /// `prefill` or `decode`.
     pub worker_type: String,
 }
 
-/// `{worker_type}`.
+/// `stage_requests` labels.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct WorkerTypeLabels {
-    /// `prefill` or `decode`.
-    pub worker_type: String,
+pub struct StageLabels {
+    /// `preprocess`, `route` or `dispatch`.
+    pub stage: String,
+    /// `prefill`, `decode`, or empty (preprocess).
+    pub phase: String,
+}
+
+/// A decode engine's `vllm:*` labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EngineLabels {
+    /// Engine index within the worker.
+    pub engine: String,
+    /// Served model name.
+    pub model_name: String,
+    /// The worker.
+    pub worker_id: String,
 }
 
 type Histograms = Family<ModelLabels, Histogram, fn() -> Histogram>;
 type FloatGauge = Gauge<f64, AtomicU64>;
 
+/// A histogram over upstream's finite bounds (the encoder adds +Inf).
+fn histogram(bounds: &[f64]) -> Histogram {
+    Histogram::new(bounds.iter().copied().filter(|b| b.is_finite()))
+}
 fn ttft_histogram() -> Histogram {
-    Histogram::new(exponential_buckets_range(0.001, 480.0, 18))
+    histogram(&TTFT_BOUNDS)
 }
 fn itl_histogram() -> Histogram {
-    Histogram::new(exponential_buckets_range(0.001, 2.0, 13))
+    histogram(&ITL_BOUNDS)
 }
 fn duration_histogram() -> Histogram {
-    Histogram::new(exponential_buckets_range(1.0, 256.0, 10))
+    histogram(&DURATION_BOUNDS)
 }
 fn isl_histogram() -> Histogram {
-    Histogram::new(exponential_buckets_range(50.0, 128_000.0, 12))
+    histogram(&ISL_BOUNDS)
 }
 fn osl_histogram() -> Histogram {
-    Histogram::new(exponential_buckets_range(50.0, 32_000.0, 10))
+    histogram(&OSL_BOUNDS)
 }
 
-/// The frontend's metrics and the registry that exposes them.
+/// The frontend's and the decode engines' metrics and the registries that expose them.
 #[derive(Debug)]
 pub struct FrontendMetrics {
     registry: Registry,
+    engines: Registry,
     model: ModelLabels,
-    kv_block_size: f64,
     requests: Family<RequestLabels, Counter>,
     started: Family<StartedLabels, Counter>,
     ttft: Histograms,
@@ -122,17 +150,16 @@ pub struct FrontendMetrics {
     isl: Histograms,
     osl: Histograms,
     inflight: Family<ModelLabels, Gauge>,
+    active: Family<ModelLabels, Gauge>,
     queued: Family<ModelLabels, Gauge>,
+    stages: Family<StageLabels, Gauge>,
     output_tokens: Family<ModelLabels, Counter>,
     total_kv_blocks: Family<ModelLabels, Gauge>,
     block_size: Family<ModelLabels, Gauge>,
-    active_decode_blocks: Family<WorkerLabels, FloatGauge>,
-    active_prefill_tokens: Family<WorkerLabels, FloatGauge>,
     last_ttft: Family<WorkerLabels, FloatGauge>,
     last_isl: Family<WorkerLabels, FloatGauge>,
     last_itl: Family<WorkerLabels, FloatGauge>,
-    queue_requests: Family<WorkerTypeLabels, Gauge>,
-    queue_isl_tokens: Family<WorkerTypeLabels, FloatGauge>,
+    kv_usage: Family<EngineLabels, FloatGauge>,
     /// Tokens emitted but not yet observed in the ITL histogram (fractions within a step).
     pending_tokens: f64,
     last: LastValues,
@@ -141,18 +168,24 @@ pub struct FrontendMetrics {
 
 #[derive(Clone, Copy, Debug, Default)]
 struct LastValues {
+    /// A request arrived (the request gauges exist from then on).
+    arrived: bool,
+    /// A first token was given (prefill workers have their last-request gauges).
+    first_token: bool,
+    /// Tokens were decoded (decode workers have theirs, and their KV usage).
+    decoded: bool,
     ttft_s: f64,
     isl: f64,
     itl_s: f64,
 }
 
 impl FrontendMetrics {
-    /// Registers every metric for `model` (lower-cased, as the frontend does). `max_kv_tokens`
-    /// and `kv_block_size` give `model_total_kv_blocks` (per engine).
+    /// Registers every metric for `model`. `max_kv_tokens` and `kv_block_size` give
+    /// `model_total_kv_blocks` (per engine).
     pub fn new(model: &str, max_kv_tokens: f64, kv_block_size: u32) -> Self {
         let mut registry = Registry::with_prefix(PREFIX);
         let model = ModelLabels {
-            model: model.to_lowercase(),
+            model: model.to_string(),
         };
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
@@ -163,7 +196,7 @@ impl FrontendMetrics {
         let started = Family::<StartedLabels, Counter>::default();
         registry.register(
             "requests_started",
-            "Total number of LLM requests accepted by the frontend",
+            "Total number of LLM requests accepted by the frontend handler",
             started.clone(),
         );
         let histogram = |registry: &mut Registry, name: &str, help: &str, make: fn() -> Histogram| {
@@ -207,20 +240,36 @@ impl FrontendMetrics {
             family
         };
         let inflight = gauge(&mut registry, "inflight_requests", "Number of inflight requests");
+        let active = gauge(
+            &mut registry,
+            "active_requests",
+            "Number of requests currently being handled by the frontend, from HTTP handler entry to response completion",
+        );
         let queued = gauge(
             &mut registry,
             "queued_requests",
-            "Number of requests in the HTTP processing queue",
+            "Number of requests in HTTP processing queue",
+        );
+        let stages = Family::<StageLabels, Gauge>::default();
+        registry.register(
+            "stage_requests",
+            "Number of requests currently in the given pipeline stage",
+            stages.clone(),
         );
         let total_kv_blocks = gauge(
             &mut registry,
             "model_total_kv_blocks",
-            "Total KV cache blocks of a worker",
+            "Total KV cache blocks available for a worker serving the model",
         );
         let block_size = gauge(
             &mut registry,
             "model_kv_cache_block_size",
             "KV cache block size in tokens",
+        );
+        let ready = gauge(
+            &mut registry,
+            "model_ready",
+            "Whether the frontend can route at least one inference request for the model (1 = ready, 0 = not ready)",
         );
         let output_tokens = Family::<ModelLabels, Counter>::default();
         registry.register(
@@ -233,16 +282,6 @@ impl FrontendMetrics {
             registry.register(name, help, family.clone());
             family
         };
-        let active_decode_blocks = worker(
-            &mut registry,
-            "worker_active_decode_blocks",
-            "Active KV cache blocks of a decode worker",
-        );
-        let active_prefill_tokens = worker(
-            &mut registry,
-            "worker_active_prefill_tokens",
-            "Prompt tokens being prefilled by a worker",
-        );
         let last_ttft = worker(
             &mut registry,
             "worker_last_time_to_first_token_seconds",
@@ -258,56 +297,26 @@ impl FrontendMetrics {
             "worker_last_inter_token_latency_seconds",
             "Last inter-token latency of a worker",
         );
-        let queue_requests = Family::<WorkerTypeLabels, Gauge>::default();
-        registry.register(
-            "router_queue_pending_requests",
-            "Requests waiting in the router queue",
-            queue_requests.clone(),
-        );
-        let queue_isl_tokens = Family::<WorkerTypeLabels, FloatGauge>::default();
-        registry.register(
-            "router_queue_pending_isl_tokens",
-            "Prompt tokens of the requests waiting in the router queue",
-            queue_isl_tokens.clone(),
+        let mut engines = Registry::default();
+        let kv_usage = Family::<EngineLabels, FloatGauge>::default();
+        engines.register(
+            "vllm:kv_cache_usage_perc",
+            "KV-cache usage as a fraction of available cache blocks.",
+            kv_usage.clone(),
         );
         let blocks = if kv_block_size > 0 {
             (max_kv_tokens / f64::from(kv_block_size)).floor()
         } else {
             0.0
         };
+        // A worker registered the model: its gauges exist before any request.
         total_kv_blocks.get_or_create(&model).set(blocks as i64);
         block_size.get_or_create(&model).set(i64::from(kv_block_size));
-        // Every family with the model label exists from the start, so Prometheus sees the series
-        // (at zero) before the first request: an idle frontend is not a missing one.
-        let success = RequestLabels {
-            model: model.model.clone(),
-            endpoint: "chat_completions".into(),
-            request_type: "stream".into(),
-            status: "success".into(),
-        };
-        let _ = requests.get_or_create(&success);
-        for family in [&ttft, &itl, &duration, &isl, &osl] {
-            let _ = family.get_or_create(&model);
-        }
-        let _ = started.get_or_create(&StartedLabels {
-            model: model.model.clone(),
-            endpoint: "chat_completions".into(),
-            request_type: "stream".into(),
-        });
-        let _ = inflight.get_or_create(&model);
-        let _ = queued.get_or_create(&model);
-        let _ = output_tokens.get_or_create(&model);
-        for worker_type in ["prefill", "decode"] {
-            let labels = WorkerTypeLabels {
-                worker_type: worker_type.into(),
-            };
-            let _ = queue_requests.get_or_create(&labels);
-            let _ = queue_isl_tokens.get_or_create(&labels);
-        }
+        ready.get_or_create(&model).set(1);
         Self {
             registry,
+            engines,
             model,
-            kv_block_size: f64::from(kv_block_size.max(1)),
             requests,
             started,
             ttft,
@@ -316,35 +325,56 @@ impl FrontendMetrics {
             isl,
             osl,
             inflight,
+            active,
             queued,
+            stages,
             output_tokens,
             total_kv_blocks,
             block_size,
-            active_decode_blocks,
-            active_prefill_tokens,
             last_ttft,
             last_isl,
             last_itl,
-            queue_requests,
-            queue_isl_tokens,
+            kv_usage,
             pending_tokens: 0.0,
             last: LastValues::default(),
             workers: (Vec::new(), Vec::new()),
         }
     }
 
-    /// The exposition (OpenMetrics text).
+    /// The frontend's exposition (OpenMetrics text).
     pub fn encode(&self) -> Result<String, std::fmt::Error> {
         let mut text = String::new();
         encode(&mut text, &self.registry)?;
         Ok(text)
     }
 
+    /// The decode engines' exposition (OpenMetrics text).
+    pub fn encode_engines(&self) -> Result<String, std::fmt::Error> {
+        let mut text = String::new();
+        encode(&mut text, &self.engines)?;
+        Ok(text)
+    }
+
     fn worker_labels(id: &str, worker_type: &str) -> WorkerLabels {
         WorkerLabels {
             worker_id: id.to_string(),
-            dp_rank: "0".into(),
+            dp_rank: "none".into(),
             worker_type: worker_type.into(),
+        }
+    }
+
+    fn engine_labels(&self, id: &str) -> EngineLabels {
+        EngineLabels {
+            engine: "0".into(),
+            model_name: self.model.model.clone(),
+            worker_id: id.to_string(),
+        }
+    }
+
+    fn stage(&self, stage: &str, phase: &str) -> StageLabels {
+        StageLabels {
+            stage: stage.into(),
+            phase: phase.into(),
         }
     }
 
@@ -359,59 +389,59 @@ impl FrontendMetrics {
     /// Updates the gauges from the model's state. `prefill` and `decode` name the workers
     /// serving (pods, or synthetic names); series of workers gone are removed.
     pub fn update(&mut self, snapshot: &Snapshot, prefill: &[String], decode: &[String]) {
-        let in_flight = snapshot.prefill_queue
-            + snapshot
+        if self.last.arrived {
+            let prefilling = snapshot
                 .prefill_active_tokens
                 .iter()
                 .filter(|t| **t > 0.0)
-                .count()
-            + snapshot.decode_queue
-            + snapshot.decoding;
-        self.inflight.get_or_create(&self.model).set(in_flight as i64);
-        self.queued
-            .get_or_create(&self.model)
-            .set(snapshot.prefill_queue as i64);
-        for (worker_type, count, tokens) in [
-            ("prefill", snapshot.prefill_queue, snapshot.prefill_queue_tokens),
-            ("decode", snapshot.decode_queue, 0.0),
-        ] {
-            let labels = WorkerTypeLabels {
-                worker_type: worker_type.into(),
-            };
-            self.queue_requests.get_or_create(&labels).set(count as i64);
-            self.queue_isl_tokens.get_or_create(&labels).set(tokens);
+                .count();
+            let at_prefill = snapshot.prefill_queue + prefilling;
+            let no_first_token = at_prefill + snapshot.decode_queue;
+            let in_flight = no_first_token + snapshot.decoding;
+            self.inflight.get_or_create(&self.model).set(in_flight as i64);
+            self.active.get_or_create(&self.model).set(in_flight as i64);
+            self.queued.get_or_create(&self.model).set(no_first_token as i64);
+            // Round-robin: no router queue; a request waits in the prefill engine it was sent to.
+            for (stage, phase, count) in [
+                ("preprocess", "", 0),
+                ("route", "prefill", 0),
+                ("dispatch", "prefill", at_prefill),
+                ("route", "decode", 0),
+                ("dispatch", "decode", snapshot.decode_queue),
+            ] {
+                self.stages
+                    .get_or_create(&self.stage(stage, phase))
+                    .set(count as i64);
+            }
         }
         let (old_prefill, old_decode) = std::mem::take(&mut self.workers);
         for gone in old_prefill.iter().filter(|w| !prefill.contains(w)) {
             let labels = Self::worker_labels(gone, "prefill");
-            for family in [&self.active_prefill_tokens, &self.last_ttft, &self.last_isl] {
+            for family in [&self.last_ttft, &self.last_isl] {
                 family.remove(&labels);
             }
         }
         for gone in old_decode.iter().filter(|w| !decode.contains(w)) {
-            let labels = Self::worker_labels(gone, "decode");
-            for family in [&self.active_decode_blocks, &self.last_itl] {
-                family.remove(&labels);
+            self.last_itl.remove(&Self::worker_labels(gone, "decode"));
+            self.kv_usage.remove(&self.engine_labels(gone));
+        }
+        if self.last.first_token {
+            for id in prefill {
+                let labels = Self::worker_labels(id, "prefill");
+                self.last_ttft.get_or_create(&labels).set(self.last.ttft_s);
+                self.last_isl.get_or_create(&labels).set(self.last.isl);
             }
         }
-        for (i, id) in prefill.iter().enumerate() {
-            let labels = Self::worker_labels(id, "prefill");
-            let tokens = snapshot.prefill_active_tokens.get(i).copied().unwrap_or(0.0);
-            self.active_prefill_tokens.get_or_create(&labels).set(tokens);
-            self.last_ttft.get_or_create(&labels).set(self.last.ttft_s);
-            self.last_isl.get_or_create(&labels).set(self.last.isl);
-        }
-        let per_decode_worker = if decode.is_empty() {
-            0.0
-        } else {
-            snapshot.kv_tokens / decode.len() as f64 / self.kv_block_size
-        };
-        for id in decode {
-            let labels = Self::worker_labels(id, "decode");
-            self.active_decode_blocks
-                .get_or_create(&labels)
-                .set(per_decode_worker.ceil());
-            self.last_itl.get_or_create(&labels).set(self.last.itl_s);
+        if self.last.decoded {
+            // The pool's usage, alike on every engine (the model does not place requests).
+            for id in decode {
+                self.last_itl
+                    .get_or_create(&Self::worker_labels(id, "decode"))
+                    .set(self.last.itl_s);
+                self.kv_usage
+                    .get_or_create(&self.engine_labels(id))
+                    .set(snapshot.kv_usage.max(0.0));
+            }
         }
         self.workers = (prefill.to_vec(), decode.to_vec());
     }
@@ -430,6 +460,7 @@ impl FrontendMetrics {
 impl Observer for FrontendMetrics {
     fn arrived(&mut self, _job: &Job) {
         self.started.get_or_create(&self.started_labels()).inc();
+        self.last.arrived = true;
     }
 
     fn first_token(&mut self, job: &Job, _at_s: f64, ttft_s: f64) {
@@ -438,6 +469,7 @@ impl Observer for FrontendMetrics {
         self.output_tokens.get_or_create(&self.model).inc();
         self.last.ttft_s = ttft_s;
         self.last.isl = job.isl;
+        self.last.first_token = true;
     }
 
     fn tokens(&mut self, _job: &Job, _at_s: f64, count: f64, itl_s: f64) {
@@ -452,6 +484,7 @@ impl Observer for FrontendMetrics {
             self.output_tokens.get_or_create(&self.model).inc_by(whole as u64);
         }
         self.last.itl_s = itl_s;
+        self.last.decoded = true;
     }
 
     fn completed(&mut self, job: &Job, _at_s: f64, outcome: &Outcome) {
@@ -460,6 +493,7 @@ impl Observer for FrontendMetrics {
             endpoint: "chat_completions".into(),
             request_type: "stream".into(),
             status: "success".into(),
+            error_type: String::new(),
         };
         self.requests.get_or_create(&labels).inc();
         self.duration
@@ -484,22 +518,31 @@ mod tests {
     }
 
     /// The value of the sample line `name{labels} value`, labels given as written.
-    fn sample(text: &str, series: &str) -> f64 {
-        let line = text
-            .lines()
+    fn sample(text: &str, series: &str) -> Option<f64> {
+        text.lines()
             .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
-            .unwrap_or_else(|| panic!("no `{series}` in\n{text}"));
-        line[series.len()..].trim().parse().unwrap()
+            .map(|line| line[series.len()..].trim().parse().unwrap())
+    }
+
+    /// Family names of an exposition (`# TYPE` lines) with a series.
+    fn with_series(text: &str) -> Vec<String> {
+        let mut names: Vec<String> = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .map(|l| l.split(['{', ' ']).next().unwrap().to_string())
+            .collect();
+        names.dedup();
+        names
     }
 
     #[test]
     fn exposes_upstream_names_labels_and_buckets() {
         let mut m = FrontendMetrics::new("Llama-3.3-70B", 224_133.0, 16);
-        let started = "dynamo_frontend_requests_started_total{model=\"llama-3.3-70b\",endpoint=\"chat_completions\",request_type=\"stream\"}";
-        assert_eq!(sample(&m.encode().unwrap(), started), 0.0);
+        let started = "dynamo_frontend_requests_started_total{model=\"Llama-3.3-70B\",endpoint=\"chat_completions\",request_type=\"stream\"}";
+        assert_eq!(sample(&m.encode().unwrap(), started), None);
         m.arrived(&job());
         // Counted when accepted, before any completion.
-        assert_eq!(sample(&m.encode().unwrap(), started), 1.0);
+        assert_eq!(sample(&m.encode().unwrap(), started), Some(1.0));
         m.first_token(&job(), 0.2, 0.25);
         m.tokens(&job(), 1.0, 99.5, 0.02);
         m.tokens(&job(), 1.5, 50.5, 0.02);
@@ -513,86 +556,78 @@ mod tests {
             },
         );
         let text = m.encode().unwrap();
-        let model = "{model=\"llama-3.3-70b\"}";
+        let value = |series: &str| sample(&text, series).unwrap_or_else(|| panic!("no {series} in\n{text}"));
+        let model = "{model=\"Llama-3.3-70B\"}";
         assert_eq!(
-            sample(
-                &text,
-                "dynamo_frontend_requests_total{model=\"llama-3.3-70b\",endpoint=\"chat_completions\",request_type=\"stream\",status=\"success\"}"
+            value(
+                "dynamo_frontend_requests_total{model=\"Llama-3.3-70B\",endpoint=\"chat_completions\",request_type=\"stream\",status=\"success\",error_type=\"\"}"
             ),
             1.0
         );
         assert_eq!(
-            sample(
-                &text,
-                &format!("dynamo_frontend_time_to_first_token_seconds_sum{model}")
-            ),
+            value(&format!("dynamo_frontend_time_to_first_token_seconds_sum{model}")),
             0.25
         );
         assert_eq!(
-            sample(
-                &text,
-                &format!("dynamo_frontend_time_to_first_token_seconds_count{model}")
-            ),
+            value(&format!(
+                "dynamo_frontend_time_to_first_token_seconds_count{model}"
+            )),
             1.0
         );
         // One ITL observation per token after the first: 150 of them.
         assert_eq!(
-            sample(
-                &text,
-                &format!("dynamo_frontend_inter_token_latency_seconds_count{model}")
-            ),
+            value(&format!(
+                "dynamo_frontend_inter_token_latency_seconds_count{model}"
+            )),
             150.0
         );
         assert!(
-            (sample(
-                &text,
-                &format!("dynamo_frontend_inter_token_latency_seconds_sum{model}")
-            ) - 3.0)
-                .abs()
-                < 1e-9
+            (value(&format!("dynamo_frontend_inter_token_latency_seconds_sum{model}")) - 3.0).abs() < 1e-9
         );
         assert_eq!(
-            sample(
-                &text,
-                &format!("dynamo_frontend_request_duration_seconds_sum{model}")
-            ),
+            value(&format!("dynamo_frontend_request_duration_seconds_sum{model}")),
             3.25
         );
         assert_eq!(
-            sample(
-                &text,
-                &format!("dynamo_frontend_input_sequence_tokens_sum{model}")
-            ),
+            value(&format!("dynamo_frontend_input_sequence_tokens_sum{model}")),
             3000.0
         );
         assert_eq!(
-            sample(
-                &text,
-                &format!("dynamo_frontend_output_sequence_tokens_sum{model}")
-            ),
+            value(&format!("dynamo_frontend_output_sequence_tokens_sum{model}")),
             151.0
         );
         assert_eq!(
-            sample(&text, &format!("dynamo_frontend_output_tokens_total{model}")),
+            value(&format!("dynamo_frontend_output_tokens_total{model}")),
             151.0
         );
         assert_eq!(
-            sample(&text, &format!("dynamo_frontend_model_total_kv_blocks{model}")),
+            value(&format!("dynamo_frontend_model_total_kv_blocks{model}")),
             14_008.0
         );
         assert_eq!(m.total_kv_blocks(), 14_008);
         assert_eq!(m.block_size(), 16);
-        // Upstream's default buckets: 18 log-spaced from 1 ms to 480 s (plus +Inf).
-        let ttft_buckets = text
-            .lines()
-            .filter(|l| l.starts_with("dynamo_frontend_time_to_first_token_seconds_bucket"))
-            .count();
-        assert_eq!(ttft_buckets, 19);
-        let itl_buckets = text
-            .lines()
-            .filter(|l| l.starts_with("dynamo_frontend_inter_token_latency_seconds_bucket"))
-            .count();
-        assert_eq!(itl_buckets, 14);
+        // Upstream's bounds, 0 included, +Inf added.
+        for (histogram, bounds) in [
+            ("time_to_first_token_seconds", &TTFT_BOUNDS[..]),
+            ("inter_token_latency_seconds", &ITL_BOUNDS[..]),
+            ("request_duration_seconds", &DURATION_BOUNDS[..]),
+            ("input_sequence_tokens", &ISL_BOUNDS[..]),
+            ("output_sequence_tokens", &OSL_BOUNDS[..]),
+        ] {
+            let les: Vec<f64> = text
+                .lines()
+                .filter(|l| l.starts_with(&format!("dynamo_frontend_{histogram}_bucket")))
+                .map(|l| {
+                    let le = l.split("le=\"").nth(1).unwrap().split('"').next().unwrap();
+                    if le == "+Inf" {
+                        f64::INFINITY
+                    } else {
+                        le.parse().unwrap()
+                    }
+                })
+                .collect();
+            assert_eq!(les, bounds, "{histogram}");
+        }
         assert!(text.contains("# TYPE dynamo_frontend_requests counter"));
         assert!(text.contains("# TYPE dynamo_frontend_time_to_first_token_seconds histogram"));
         assert!(
@@ -603,39 +638,53 @@ mod tests {
     }
 
     #[test]
-    fn idle_frontend_exposes_zero_series() {
-        let m = FrontendMetrics::new("m", 1600.0, 16);
+    fn an_idle_frontend_exports_only_its_model_gauges() {
+        let mut m = FrontendMetrics::new("m", 1600.0, 16);
+        let snapshot = Snapshot {
+            prefill_queue: 0,
+            prefill_queue_tokens: 0.0,
+            prefill_active_tokens: vec![0.0],
+            decode_queue: 0,
+            decoding: 0,
+            decode_engines: 1,
+            kv_tokens: 0.0,
+            kv_usage: 0.0,
+            prefill_work_started_s: 0.0,
+        };
+        m.update(&snapshot, &["p-0".into()], &["d-0".into()]);
+        // As the real frontend before its first request: only what the worker registered.
+        assert_eq!(
+            with_series(&m.encode().unwrap()),
+            [
+                "dynamo_frontend_model_total_kv_blocks",
+                "dynamo_frontend_model_kv_cache_block_size",
+                "dynamo_frontend_model_ready"
+            ]
+        );
+        assert_eq!(with_series(&m.encode_engines().unwrap()), Vec::<String>::new());
+        m.arrived(&job());
+        m.update(&snapshot, &["p-0".into()], &["d-0".into()]);
         let text = m.encode().unwrap();
+        for gauge in ["inflight_requests", "active_requests", "queued_requests"] {
+            assert_eq!(
+                sample(&text, &format!("dynamo_frontend_{gauge}{{model=\"m\"}}")),
+                Some(0.0),
+                "{gauge}"
+            );
+        }
         assert_eq!(
             sample(
                 &text,
-                "dynamo_frontend_requests_total{model=\"m\",endpoint=\"chat_completions\",request_type=\"stream\",status=\"success\"}"
+                "dynamo_frontend_requests_total{model=\"m\",endpoint=\"chat_completions\",request_type=\"stream\",status=\"success\",error_type=\"\"}"
             ),
-            0.0
-        );
-        assert_eq!(
-            sample(
-                &text,
-                "dynamo_frontend_time_to_first_token_seconds_count{model=\"m\"}"
-            ),
-            0.0
-        );
-        assert_eq!(
-            sample(
-                &text,
-                "dynamo_frontend_router_queue_pending_requests{worker_type=\"prefill\"}"
-            ),
-            0.0
-        );
-        assert_eq!(
-            sample(&text, "dynamo_frontend_model_total_kv_blocks{model=\"m\"}"),
-            100.0
+            None
         );
     }
 
     #[test]
-    fn worker_gauges_follow_the_workers() {
+    fn gauges_follow_the_model_and_its_workers() {
         let mut m = FrontendMetrics::new("m", 1600.0, 16);
+        m.arrived(&job());
         m.first_token(&job(), 0.0, 0.5);
         m.tokens(&job(), 1.0, 3.0, 0.04);
         let snapshot = Snapshot {
@@ -653,98 +702,67 @@ mod tests {
         let decode = vec!["d-0".to_string(), "d-1".to_string()];
         m.update(&snapshot, &prefill, &decode);
         let text = m.encode().unwrap();
+        let value = |series: &str| sample(&text, series).unwrap_or_else(|| panic!("no {series} in\n{text}"));
         let worker =
-            |id: &str, kind: &str| format!("{{worker_id=\"{id}\",dp_rank=\"0\",worker_type=\"{kind}\"}}");
+            |id: &str, kind: &str| format!("{{worker_id=\"{id}\",dp_rank=\"none\",worker_type=\"{kind}\"}}");
         assert_eq!(
-            sample(
-                &text,
-                &format!(
-                    "dynamo_frontend_worker_active_prefill_tokens{}",
-                    worker("p-0", "prefill")
-                )
-            ),
-            3000.0
-        );
-        assert_eq!(
-            sample(
-                &text,
-                &format!(
-                    "dynamo_frontend_worker_active_prefill_tokens{}",
-                    worker("p-1", "prefill")
-                )
-            ),
-            0.0
-        );
-        // 640 KV tokens over 2 workers of 16-token blocks: 20 blocks each.
-        assert_eq!(
-            sample(
-                &text,
-                &format!(
-                    "dynamo_frontend_worker_active_decode_blocks{}",
-                    worker("d-1", "decode")
-                )
-            ),
-            20.0
-        );
-        assert_eq!(
-            sample(
-                &text,
-                &format!(
-                    "dynamo_frontend_worker_last_time_to_first_token_seconds{}",
-                    worker("p-1", "prefill")
-                )
-            ),
+            value(&format!(
+                "dynamo_frontend_worker_last_time_to_first_token_seconds{}",
+                worker("p-1", "prefill")
+            )),
             0.5
         );
         assert_eq!(
-            sample(
-                &text,
-                &format!(
-                    "dynamo_frontend_worker_last_input_sequence_tokens{}",
-                    worker("p-0", "prefill")
-                )
-            ),
+            value(&format!(
+                "dynamo_frontend_worker_last_input_sequence_tokens{}",
+                worker("p-0", "prefill")
+            )),
             3000.0
         );
         assert_eq!(
-            sample(
-                &text,
-                &format!(
-                    "dynamo_frontend_worker_last_inter_token_latency_seconds{}",
-                    worker("d-0", "decode")
-                )
-            ),
+            value(&format!(
+                "dynamo_frontend_worker_last_inter_token_latency_seconds{}",
+                worker("d-0", "decode")
+            )),
             0.04
         );
+        // Seven wait for a prefill engine and one is prefilled: eight at prefill; two more wait
+        // for decode without a first token; three decode.
         assert_eq!(
-            sample(
-                &text,
-                "dynamo_frontend_router_queue_pending_requests{worker_type=\"prefill\"}"
-            ),
-            7.0
+            value("dynamo_frontend_stage_requests{stage=\"dispatch\",phase=\"prefill\"}"),
+            8.0
         );
         assert_eq!(
-            sample(
-                &text,
-                "dynamo_frontend_router_queue_pending_requests{worker_type=\"decode\"}"
-            ),
+            value("dynamo_frontend_stage_requests{stage=\"dispatch\",phase=\"decode\"}"),
             2.0
         );
         assert_eq!(
-            sample(
-                &text,
-                "dynamo_frontend_router_queue_pending_isl_tokens{worker_type=\"prefill\"}"
-            ),
-            21_000.0
+            value("dynamo_frontend_stage_requests{stage=\"route\",phase=\"prefill\"}"),
+            0.0
         );
-        assert_eq!(sample(&text, "dynamo_frontend_queued_requests{model=\"m\"}"), 7.0);
+        assert_eq!(value("dynamo_frontend_queued_requests{model=\"m\"}"), 10.0);
+        assert_eq!(value("dynamo_frontend_inflight_requests{model=\"m\"}"), 13.0);
+        assert_eq!(value("dynamo_frontend_active_requests{model=\"m\"}"), 13.0);
+        assert!(
+            !text.contains("worker_active_decode_blocks") && !text.contains("router_queue"),
+            "{text}"
+        );
+        let engines = m.encode_engines().unwrap();
         assert_eq!(
-            sample(&text, "dynamo_frontend_inflight_requests{model=\"m\"}"),
-            13.0
+            sample(
+                &engines,
+                "vllm:kv_cache_usage_perc{engine=\"0\",model_name=\"m\",worker_id=\"d-1\"}"
+            ),
+            Some(0.2),
+            "{engines}"
+        );
+        assert!(
+            engines.contains("# TYPE vllm:kv_cache_usage_perc gauge"),
+            "{engines}"
         );
         // A worker that is gone loses its series.
         m.update(&snapshot, &prefill[..1], &decode[..1]);
-        let text = m.encode().unwrap();
+        let text = m.encode().unwrap() + &m.encode_engines().unwrap();
         assert!(!text.contains("p-1") && !text.contains("d-1"), "{text}");
         assert!(text.contains("p-0") && text.contains("d-0"));
     }

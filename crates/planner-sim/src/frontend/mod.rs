@@ -10,7 +10,8 @@
 //! operator's container image then carries the test frontend too, so an e2e harness needs no
 //! second image.
 //!
-//! Endpoints: `GET /metrics` (OpenMetrics text), `GET /healthz`, `GET /control/rate-scale` and
+//! Endpoints: `GET /metrics` (the frontend's metrics, OpenMetrics text), `GET /engine/metrics`
+//! (the decode engines'), `GET /healthz`, `GET /control/rate-scale` and
 //! `POST /control/rate-scale/{k}` (a load step without a restart).
 //!
 //! Prometheus must add the `dynamo_namespace` label when it scrapes (upstream's PodMonitor does
@@ -44,6 +45,7 @@ use tracing::{info, warn};
 
 use planner_api::labels::{LABEL_COMPONENT_TYPE, LABEL_GRAPH};
 use planner_core::{
+    aggregated::AggregatedEngine,
     interpolation::PerformanceModel,
     latency::{EngineSpec, LatencyModel},
     profile::{Profile, builtin_names},
@@ -67,7 +69,7 @@ pub struct SyntheticFrontendArgs {
     /// Upstream profile directory instead of a built-in profile.
     #[arg(long, value_name = "DIR", conflicts_with = "profile")]
     profile_dir: Option<PathBuf>,
-    /// Model name in the `model` label (lower-cased, as the frontend does).
+    /// Model name in the `model` label (as registered; the frontend keeps its case).
     #[arg(long, default_value = "synthetic-model")]
     model: String,
     /// Initial rate scale (each request becomes k requests).
@@ -107,6 +109,12 @@ pub struct SyntheticFrontendArgs {
     /// KV-cache block size in tokens (for `model_total_kv_blocks` and the decode blocks gauge).
     #[arg(long, default_value_t = 16)]
     kv_block_size: u32,
+    /// Aggregated workers (chunked prefill sharing steps with decode): with `--dgd`, the Ready
+    /// pods of `nvidia.com/dynamo-component-type=worker` serve both; with fixed counts,
+    /// `--decode`'s. Their gauges carry `worker_type="decode"`, as Dynamo's frontend labels
+    /// aggregated workers.
+    #[arg(long)]
+    aggregated: bool,
 }
 
 /// Why the synthetic frontend stopped.
@@ -190,10 +198,17 @@ struct ServerState {
 }
 
 async fn serve_metrics(State(state): State<ServerState>) -> axum::response::Response {
-    let encoded = match state.metrics.lock() {
-        Ok(metrics) => metrics.encode().ok(),
-        Err(_) => None,
-    };
+    let encoded = state.metrics.lock().ok().and_then(|m| m.encode().ok());
+    exposition(encoded)
+}
+
+async fn serve_engine_metrics(State(state): State<ServerState>) -> axum::response::Response {
+    let encoded = state.metrics.lock().ok().and_then(|m| m.encode_engines().ok());
+    exposition(encoded)
+}
+
+/// An OpenMetrics exposition, or a 500 when the registry could not be encoded.
+fn exposition(encoded: Option<String>) -> axum::response::Response {
     match encoded {
         Some(text) => (
             StatusCode::OK,
@@ -224,6 +239,7 @@ async fn set_rate_scale(State(state): State<ServerState>, Path(k): Path<f64>) ->
 fn router(state: ServerState) -> Router {
     Router::new()
         .route("/metrics", get(serve_metrics))
+        .route("/engine/metrics", get(serve_engine_metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/control/rate-scale", get(get_rate_scale))
         .route("/control/rate-scale/{k}", post(set_rate_scale))
@@ -261,13 +277,24 @@ pub async fn run(args: SyntheticFrontendArgs) -> Result<(), FrontendError> {
             let dgd = dgd.clone();
             let period = Duration::from_secs_f64(args.poll_interval_s.max(0.1));
             let mut stop = stop_rx.clone();
+            let aggregated = args.aggregated;
             Some(tokio::spawn(async move {
                 loop {
-                    match (
-                        ready_pods(&api, &dgd, "prefill").await,
-                        ready_pods(&api, &dgd, "decode").await,
-                    ) {
-                        (Ok(prefill), Ok(decode)) => {
+                    let counts = if aggregated {
+                        ready_pods(&api, &dgd, "worker")
+                            .await
+                            .map(|workers| (Vec::new(), workers))
+                    } else {
+                        match (
+                            ready_pods(&api, &dgd, "prefill").await,
+                            ready_pods(&api, &dgd, "decode").await,
+                        ) {
+                            (Ok(prefill), Ok(decode)) => Ok((prefill, decode)),
+                            (Err(error), _) | (_, Err(error)) => Err(error),
+                        }
+                    };
+                    match counts {
+                        Ok((prefill, decode)) => {
                             workers_tx.send_if_modified(|current| {
                                 let next = Workers { prefill, decode };
                                 if *current == next {
@@ -283,7 +310,7 @@ pub async fn run(args: SyntheticFrontendArgs) -> Result<(), FrontendError> {
                                 }
                             });
                         }
-                        (Err(error), _) | (_, Err(error)) => {
+                        Err(error) => {
                             warn!(%error, "cannot count the DGD's pods; keeping the last counts");
                         }
                     }
@@ -295,7 +322,15 @@ pub async fn run(args: SyntheticFrontendArgs) -> Result<(), FrontendError> {
             }))
         }
         (None, Some(prefill), Some(decode)) => {
-            let _ = workers_tx.send(Workers::fixed(prefill, decode));
+            let fixed = Workers::fixed(prefill, decode);
+            let _ = workers_tx.send(if args.aggregated {
+                Workers {
+                    prefill: Vec::new(),
+                    ..fixed
+                }
+            } else {
+                fixed
+            });
             None
         }
         _ => {
@@ -336,7 +371,8 @@ pub async fn run(args: SyntheticFrontendArgs) -> Result<(), FrontendError> {
     } else {
         1.0
     };
-    let mut replay = Replay::new(requests, args.jitter_s, args.looping, step);
+    let mut replay = Replay::new(requests, args.jitter_s, args.looping, step)
+        .aggregated(args.aggregated.then(AggregatedEngine::default).as_ref());
     let latency = LatencyModel::new(&curves, spec);
     let mut ticker = tokio::time::interval(Duration::from_secs_f64((step / speedup).max(0.01)));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -353,8 +389,13 @@ pub async fn run(args: SyntheticFrontendArgs) -> Result<(), FrontendError> {
         let k = f64::from_bits(rate_scale.load(Ordering::Relaxed));
         let t = started.elapsed().as_secs_f64() * speedup;
         let Ok(mut m) = metrics.lock() else { break };
-        let prefill = u32::try_from(workers.prefill.len()).unwrap_or(u32::MAX);
         let decode = u32::try_from(workers.decode.len()).unwrap_or(u32::MAX);
+        // Aggregated workers are both pools.
+        let prefill = if args.aggregated {
+            decode
+        } else {
+            u32::try_from(workers.prefill.len()).unwrap_or(u32::MAX)
+        };
         replay.advance_to(t, k, prefill, decode, &latency, &mut *m);
         m.update(&replay.snapshot(), &workers.prefill, &workers.decode);
         drop(m);
@@ -456,10 +497,13 @@ mod tests {
             .await
             .unwrap();
         let text = String::from_utf8(body.to_vec()).unwrap();
+        // Before its first request, a frontend exports the model's gauges only.
         assert!(
-            text.contains("dynamo_frontend_requests_total{model=\"m\""),
+            text.contains("dynamo_frontend_model_ready{model=\"M\"} 1"),
             "{text}"
         );
+        let response = serve_engine_metrics(State(state.clone())).await;
+        assert_eq!(response.status(), StatusCode::OK);
         let response = set_rate_scale(State(state.clone()), Path(4.0)).await;
         assert_eq!(response.status(), StatusCode::OK);
         assert_eq!(get_rate_scale(State(state.clone())).await, "4\n");

@@ -1,77 +1,35 @@
 //! Replays a request trace through the latency model as time passes, at a rate scale that may
 //! change while it runs (pure; the caller supplies the clock and the capacity).
 
-use std::{cmp::Ordering, collections::BinaryHeap};
-
 use planner_core::{
+    aggregated::AggregatedEngine,
     interpolation::PerformanceCurves,
-    latency::{Cluster, Job, LatencyModel, Observer, Snapshot},
+    latency::{Cluster, LatencyModel, Observer, Snapshot},
 };
 
-use crate::sim::trace::{Request, copies, jitter};
-
-/// A rate-scaled copy waiting for its arrival time.
-#[derive(Clone, Copy, Debug)]
-struct Pending(Job);
-
-impl PartialEq for Pending {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-impl Eq for Pending {}
-impl PartialOrd for Pending {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Pending {
-    /// Earliest arrival first (`BinaryHeap` is a max-heap).
-    fn cmp(&self, other: &Self) -> Ordering {
-        other
-            .0
-            .arrival_s
-            .total_cmp(&self.0.arrival_s)
-            .then_with(|| other.0.id.cmp(&self.0.id))
-    }
-}
+use crate::sim::trace::{Arrivals, Request};
 
 /// The replay's state.
 #[derive(Debug)]
 pub struct Replay {
-    base: Vec<Request>,
-    next: usize,
-    /// Added to trace times: grows by the trace's span at each loop.
-    offset_s: f64,
-    looping: bool,
-    jitter_s: f64,
+    arrivals: Arrivals,
     step_s: f64,
-    pending: BinaryHeap<Pending>,
     cluster: Cluster,
     now_s: f64,
-    next_id: usize,
-    cycle: usize,
 }
 
 impl Replay {
     /// A replay of `base` (sorted, relative times) starting at time 0, stepping `step_s`.
     pub fn new(base: Vec<Request>, jitter_s: f64, looping: bool, step_s: f64) -> Self {
         Self {
-            base,
-            next: 0,
-            offset_s: 0.0,
-            looping,
-            jitter_s,
+            arrivals: Arrivals::new(base, jitter_s, looping),
             step_s: if step_s.is_finite() && step_s > 0.0 {
                 step_s
             } else {
                 1.0
             },
-            pending: BinaryHeap::new(),
             cluster: Cluster::new(0.0, 0, 0),
             now_s: 0.0,
-            next_id: 0,
-            cycle: 0,
         }
     }
 
@@ -82,7 +40,7 @@ impl Replay {
 
     /// Whether the trace is over and every request has completed (never, when looping).
     pub fn finished(&self) -> bool {
-        !self.looping && self.next >= self.base.len() && self.pending.is_empty() && self.cluster.is_idle()
+        self.arrivals.exhausted() && self.cluster.is_idle()
     }
 
     /// The model's state.
@@ -90,44 +48,10 @@ impl Replay {
         self.cluster.snapshot()
     }
 
-    /// Expands base requests arriving before `until` into rate-scaled copies.
-    fn expand(&mut self, until: f64, k: f64) {
-        loop {
-            if self.next >= self.base.len() {
-                let span = self.base.last().map_or(0.0, |r| r.arrival_s) + 1.0;
-                if !self.looping || self.base.is_empty() {
-                    return;
-                }
-                self.next = 0;
-                self.offset_s += span;
-                self.cycle += 1;
-            }
-            let Some(request) = self.base.get(self.next) else {
-                return;
-            };
-            let arrival = request.arrival_s + self.offset_s;
-            if arrival >= until {
-                return;
-            }
-            // Copies differ between loops: the hash index includes the cycle.
-            let index = self.next + self.cycle * self.base.len();
-            for copy in 0..copies(index, k) {
-                let job = Job {
-                    id: self.next_id,
-                    arrival_s: arrival
-                        + if k == 1.0 {
-                            0.0
-                        } else {
-                            jitter(index, copy, self.jitter_s)
-                        },
-                    isl: request.isl,
-                    osl: request.osl.max(1.0),
-                };
-                self.next_id += 1;
-                self.pending.push(Pending(job));
-            }
-            self.next += 1;
-        }
+    /// The same replay on aggregated engines (`Some`), or disaggregated pools.
+    pub fn aggregated(mut self, engine: Option<&AggregatedEngine>) -> Self {
+        self.cluster = self.cluster.aggregated(engine);
+        self
     }
 
     /// Advances whole steps up to `t_s` (trace time) with `prefill` and `decode` engines
@@ -149,12 +73,7 @@ impl Replay {
         }
         while self.now_s + self.step_s <= t_s + 1e-9 {
             let until = self.now_s + self.step_s;
-            self.expand(until, k);
-            while let Some(Pending(job)) = self.pending.peek().copied() {
-                if job.arrival_s >= until {
-                    break;
-                }
-                self.pending.pop();
+            while let Some(job) = self.arrivals.next_before(until, k) {
                 // A copy jittered into an earlier step than its original's arrival is
                 // still fine: the model starts it no earlier than the current step.
                 observer.arrived(&job);
@@ -172,7 +91,7 @@ mod tests {
     use super::*;
     use planner_core::{
         interpolation::DecodeOperatingPoint,
-        latency::{EngineSpec, Outcome},
+        latency::{EngineSpec, Job, Outcome},
     };
 
     struct Flat;

@@ -20,7 +20,7 @@ use clap::Args;
 use serde::Deserialize;
 
 use planner_core::{
-    budget::{self, GrantReason, PoolAsk, Request as BudgetRequest},
+    budget::{self, GrantReason, Request as BudgetRequest},
     interpolation::{PerformanceCurves, PerformanceModel},
     profile::{Profile, builtin_names},
     sla::{Limits, SlaTargets},
@@ -49,6 +49,9 @@ pub struct Graph {
     pub priority: i32,
     /// Its weight among equal priorities.
     pub weight: f64,
+    /// One pool of aggregated engines instead of prefill and decode pools (its GPUs counted
+    /// once, as the decode engine's).
+    pub aggregated: bool,
 }
 
 /// How the GPUs are given to the graphs.
@@ -112,14 +115,17 @@ pub fn run_split<C: PerformanceCurves>(
     run_split_with(graphs, model, base, &mut policies, split, label)
 }
 
-/// Each graph's settings under `split`: its SLA, and its share as its own GPU budget when the
-/// split is static.
+/// Each graph's settings under `split`: its SLA, whether it is aggregated, and its share as its
+/// own GPU budget when the split is static.
 fn graph_configs(graphs: &[Graph], base: &SimConfig, split: &Split) -> Vec<SimConfig> {
     graphs
         .iter()
         .enumerate()
         .map(|(g, graph)| SimConfig {
             sla: graph.sla,
+            aggregated: graph
+                .aggregated
+                .then(|| base.aggregated.clone().unwrap_or_default()),
             limits: Limits {
                 max_gpu_budget: match split {
                     Split::Static(shares) => shares.get(g).copied(),
@@ -172,9 +178,12 @@ pub fn run_split_with<C: PerformanceCurves>(
     let held = |replays: &[Replay<'_, '_, C>]| -> u64 {
         replays
             .iter()
-            .map(|r| {
-                let (p, d) = r.target();
-                u64::from(p) * u64::from(gpus.0) + u64::from(d) * u64::from(gpus.1)
+            .zip(graphs)
+            .map(|(r, graph)| {
+                budget::graph_request_pools(graph.aggregated, (0, 0), r.target(), gpus)
+                    .iter()
+                    .map(|p| u64::from(p.want) * u64::from(p.gpus))
+                    .sum::<u64>()
             })
             .sum()
     };
@@ -200,13 +209,14 @@ pub fn run_split_with<C: PerformanceCurves>(
                 .zip(&wants)
                 .map(|((graph, replay), want)| request(graph, replay, *want, floor, gpus))
                 .collect();
-            for ((grant, replay), policy) in budget::arbitrate(*total, &requests)
+            for (((grant, replay), policy), graph) in budget::arbitrate(*total, &requests)
                 .iter()
                 .zip(replays.iter_mut())
                 .zip(policies.iter_mut())
+                .zip(graphs)
             {
                 cuts += u64::from(grant.reason != GrantReason::Full);
-                let (p, d) = (grant.replicas[0], grant.replicas[1]);
+                let (p, d) = budget::graph_replicas(graph.aggregated, &grant.replicas, replay.target());
                 if (p, d) != replay.target() {
                     replay.apply((p, d), policy.as_mut());
                 }
@@ -233,8 +243,8 @@ pub fn run_split_with<C: PerformanceCurves>(
     }
 }
 
-/// A graph's request for a round: its floor and its last decision per pool, its SLA risk from
-/// its last interval.
+/// A graph's request for a round: its floor and its last decision per pool (one pool when
+/// aggregated), its SLA risk from its last interval.
 fn request<C: PerformanceCurves>(
     graph: &Graph,
     replay: &Replay<'_, '_, C>,
@@ -255,18 +265,7 @@ fn request<C: PerformanceCurves>(
         priority: graph.priority,
         weight: graph.weight,
         risk,
-        pools: vec![
-            PoolAsk {
-                floor,
-                want: want.0,
-                gpus: gpus.0,
-            },
-            PoolAsk {
-                floor,
-                want: want.1,
-                gpus: gpus.1,
-            },
-        ],
+        pools: budget::graph_request_pools(graph.aggregated, (floor, floor), want, gpus),
     }
 }
 
@@ -359,6 +358,9 @@ struct GraphEntry {
     priority: i32,
     #[serde(default = "one")]
     weight: f64,
+    /// One pool of aggregated engines.
+    #[serde(default)]
+    aggregated: bool,
 }
 
 fn one() -> f64 {
@@ -418,16 +420,22 @@ pub fn run_command(args: &BudgetArgs) -> Result<String, BudgetError> {
             sla: SlaTargets::new(entry.ttft_ms, entry.itl_ms),
             priority: entry.priority,
             weight: entry.weight,
+            aggregated: entry.aggregated,
         });
         sources.push(format!(
-            "`{}` ({}) at k={}, SLA {} ms / {} ms, priority {}, weight {}",
+            "`{}` ({}) at k={}, SLA {} ms / {} ms, priority {}, weight {}{}",
             entry.name,
             entry.path.display(),
             entry.rate_scale,
             entry.ttft_ms,
             entry.itl_ms,
             entry.priority,
-            entry.weight
+            entry.weight,
+            if entry.aggregated {
+                ", one pool of aggregated engines"
+            } else {
+                ""
+            }
         ));
     }
     let profile = Profile::builtin(&args.profile).map_err(|e| BudgetError::Input(e.to_string()))?;

@@ -12,6 +12,7 @@ use clap::Args;
 use serde::Deserialize;
 
 use planner_core::{
+    aggregated::{AggregatedEngine, DEFAULT_CHUNK_TOKENS},
     interpolation::PerformanceModel,
     profile::{Profile, builtin_names},
     sla::{Limits, SlaTargets},
@@ -107,6 +108,18 @@ pub struct SimulateArgs {
     /// interval met the SLA) to this CSV file.
     #[arg(long, value_name = "FILE")]
     intervals_csv: Option<PathBuf>,
+    /// One pool of aggregated engines (chunked prefill sharing steps with decode) instead of
+    /// prefill and decode pools; GPUs per engine are `--decode-gpus`'. Runs the oracle,
+    /// `sla-*`, `load-based`, `hpa` and `fixed-peak` (upstream's formulas size two pools).
+    #[arg(long)]
+    aggregated: bool,
+    /// Prompt tokens an aggregated engine's step carries (`max_num_batched_tokens`).
+    #[arg(long, default_value_t = DEFAULT_CHUNK_TOKENS, requires = "aggregated")]
+    chunk_tokens: f64,
+    /// Append the report to `--report`'s file as a section (its headings one level down)
+    /// instead of replacing the file.
+    #[arg(long, requires = "report")]
+    append_report: bool,
 }
 
 /// Arrival jitter of rate-scaled copies (s), by default: copies of a request do not arrive in
@@ -429,6 +442,19 @@ pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
         specs.extend(args.policies.iter().filter_map(|n| PolicySpec::parse(n)));
         specs
     };
+    let specs = if args.aggregated {
+        if let Some(two_pools) = specs.iter().find(|s| !s.plans_aggregated())
+            && !args.policies.is_empty()
+        {
+            return Err(SimulateError::Input(format!(
+                "--aggregated: policy {} sizes two pools; the aggregated runs take oracle, sla-*, load-based, hpa and fixed-peak",
+                two_pools.name()
+            )));
+        }
+        specs.into_iter().filter(PolicySpec::plans_aggregated).collect()
+    } else {
+        specs
+    };
     let jobs = args
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
@@ -454,6 +480,9 @@ pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
         scale_up_delay_s: delays[0],
         sla: default_sla,
         limits,
+        aggregated: args.aggregated.then_some(AggregatedEngine {
+            chunk_tokens: args.chunk_tokens,
+        }),
         ..SimConfig::default()
     };
 
@@ -545,7 +574,12 @@ pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
         overview.shapes.push(c.load);
         let overview = &mut overview.runs;
         if delay_index == 0 {
-            let stem = format!("{}-k{}", job.name, k_label(c.k));
+            let stem = format!(
+                "{}{}-k{}",
+                if args.aggregated { "agg-" } else { "" },
+                job.name,
+                k_label(c.k)
+            );
             let mut figure_links = String::new();
             if !args.no_plots {
                 let figure = Figure {
@@ -607,6 +641,24 @@ pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
             std::fs::create_dir_all(dir)
                 .map_err(|e| SimulateError::Output(format!("cannot create {}: {e}", dir.display())))?;
         }
+        let text = if args.append_report {
+            // One level down, after what the file holds.
+            let existing = std::fs::read_to_string(report_path)
+                .map_err(|e| SimulateError::Output(format!("cannot read {}: {e}", report_path.display())))?;
+            let section: String = text
+                .lines()
+                .map(|line| {
+                    if line.starts_with('#') {
+                        format!("#{line}\n")
+                    } else {
+                        format!("{line}\n")
+                    }
+                })
+                .collect();
+            format!("{}\n{section}", existing.trim_end())
+        } else {
+            text
+        };
         std::fs::write(report_path, text)
             .map_err(|e| SimulateError::Output(format!("cannot write {}: {e}", report_path.display())))?;
         let _ = writeln!(out, "report: {}", report_path.display());
@@ -647,7 +699,20 @@ fn render_report(
             others.join(" and ")
         )
     };
-    let _ = writeln!(md, "# Scaling-quality benchmark\n");
+    if config.aggregated.is_some() {
+        let _ = writeln!(md, "# Aggregated engines\n");
+        let _ = writeln!(
+            md,
+            "The same traces with one pool of aggregated engines (prefill in chunks of {} tokens sharing each \
+             step with decode, GPUs per engine as decode's; `planner-sim simulate --aggregated`); the prefill and \
+             decode columns are that one pool. Policies: the oracle, the SLA planner (`sla-*`, its queueing \
+             model sizing the one pool for TTFT and ITL together), the load-based planner (Dynamo's rule for \
+             aggregated workers), `hpa` (the larger of its two recommendations) and `fixed-peak`.\n",
+            config.aggregated.map_or(DEFAULT_CHUNK_TOKENS, |a| a.chunk_tokens)
+        );
+    } else {
+        let _ = writeln!(md, "# Scaling-quality benchmark\n");
+    }
     let _ = writeln!(
         md,
         "Generated by `make bench` (`planner-sim simulate`, release build) in {seconds:.0} s on {jobs} threads. \
@@ -884,6 +949,38 @@ mod tests {
         argv.extend_from_slice(extra);
         let cli = <Cli as clap::Parser>::try_parse_from(argv).unwrap();
         simulate(&cli.args)
+    }
+
+    #[test]
+    fn aggregated_runs_append_their_own_section_and_refuse_two_pool_policies() {
+        let dir = tempfile::tempdir().unwrap();
+        let report = dir.path().join("results.md");
+        let report_arg = report.to_str().unwrap();
+        simulate_with(&["--policy", "hpa", "--report", report_arg]).unwrap();
+        let disaggregated = std::fs::read_to_string(&report).unwrap();
+        let out = simulate_with(&[
+            "--aggregated",
+            "--policy",
+            "sla-arima",
+            "--policy",
+            "hpa",
+            "--report",
+            report_arg,
+            "--append-report",
+        ])
+        .unwrap();
+        assert!(out.contains("sla-arima"), "{out}");
+        let both = std::fs::read_to_string(&report).unwrap();
+        // What was there stays as it was; the aggregated runs follow one heading level down.
+        assert!(both.starts_with(disaggregated.trim_end()), "{both}");
+        let section = &both[disaggregated.trim_end().len()..];
+        assert!(section.contains("\n## Aggregated engines\n"), "{section}");
+        assert!(section.contains("\n### Overview"), "{section}");
+        assert!(!section.contains("\n# "), "{section}");
+        let error = simulate_with(&["--aggregated", "--policy", "upstream-arima"])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("upstream-arima sizes two pools"), "{error}");
     }
 
     #[test]

@@ -4,33 +4,38 @@
 
 use planner_core::sizing::LengthMoments;
 
-/// `dynamo_frontend_input_sequence_tokens` bucket bounds (`le`).
+// Bucket bounds (`le`) of the frontend's histograms, as Dynamo 1.6.1's frontend exports them
+// (`generate_log_buckets`: 0, then log-spaced bounds rounded to two significant figures; the
+// `DYN_METRICS_*` variables unset), each ending in +Inf. The synthetic frontend exports the same;
+// the conformance test compares both with the real frontend's exposition.
+
+/// `dynamo_frontend_input_sequence_tokens` bucket bounds.
 pub const ISL_BOUNDS: [f64; 13] = [
     0.0,
-    50.0,
     100.0,
-    500.0,
-    1000.0,
-    2000.0,
-    4000.0,
-    8000.0,
-    16000.0,
-    32000.0,
-    64000.0,
-    128_000.0,
+    210.0,
+    430.0,
+    870.0,
+    1800.0,
+    3600.0,
+    7400.0,
+    15000.0,
+    31000.0,
+    63000.0,
+    130_000.0,
     f64::INFINITY,
 ];
 
 /// `dynamo_frontend_output_sequence_tokens` bucket bounds.
 pub const OSL_BOUNDS: [f64; 11] = [
     0.0,
-    50.0,
     100.0,
-    500.0,
-    1000.0,
-    2000.0,
-    4000.0,
-    8000.0,
+    210.0,
+    430.0,
+    880.0,
+    1800.0,
+    3700.0,
+    7600.0,
     16000.0,
     32000.0,
     f64::INFINITY,
@@ -39,23 +44,63 @@ pub const OSL_BOUNDS: [f64; 11] = [
 /// `dynamo_frontend_time_to_first_token_seconds` bucket bounds.
 pub const TTFT_BOUNDS: [f64; 19] = [
     0.0,
-    0.001,
-    0.005,
+    0.0022,
+    0.0047,
     0.01,
-    0.025,
-    0.05,
+    0.022,
+    0.047,
     0.1,
-    0.25,
-    0.5,
+    0.22,
+    0.47,
     1.0,
-    2.0,
-    5.0,
+    2.2,
+    4.7,
     10.0,
-    30.0,
-    60.0,
-    120.0,
-    240.0,
+    22.0,
+    48.0,
+    100.0,
+    220.0,
     480.0,
+    f64::INFINITY,
+];
+
+/// `dynamo_frontend_inter_token_latency_seconds` bucket bounds.
+pub const ITL_BOUNDS: [f64; 21] = [
+    0.0,
+    0.0018,
+    0.0033,
+    0.0059,
+    0.011,
+    0.02,
+    0.035,
+    0.064,
+    0.12,
+    0.21,
+    0.38,
+    0.69,
+    1.2,
+    2.3,
+    4.1,
+    7.4,
+    13.0,
+    24.0,
+    44.0,
+    80.0,
+    f64::INFINITY,
+];
+
+/// `dynamo_frontend_request_duration_seconds` bucket bounds.
+pub const DURATION_BOUNDS: [f64; 11] = [
+    0.0,
+    2.0,
+    4.0,
+    8.0,
+    16.0,
+    32.0,
+    64.0,
+    130.0,
+    260.0,
+    510.0,
     f64::INFINITY,
 ];
 
@@ -160,8 +205,8 @@ mod tests {
         for v in [0.3, 0.3, 0.4, 0.7] {
             h.observe(v);
         }
-        // Ranks: 2 in (0.25, 0.5]... 3 in (0.25,0.5], 1 in (0.5,1]. p50: rank 2 of 3 in the bucket.
-        assert!((h.quantile(0.5) - (0.25 + 0.25 * 2.0 / 3.0)).abs() < 1e-12);
+        // 3 in (0.22, 0.47], 1 in (0.47, 1]. p50: rank 2 of the 3 in the first.
+        assert!((h.quantile(0.5) - (0.22 + 0.25 * 2.0 / 3.0)).abs() < 1e-12);
         assert!((h.quantile(1.0) - 1.0).abs() < 1e-12);
         let mut open = Histogram::new(&TTFT_BOUNDS);
         open.observe(1000.0);

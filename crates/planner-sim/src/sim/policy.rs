@@ -57,6 +57,16 @@ const PREDICTORS: [PredictorKind; 4] = [
 ];
 
 impl PolicySpec {
+    /// Whether the policy plans one pool of aggregated engines (upstream's throughput formulas
+    /// and the perfect prediction built on them size two pools).
+    pub fn plans_aggregated(&self) -> bool {
+        match self {
+            Self::Oracle | Self::LoadBased | Self::Hpa | Self::FixedPeak => true,
+            Self::Sla { model, .. } => *model == SlaModel::Queueing,
+            Self::PerfectPrediction => false,
+        }
+    }
+
     /// The standard comparison: every policy.
     pub fn standard() -> Vec<Self> {
         let mut all = vec![Self::Oracle, Self::PerfectPrediction];
@@ -193,6 +203,7 @@ impl SlaPolicy {
                 scale_up_delay_s: DEFAULT_SCALE_UP_DELAY.as_secs_f64(),
                 ..sim.queueing.clone()
             },
+            aggregated: sim.aggregated,
         };
         Self::with_config(config)
     }
@@ -336,7 +347,7 @@ impl LoadBased {
     }
 }
 
-impl<C> Policy<C> for LoadBased {
+impl<C: PerformanceCurves> Policy<C> for LoadBased {
     fn name(&self) -> String {
         PolicySpec::LoadBased.name()
     }
@@ -347,9 +358,20 @@ impl<C> Policy<C> for LoadBased {
         if ctx.scaling_up {
             return None;
         }
-        let decision = self
-            .planner
-            .tick(&self.config, ctx.target.0, ctx.target.1, ctx.samples);
+        let decision = if ctx.config.aggregated.is_some() {
+            // A waiting prompt will take its tokens of one engine's KV cache.
+            let capacity = ctx.model.spec.max_kv_tokens;
+            let per_request = if capacity > 0.0 && ctx.window.isl.is_finite() {
+                ctx.window.isl / capacity
+            } else {
+                0.0
+            };
+            self.planner
+                .tick_aggregated(&self.config, ctx.target.1, ctx.samples, per_request)
+        } else {
+            self.planner
+                .tick(&self.config, ctx.target.0, ctx.target.1, ctx.samples)
+        };
         Some((decision.prefill, decision.decode))
     }
 }
@@ -632,6 +654,22 @@ impl<C: PerformanceCurves> Policy<C> for Oracle {
         let sla = ctx.config.sla;
         let (min, max) = (ctx.config.limits.min_replicas, ctx.config.max_replicas());
         let at_max = Self::trial(ctx, max, max);
+        if ctx.config.aggregated.is_some() {
+            // One pool: the fewest engines meeting both targets (or what the most achieve).
+            let ttft_target = achievable(sla.ttft_ms, at_max.ttft_ms);
+            let itl_target = achievable(sla.itl_ms, at_max.itl_ms);
+            let n = Self::smallest(min, max, |n| {
+                let trial = Self::trial(ctx, n, n);
+                trial.ttft_ms <= ttft_target && trial.itl_ms <= itl_target
+            });
+            let n = sla::apply_single_pool_budget(
+                n,
+                ctx.config.limits.decode_gpus_per_engine,
+                min,
+                ctx.config.limits.max_gpu_budget,
+            );
+            return Some((n, n));
+        }
         let ttft_target = achievable(sla.ttft_ms, at_max.ttft_ms);
         let prefill = Self::smallest(min, max, |p| Self::trial(ctx, p, max).ttft_ms <= ttft_target);
         let with_prefill = Self::trial(ctx, prefill, max);

@@ -15,6 +15,7 @@
 //! cannot make an interval look good. Intervals without arrivals are not counted.
 
 use planner_core::{
+    aggregated::AggregatedEngine,
     interpolation::PerformanceCurves,
     load::LoadSamples,
     sla::{Limits, Load, Observation, SlaTargets},
@@ -49,6 +50,9 @@ pub struct SimConfig {
     /// Settings of the SLA planner's queueing model (its scale-up delay is the one the policy
     /// measures on its replicas, as the operator does: not `scale_up_delay_s`).
     pub queueing: QueueingConfig,
+    /// `Some` for one pool of aggregated engines: every decision's pools become that pool
+    /// (the larger of the two), charged once, at the decode engine's GPUs.
+    pub aggregated: Option<AggregatedEngine>,
 }
 
 impl Default for SimConfig {
@@ -67,6 +71,7 @@ impl Default for SimConfig {
             },
             drain_limit_s: 1800.0,
             queueing: QueueingConfig::default(),
+            aggregated: None,
         }
     }
 }
@@ -80,6 +85,16 @@ impl SimConfig {
     /// The step actually used, so that an interval is a whole number of steps.
     pub fn effective_step_s(&self) -> f64 {
         self.interval_s / self.steps_per_interval() as f64
+    }
+
+    /// The replicas a decision runs: an aggregated deployment's one pool is both pools.
+    pub fn pools(&self, (prefill, decode): (u32, u32)) -> (u32, u32) {
+        if self.aggregated.is_some() {
+            let n = prefill.max(decode);
+            (n, n)
+        } else {
+            (prefill, decode)
+        }
     }
 
     /// Largest replica count per pool the searching policies consider.
@@ -387,7 +402,7 @@ impl Gauges {
     fn of(cluster: &Cluster) -> Self {
         Self {
             inflight: cluster.in_flight() as f64,
-            queued: cluster.waiting_for_first_token_count() as f64,
+            queued: cluster.prefill_pending_count() as f64,
         }
     }
 }
@@ -605,7 +620,7 @@ impl<'r, 'm, C: PerformanceCurves> Replay<'r, 'm, C> {
         };
         let min = config.limits.min_replicas;
         let empty_samples = LoadSamples::default();
-        let start_cluster = Cluster::new(0.0, 0, 0);
+        let start_cluster = Cluster::new(0.0, 0, 0).aggregated(config.aggregated.as_ref());
         let initial = policy.initial().or(initial).unwrap_or_else(|| {
             let ctx = DecisionContext {
                 now_s: 0.0,
@@ -623,6 +638,7 @@ impl<'r, 'm, C: PerformanceCurves> Replay<'r, 'm, C> {
             };
             policy.decide(&ctx).unwrap_or((min, min))
         });
+        let initial = config.pools(initial);
         let fast_period = policy.fast_period_s(config);
         policy.replicas_changed(0.0, initial, initial);
         Self {
@@ -639,13 +655,18 @@ impl<'r, 'm, C: PerformanceCurves> Replay<'r, 'm, C> {
                 u64::MAX
             },
             delay,
+            // An aggregated pool is charged once, as the decode pool.
             gpus: (
-                f64::from(config.limits.prefill_gpus_per_engine.max(1)),
+                if config.aggregated.is_some() {
+                    0.0
+                } else {
+                    f64::from(config.limits.prefill_gpus_per_engine.max(1))
+                },
                 f64::from(config.limits.decode_gpus_per_engine.max(1)),
             ),
             prefill: PoolState::new(initial.0),
             decode: PoolState::new(initial.1),
-            cluster: Cluster::new(0.0, initial.0, initial.1),
+            cluster: Cluster::new(0.0, initial.0, initial.1).aggregated(config.aggregated.as_ref()),
             window: Window::default(),
             fast_arrivals: 0.0,
             fast_completions: 0.0,
@@ -745,7 +766,7 @@ impl<'r, 'm, C: PerformanceCurves> Replay<'r, 'm, C> {
                 arrivals: Some(self.fast_arrivals),
                 completions: self.fast_completions,
                 inflight: Some(self.cluster.in_flight() as f64),
-                queued: Some(self.cluster.waiting_for_first_token_count() as f64),
+                queued: Some(self.cluster.prefill_pending_count() as f64),
                 prefill_engines: f64::from(self.cluster.prefill_engines()),
             };
             self.fast_arrivals = 0.0;
@@ -765,7 +786,7 @@ impl<'r, 'm, C: PerformanceCurves> Replay<'r, 'm, C> {
                 model: self.model,
                 config: self.config,
             };
-            decision = policy.fast_decide(&ctx, &signals);
+            decision = policy.fast_decide(&ctx, &signals).map(|r| self.config.pools(r));
         }
 
         if period_end {
@@ -791,7 +812,7 @@ impl<'r, 'm, C: PerformanceCurves> Replay<'r, 'm, C> {
                 model: self.model,
                 config: self.config,
             };
-            decision = policy.decide(&ctx);
+            decision = policy.decide(&ctx).map(|r| self.config.pools(r));
             self.last_window = Some(window);
             self.window = Window::default();
             self.fast_arrivals = 0.0;
@@ -825,11 +846,14 @@ impl<'r, 'm, C: PerformanceCurves> Replay<'r, 'm, C> {
     /// Asks for `(prefill, decode)` replicas from the end of the last step on: added replicas
     /// serve after the scale-up delay, removed ones stop at once. `policy` hears of the change
     /// (what it asked for may have been cut), and of replicas that come up at this instant.
-    pub fn apply(&mut self, (p, d): (u32, u32), policy: &mut dyn Policy<C>) {
+    pub fn apply(&mut self, replicas: (u32, u32), policy: &mut dyn Policy<C>) {
+        let (p, d) = self.config.pools(replicas);
         let t1 = self.now_s;
         let changed_p = self.prefill.set(p, t1, self.delay);
         let changed_d = self.decode.set(d, t1, self.delay);
-        self.actions += usize::from(changed_p) + usize::from(changed_d);
+        // An aggregated pool's one change is counted once.
+        let aggregated = self.config.aggregated.is_some();
+        self.actions += usize::from(changed_p && !aggregated) + usize::from(changed_d);
         if changed_p || changed_d {
             self.decisions.push((t1, (p, d)));
             self.max = (self.max.0.max(p), self.max.1.max(d));

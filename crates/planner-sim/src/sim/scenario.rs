@@ -70,7 +70,7 @@ pub fn constant(rate: f64, from: f64, to: f64) -> Vec<Request> {
 pub type Change = (f64, (u32, u32), (u32, u32), f64);
 
 /// Wraps a policy and records, for each change of replicas, the target before it and the
-/// requests still waiting for a first token beyond those the prefill engines hold.
+/// requests waiting for or in prefill beyond those the prefill engines hold.
 pub struct Watch<P> {
     /// The policy watched.
     pub inner: P,
@@ -85,7 +85,7 @@ impl<P> Watch<P> {
         decision: Option<(u32, u32)>,
     ) -> Option<(u32, u32)> {
         if let Some(target) = decision.filter(|t| *t != ctx.target) {
-            let waiting = ctx.cluster.waiting_for_first_token_count() as f64;
+            let waiting = ctx.cluster.prefill_pending_count() as f64;
             let backlog = (waiting - f64::from(ctx.cluster.prefill_engines())).max(0.0);
             self.changes.push((ctx.now_s, ctx.target, target, backlog));
         }

@@ -399,7 +399,14 @@ fn observations_carry_arrivals_gauges_and_moments() {
     assert_eq!(first.arrivals, Some(120.0));
     assert_eq!(first.queued, Some(0.0));
     assert_eq!(first.prefill_engines, Some(1.0));
-    assert!(first.isl_second_moment.is_some_and(|m| (m - 1e6).abs() < 1.0));
+    // Every prompt is 1000 tokens, in the frontend's (870, 1800] bucket: the second moment is
+    // read from the buckets, at least the squared mean and at most the bucket's bound squared.
+    assert!(
+        first
+            .isl_second_moment
+            .is_some_and(|m| (1e6 - 1.0..=1800.0 * 1800.0).contains(&m)),
+        "{first:?}"
+    );
     // Every TTFT is 100 ms: histogram_quantile interpolates within the bucket holding it.
     assert!(
         first
@@ -437,6 +444,7 @@ fn alternating_bursts() -> Vec<super::budget::Graph> {
             sla: config().sla,
             priority: 0,
             weight: 1.0,
+            aggregated: false,
         })
         .collect()
 }
@@ -553,6 +561,49 @@ fn a_higher_priority_graph_takes_the_budget_first_and_the_other_keeps_its_floor(
 }
 
 #[test]
+fn an_aggregated_graph_shares_a_budget_with_its_one_pool_counted_once() {
+    use super::budget::{Split, run_split};
+    // The first burst is an aggregated graph's: one pool, each engine one GPU (the decode
+    // engine's), counted once; the second a disaggregated graph's.
+    let mut graphs = alternating_bursts();
+    graphs[0].aggregated = true;
+    let shared = run_split(
+        &graphs,
+        &model(),
+        &config(),
+        queueing_constant(),
+        &Split::Shared(12),
+        "shared",
+    );
+    let alone = run_split(
+        &graphs,
+        &model(),
+        &config(),
+        queueing_constant(),
+        &Split::Unlimited,
+        "alone",
+    );
+    assert!(alone.peak_gpus > 12, "no contention: {} GPUs", alone.peak_gpus);
+    assert_eq!(shared.steps_over, 0);
+    assert!(shared.peak_gpus <= 12, "{}", shared.peak_gpus);
+    assert!(shared.cuts > 0, "never cut");
+    let (aggregated, disaggregated) = (&shared.graphs[0], &shared.graphs[1]);
+    for i in &aggregated.intervals {
+        assert_eq!((i.prefill, i.gpus), (i.decode, i.decode), "at {}", i.start_s);
+    }
+    for i in &disaggregated.intervals {
+        assert!((i.gpus - (i.prefill + i.decode)).abs() < 1e-9, "at {}", i.start_s);
+    }
+    // Each burst takes more than half the budget: the other graph's idle GPUs.
+    assert!(aggregated.summary.max_decode > 6, "{:?}", aggregated.summary);
+    assert!(
+        disaggregated.summary.max_prefill + disaggregated.summary.max_decode > 6,
+        "{:?}",
+        disaggregated.summary
+    );
+}
+
+#[test]
 fn proportional_shares_are_whole_engines_and_fit_the_total() {
     let shares = super::budget::proportional_shares(112, &[30.0, 20.0, 50.0], 4, 8);
     assert_eq!(shares, [32, 20, 56]);
@@ -593,4 +644,45 @@ fn in_a_shared_budget_a_policy_is_told_what_it_was_granted_and_when_it_serves() 
             (120.0, (2, 1), (2, 1))
         ]
     );
+}
+
+#[test]
+fn an_aggregated_run_plans_one_pool_and_charges_it_once() {
+    let config = SimConfig {
+        aggregated: Some(planner_core::aggregated::AggregatedEngine::default()),
+        ..config()
+    };
+    // A step from 2 to 25 requests/s: one pool grows, every policy keeps both pools equal.
+    let mut requests = constant(2.0, 0.0, 600.0);
+    requests.extend(constant(25.0, 600.0, 1200.0));
+    let specs = [
+        PolicySpec::Oracle,
+        PolicySpec::Sla {
+            model: SlaModel::Queueing,
+            predictor: PredictorKind::Constant,
+            correction: true,
+            headroom: false,
+        },
+        PolicySpec::LoadBased,
+        PolicySpec::Hpa,
+        PolicySpec::FixedPeak,
+    ];
+    let results = compare(&requests, &model(), &config, &specs, 2);
+    for r in &results {
+        assert_eq!(r.summary.max_prefill, r.summary.max_decode, "{}", r.policy);
+        for i in &r.intervals {
+            assert_eq!(i.prefill, i.decode, "{} at {}", r.policy, i.start_s);
+            // One GPU per decode engine, none for the prefill "pool" (the same engines).
+            assert_eq!(i.gpus, i.decode, "{} at {}", r.policy, i.start_s);
+        }
+    }
+    let sla = by_name(&results, "sla-constant");
+    let oracle = by_name(&results, "oracle");
+    assert!(oracle.summary.max_decode > 1);
+    assert!(
+        sla.summary.max_decode >= oracle.summary.max_decode,
+        "{:?}",
+        sla.summary
+    );
+    assert!(sla.summary.interval_attainment() >= 0.8, "{:?}", sla.summary);
 }

@@ -4,9 +4,12 @@
 //! `shared/data/traces/README.md`. Arrivals are made relative to the first request, sorted, and
 //! can be multiplied by a rate scale `k` with small deterministic jitter.
 
-use std::path::Path;
+use std::{cmp::Ordering, collections::BinaryHeap, path::Path};
 
-use planner_core::trace::{TraceError, parse_mooncake_jsonl};
+use planner_core::{
+    latency::Job,
+    trace::{TraceError, parse_mooncake_jsonl},
+};
 
 /// One request: when it arrives and how long it is.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -269,6 +272,122 @@ pub fn scale_indexed(requests: &[Request], k: f64, jitter_s: f64) -> Vec<Scaled>
     scaled
 }
 
+/// A rate-scaled copy waiting for its arrival time.
+#[derive(Clone, Copy, Debug)]
+struct Pending(Job);
+
+impl PartialEq for Pending {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Pending {}
+impl PartialOrd for Pending {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Pending {
+    /// Earliest arrival first (`BinaryHeap` is a max-heap).
+    fn cmp(&self, other: &Self) -> Ordering {
+        other
+            .0
+            .arrival_s
+            .total_cmp(&self.0.arrival_s)
+            .then_with(|| other.0.id.cmp(&self.0.id))
+    }
+}
+
+/// The arrivals of a trace as (trace) time passes, at a rate scale that may change meanwhile:
+/// each base request becomes [`copies`] copies at the rate scale in force when its time comes,
+/// each [`jitter`]ed (except at `k = 1`), and the trace starts again when `looping`. The
+/// synthetic frontend feeds them to its latency model, the test bed sends them to Dynamo.
+#[derive(Debug)]
+pub struct Arrivals {
+    base: Vec<Request>,
+    next: usize,
+    /// Added to trace times: grows by the trace's span at each loop.
+    offset_s: f64,
+    looping: bool,
+    jitter_s: f64,
+    pending: BinaryHeap<Pending>,
+    next_id: usize,
+    cycle: usize,
+}
+
+impl Arrivals {
+    /// The arrivals of `base` (sorted, relative times) from time 0.
+    pub fn new(base: Vec<Request>, jitter_s: f64, looping: bool) -> Self {
+        Self {
+            base,
+            next: 0,
+            offset_s: 0.0,
+            looping,
+            jitter_s,
+            pending: BinaryHeap::new(),
+            next_id: 0,
+            cycle: 0,
+        }
+    }
+
+    /// Whether every arrival has been taken (never, when looping over a non-empty trace).
+    pub fn exhausted(&self) -> bool {
+        (!self.looping || self.base.is_empty()) && self.next >= self.base.len() && self.pending.is_empty()
+    }
+
+    /// The next copy arriving before `until` (trace seconds), earliest first, expanding base
+    /// requests up to `until` at rate scale `k`; `None` when none is due yet.
+    pub fn next_before(&mut self, until: f64, k: f64) -> Option<Job> {
+        self.expand(until, k);
+        let Pending(job) = *self.pending.peek()?;
+        if job.arrival_s >= until {
+            return None;
+        }
+        self.pending.pop();
+        Some(job)
+    }
+
+    /// Expands base requests arriving before `until` into rate-scaled copies.
+    fn expand(&mut self, until: f64, k: f64) {
+        loop {
+            if self.next >= self.base.len() {
+                let span = self.base.last().map_or(0.0, |r| r.arrival_s) + 1.0;
+                if !self.looping || self.base.is_empty() {
+                    return;
+                }
+                self.next = 0;
+                self.offset_s += span;
+                self.cycle += 1;
+            }
+            let Some(request) = self.base.get(self.next) else {
+                return;
+            };
+            let arrival = request.arrival_s + self.offset_s;
+            if arrival >= until {
+                return;
+            }
+            // Copies differ between loops: the hash index includes the cycle.
+            let index = self.next + self.cycle * self.base.len();
+            for copy in 0..copies(index, k) {
+                let job = Job {
+                    id: self.next_id,
+                    arrival_s: arrival
+                        + if k == 1.0 {
+                            0.0
+                        } else {
+                            jitter(index, copy, self.jitter_s)
+                        },
+                    isl: request.isl,
+                    osl: request.osl.max(1.0),
+                };
+                self.next_id += 1;
+                self.pending.push(Pending(job));
+            }
+            self.next += 1;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -348,5 +467,46 @@ mod tests {
         let half = scale(&base, 1.5, 0.5);
         assert!((130..=170).contains(&half.len()), "{}", half.len());
         assert!(scale(&base, 0.0, 1.0).is_empty());
+    }
+
+    #[test]
+    fn arrivals_follow_the_rate_scale_in_force_and_loop() {
+        let base: Vec<Request> = (0..10)
+            .map(|i| Request {
+                arrival_s: f64::from(i),
+                isl: 100.0,
+                osl: 0.0,
+            })
+            .collect();
+        let mut arrivals = Arrivals::new(base.clone(), 0.5, false);
+        let mut take = |until: f64, k: f64| {
+            let mut jobs = Vec::new();
+            while let Some(job) = arrivals.next_before(until, k) {
+                jobs.push(job);
+            }
+            jobs
+        };
+        let first = take(5.0, 1.0);
+        assert_eq!(
+            first.iter().map(|j| j.arrival_s).collect::<Vec<_>>(),
+            [0.0, 1.0, 2.0, 3.0, 4.0]
+        );
+        assert!(first.iter().all(|j| j.osl == 1.0), "at least one output token");
+        // A step to three times the rate: three jittered copies of each later request.
+        let stepped = take(8.0, 3.0);
+        assert!((8..=9).contains(&stepped.len()), "{}", stepped.len());
+        assert!(stepped.windows(2).all(|w| w[0].arrival_s <= w[1].arrival_s));
+        let rest = take(100.0, 0.0);
+        assert!(rest.len() <= 3, "copies jittered past 8 s only: {}", rest.len());
+        assert!(arrivals.exhausted());
+
+        let mut looping = Arrivals::new(base, 0.0, true);
+        let mut count = 0;
+        // A loop lasts 10 s (last arrival at 9 s, plus 1 s): before 25 s, 25 arrivals.
+        while looping.next_before(25.0, 1.0).is_some() {
+            count += 1;
+        }
+        assert_eq!(count, 25);
+        assert!(!looping.exhausted());
     }
 }

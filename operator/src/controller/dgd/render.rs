@@ -17,8 +17,9 @@ use k8s_openapi::{
 use planner_api::{
     Component, ComponentType, DynamoGraphDeployment,
     labels::{
-        FRONTEND_PORT, LABEL_COMPONENT, LABEL_COMPONENT_TYPE, LABEL_GRAPH, LABEL_MANAGED_BY, MAIN_CONTAINER,
-        MANAGED_BY, dynamo_namespace, workload_name,
+        FRONTEND_PORT, FRONTEND_PORT_NAME, LABEL_COMPONENT, LABEL_COMPONENT_TYPE, LABEL_DYNAMO_NAMESPACE,
+        LABEL_GRAPH, LABEL_MANAGED_BY, LABEL_METRICS_ENABLED, MAIN_CONTAINER, MANAGED_BY, SYSTEM_PORT,
+        SYSTEM_PORT_NAME, dynamo_namespace, workload_name,
     },
 };
 
@@ -126,8 +127,40 @@ fn operator_env(dgd: &str, namespace: &str, component: &Component) -> Vec<EnvVar
     ];
     if let Some(kind) = component.kind {
         env.push(var("DYN_COMPONENT", kind.as_str().into()));
+        // Workers serve their metrics (and health) on the system port, as NVIDIA's operator
+        // starts them.
+        if kind.is_worker() {
+            env.push(var("DYN_SYSTEM_ENABLED", "true".into()));
+            env.push(var("DYN_SYSTEM_PORT", SYSTEM_PORT.to_string()));
+        }
     }
     env
+}
+
+/// The labels NVIDIA's PodMonitors select a pod by and copy into its series: metrics enabled
+/// (unless the pod template says otherwise) and the graph's Dynamo namespace.
+fn metrics_labels(labels: &mut BTreeMap<String, String>, dgd: &str, namespace: &str) {
+    labels
+        .entry(LABEL_METRICS_ENABLED.into())
+        .or_insert_with(|| "true".into());
+    labels.insert(LABEL_DYNAMO_NAMESPACE.into(), dynamo_namespace(namespace, dgd));
+}
+
+/// Adds the named port a PodMonitor scrapes, unless the container already has one by that name
+/// or number.
+fn ensure_port(container: &mut Container, name: &str, port: i32) {
+    let ports = container.ports.get_or_insert_with(Vec::new);
+    if !ports
+        .iter()
+        .any(|p| p.container_port == port || p.name.as_deref() == Some(name))
+    {
+        ports.push(ContainerPort {
+            name: Some(name.into()),
+            container_port: port,
+            protocol: Some("TCP".into()),
+            ..ContainerPort::default()
+        });
+    }
 }
 
 /// Merges env lists: a later variable with the same name replaces an earlier one in place.
@@ -217,9 +250,9 @@ pub fn render(
                 spec: Some(ServiceSpec {
                     selector: Some(selector_labels(name, &component.name)),
                     ports: Some(vec![ServicePort {
-                        name: Some("http".into()),
+                        name: Some(FRONTEND_PORT_NAME.into()),
                         port: FRONTEND_PORT,
-                        target_port: Some(IntOrString::String("http".into())),
+                        target_port: Some(IntOrString::String(FRONTEND_PORT_NAME.into())),
                         protocol: Some("TCP".into()),
                         ..ServicePort::default()
                     }]),
@@ -247,10 +280,9 @@ fn render_pod_template(
             name: component.name.clone(),
         })?;
     let metadata = template.metadata.get_or_insert_with(ObjectMeta::default);
-    metadata
-        .labels
-        .get_or_insert_with(BTreeMap::new)
-        .extend(component_labels(dgd, component));
+    let labels = metadata.labels.get_or_insert_with(BTreeMap::new);
+    labels.extend(component_labels(dgd, component));
+    metrics_labels(labels, dgd, namespace);
     let spec = template
         .spec
         .as_mut()
@@ -284,19 +316,20 @@ fn render_pod_template(
         operator_env(dgd, namespace, component),
         main.env.take().unwrap_or_default(),
     ]));
-    if component.kind == Some(ComponentType::Frontend) {
-        let ports = main.ports.get_or_insert_with(Vec::new);
-        if !ports
-            .iter()
-            .any(|p| p.container_port == FRONTEND_PORT || p.name.as_deref() == Some("http"))
-        {
-            ports.push(ContainerPort {
-                name: Some("http".into()),
-                container_port: FRONTEND_PORT,
-                protocol: Some("TCP".into()),
-                ..ContainerPort::default()
-            });
+    match component.kind {
+        Some(ComponentType::Frontend) => ensure_port(main, FRONTEND_PORT_NAME, FRONTEND_PORT),
+        Some(kind) if kind.is_worker() => {
+            // The port the worker's system server listens on, as its env says.
+            let port = main
+                .env
+                .iter()
+                .flatten()
+                .find(|e| e.name == "DYN_SYSTEM_PORT")
+                .and_then(|e| e.value.as_deref()?.parse().ok())
+                .unwrap_or(SYSTEM_PORT);
+            ensure_port(main, SYSTEM_PORT_NAME, port);
         }
+        _ => {}
     }
     Ok(template)
 }
@@ -414,6 +447,73 @@ mod tests {
     }
 
     #[test]
+    fn pods_carry_what_the_dynamo_pod_monitors_select_and_scrape() {
+        let mut dgd = sample();
+        // A container that names its own system port keeps it; a pod template may turn metrics off.
+        let decode = dgd.spec.components[2].pod_template.as_mut().unwrap();
+        decode.spec.as_mut().unwrap().containers[0].env = Some(vec![EnvVar {
+            name: "DYN_SYSTEM_PORT".into(),
+            value: Some("9345".into()),
+            value_from: None,
+        }]);
+        let rendered = render(&dgd, None).unwrap();
+        let pod = |i: usize| rendered.deployments[i].spec.as_ref().unwrap().template.clone();
+        let ports = |i: usize| -> Vec<(String, i32)> {
+            pod(i).spec.unwrap().containers[0]
+                .ports
+                .iter()
+                .flatten()
+                .map(|p| (p.name.clone().unwrap_or_default(), p.container_port))
+                .collect()
+        };
+        for i in 0..3 {
+            let labels = pod(i).metadata.unwrap().labels.unwrap();
+            assert_eq!(labels[LABEL_METRICS_ENABLED], "true");
+            assert_eq!(labels[LABEL_DYNAMO_NAMESPACE], "llm-llama-disagg");
+        }
+        assert_eq!(ports(0), [("http".to_string(), 8000)]);
+        assert_eq!(ports(1), [("system".to_string(), 9090)]);
+        assert_eq!(ports(2), [("system".to_string(), 9345)]);
+        let env = env_of(&rendered.deployments[1]);
+        assert!(
+            env.contains(&("DYN_SYSTEM_PORT".into(), "9090".into())),
+            "{env:?}"
+        );
+        assert!(
+            env.contains(&("DYN_SYSTEM_ENABLED".into(), "true".into())),
+            "{env:?}"
+        );
+        assert!(
+            !env_of(&rendered.deployments[0])
+                .iter()
+                .any(|(n, _)| n == "DYN_SYSTEM_PORT")
+        );
+        let mut off = sample();
+        off.spec.components[1]
+            .pod_template
+            .as_mut()
+            .unwrap()
+            .metadata
+            .get_or_insert_with(ObjectMeta::default)
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert(LABEL_METRICS_ENABLED.into(), "false".into());
+        let rendered = render(&off, None).unwrap();
+        let labels = rendered.deployments[1]
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .labels
+            .clone()
+            .unwrap();
+        assert_eq!(labels[LABEL_METRICS_ENABLED], "false");
+    }
+
+    #[test]
     fn missing_main_container_is_named() {
         let mut dgd = sample();
         dgd.spec.components[2]
@@ -468,7 +568,31 @@ mod tests {
         assert!(topology.is_none());
         let rendered = render(&dgd, topology.as_ref()).unwrap();
         let actual = serde_json::json!({"deployments": rendered.deployments, "services": rendered.services});
-        let expected: serde_json::Value = serde_json::from_str(golden).unwrap();
+        let mut expected: serde_json::Value = serde_json::from_str(golden).unwrap();
+        // Added since, to every pod: what the Dynamo PodMonitors select and scrape.
+        for deployment in expected["deployments"].as_array_mut().unwrap() {
+            let template = &mut deployment["spec"]["template"];
+            let labels = template["metadata"]["labels"].as_object_mut().unwrap();
+            let worker =
+                ["prefill", "decode", "worker"].contains(&labels[LABEL_COMPONENT_TYPE].as_str().unwrap());
+            labels.insert(LABEL_METRICS_ENABLED.into(), "true".into());
+            labels.insert(LABEL_DYNAMO_NAMESPACE.into(), "llm-llama-disagg".into());
+            if worker {
+                let main = &mut template["spec"]["containers"][0];
+                let env = main["env"].as_array_mut().unwrap();
+                let at = env.iter().position(|e| e["name"] == "DYN_COMPONENT").unwrap() + 1;
+                env.insert(
+                    at,
+                    serde_json::json!({"name": "DYN_SYSTEM_ENABLED", "value": "true"}),
+                );
+                env.insert(
+                    at + 1,
+                    serde_json::json!({"name": "DYN_SYSTEM_PORT", "value": "9090"}),
+                );
+                main["ports"] =
+                    serde_json::json!([{"containerPort": 9090, "name": "system", "protocol": "TCP"}]);
+            }
+        }
         assert_eq!(actual, expected);
     }
 

@@ -29,6 +29,21 @@ pub struct ScaleRequest<'a> {
     pub graph: &'a TargetGraph,
 }
 
+impl ScaleRequest<'_> {
+    /// Each component once with its replicas: an aggregated graph's one worker component is
+    /// both pools, set to the decode pool's replicas.
+    pub fn targets(&self) -> Vec<(&str, u32)> {
+        if self.components.0 == self.components.1 {
+            vec![(self.components.1, self.target.1)]
+        } else {
+            vec![
+                (self.components.0, self.target.0),
+                (self.components.1, self.target.1),
+            ]
+        }
+    }
+}
+
 /// What happened to a decision.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Actuation {
@@ -76,11 +91,8 @@ impl Connector for KubernetesConnector {
         if self.gate == Gate::Closed {
             return Actuation::Deferred("target not Ready, scaling deferred".into());
         }
-        let targets = [
-            (request.components.0, request.target.0),
-            (request.components.1, request.target.1),
-        ];
-        match kubernetes::set_replicas(&self.client, request.graph, &self.adapters, &targets).await {
+        match kubernetes::set_replicas(&self.client, request.graph, &self.adapters, &request.targets()).await
+        {
             Ok(true) => Actuation::Scaled { decision_id: None },
             Ok(false) => Actuation::Unchanged,
             Err(error) => {
@@ -203,6 +215,21 @@ mod tests {
             "status": status
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn an_aggregated_worker_is_set_once_to_the_decode_replicas() {
+        let graph = graph(json!({}));
+        let request = |components| ScaleRequest {
+            target: (3, 4),
+            components,
+            graph: &graph,
+        };
+        assert_eq!(
+            request(("prefill", "decode")).targets(),
+            [("prefill", 3), ("decode", 4)]
+        );
+        assert_eq!(request(("worker", "worker")).targets(), [("worker", 4)]);
     }
 
     #[test]

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use planner_api::{PlannerPolicySpec, PredictorKind, SlaModel};
 use planner_core::{
+    aggregated::{AggregatedEngine, DEFAULT_CHUNK_TOKENS},
     load::LoadConfig,
     predictor::{self, KalmanConfig, PredictorConfig},
     sla::{Limits, SlaTargets},
@@ -82,6 +83,12 @@ pub fn sla_config(
             },
             ..QueueingConfig::default()
         },
+        aggregated: validated.target.aggregated.then(|| AggregatedEngine {
+            chunk_tokens: validated
+                .target
+                .chunk_tokens
+                .map_or(DEFAULT_CHUNK_TOKENS, f64::from),
+        }),
     }
 }
 

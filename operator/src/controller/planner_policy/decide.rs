@@ -11,7 +11,10 @@ use planner_core::{
 };
 
 use super::status::{METRICS_AVAILABLE, SCALING_LIMITED, finite, scaling_limited};
-use crate::controller::conditions::DesiredCondition;
+use crate::{
+    controller::conditions::DesiredCondition,
+    sources::prometheus::{KvReading, KvUsageSource},
+};
 
 /// A policy's planner between intervals, with what it plans with.
 pub enum PlannerState {
@@ -31,16 +34,20 @@ pub enum PlannerState {
         planner: LoadPlanner,
         /// Thresholds and limits.
         config: LoadConfig,
+        /// One aggregated worker pool (Dynamo's rule for aggregated workers).
+        aggregated: bool,
     },
 }
 
 /// What the observe step read for an interval.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Observed {
-    /// The frontend's interval metrics (SLA planner).
-    Sla(IntervalMetrics),
+    /// The frontend's interval metrics (SLA planner), and the decode KV usage read.
+    Sla(IntervalMetrics, Option<KvReading>),
     /// Queue and KV-cache samples (load-based planner), or why they are missing.
     Load(Result<LoadSamples, String>),
+    /// The graph's frontend has counted no request yet (either planner): why, for status.
+    AwaitingTraffic(String),
 }
 
 /// Where the metrics came from, for messages.
@@ -85,14 +92,31 @@ pub fn decide(
     replicas: Replicas,
     origin: &MetricsOrigin,
 ) -> Decision {
+    // A graph awaiting its first request: the SLA planner holds (its tick counts the interval),
+    // the load planner keeps its replicas.
+    let observed = match (&*state, observed) {
+        (PlannerState::Sla { .. }, Observed::AwaitingTraffic(reason)) => {
+            Observed::Sla(IntervalMetrics::AwaitingTraffic { reason }, None)
+        }
+        (_, observed) => observed,
+    };
     match (state, observed) {
+        (PlannerState::Load { .. }, Observed::AwaitingTraffic(reason)) => Decision {
+            conditions: vec![DesiredCondition::met(
+                METRICS_AVAILABLE,
+                AWAITING_TRAFFIC,
+                reason.clone(),
+            )],
+            message: format!("keeping replicas: {reason}"),
+            ..Decision::default()
+        },
         (
             PlannerState::Sla {
                 planner,
                 config,
                 model,
             },
-            Observed::Sla(metrics),
+            Observed::Sla(metrics, kv),
         ) => {
             // Upstream's formulas are given the replicas serving, as Dynamo's planner reads them;
             // the queueing model those asked for, so replicas still starting are not asked for
@@ -101,11 +125,16 @@ pub fn decide(
                 SlaModel::Upstream => replicas.serving,
                 SlaModel::Queueing => replicas.asked,
             };
-            decide_sla(planner, config, model, metrics, current, origin)
+            decide_sla(planner, config, model, metrics, kv, current, origin)
         }
-        (PlannerState::Load { planner, config }, Observed::Load(samples)) => {
-            decide_load(planner, config, samples, replicas.serving, origin)
-        }
+        (
+            PlannerState::Load {
+                planner,
+                config,
+                aggregated,
+            },
+            Observed::Load(samples),
+        ) => decide_load(planner, config, *aggregated, samples, replicas.serving, origin),
         // The observe step reads what the state's planner needs; a mismatch keeps replicas.
         _ => Decision {
             message: "keeping replicas: the observation does not match the planner's mode".into(),
@@ -203,8 +232,11 @@ pub fn guard(mut decision: Decision, asked: (u32, u32), guards: &Guards) -> Deci
     decision
 }
 
-/// Reports one SLA planner tick.
-fn report_tick(tick: &SlaDecision, origin: &MetricsOrigin) -> Decision {
+/// The `MetricsAvailable` reason of a graph whose frontend has counted no request yet.
+pub const AWAITING_TRAFFIC: &str = "AwaitingTraffic";
+
+/// Reports one SLA planner tick, with the decode KV usage read.
+fn report_tick(tick: &SlaDecision, kv: Option<&KvReading>, origin: &MetricsOrigin) -> Decision {
     let mut decision = Decision {
         message: tick.explanation(),
         ..Decision::default()
@@ -218,12 +250,17 @@ fn report_tick(tick: &SlaDecision, origin: &MetricsOrigin) -> Decision {
             "NoTraffic",
             "no request completed in the last interval",
         ),
+        Some(Hold::AwaitingTraffic { reason }) => {
+            DesiredCondition::met(METRICS_AVAILABLE, AWAITING_TRAFFIC, reason.clone())
+        }
         None => DesiredCondition::met(
             METRICS_AVAILABLE,
             "Observed",
             format!(
-                "frontend metrics of {} from {}",
-                origin.dynamo_namespace, origin.url
+                "frontend metrics of {} from {}; {}",
+                origin.dynamo_namespace,
+                origin.url,
+                kv_note(kv)
             ),
         ),
     });
@@ -236,6 +273,8 @@ fn report_tick(tick: &SlaDecision, origin: &MetricsOrigin) -> Decision {
         osl: finite(o.osl),
         ttft_ms: finite(o.ttft_ms),
         itl_ms: finite(o.itl_ms),
+        decode_kv_usage: kv.and_then(|kv| kv.mean).and_then(finite),
+        decode_kv_usage_source: kv.map(|kv| kv.source),
     });
     decision.predicted = tick.predicted.as_ref().map(|load| PredictedLoad {
         requests: finite(load.num_req),
@@ -250,21 +289,34 @@ fn report_tick(tick: &SlaDecision, origin: &MetricsOrigin) -> Decision {
     decision
 }
 
+/// What the status says of the decode KV usage read.
+fn kv_note(kv: Option<&KvReading>) -> &'static str {
+    match kv.map(|kv| kv.source) {
+        Some(KvUsageSource::Engines) => "decode KV usage from the engines",
+        Some(KvUsageSource::Router) => {
+            "decode KV usage from the KV router's estimate (no engine exports one for the graph): prompt blocks only, a lower bound the planner does not learn from"
+        }
+        None => "no decode KV usage (no engine or KV router exports one for the graph)",
+    }
+}
+
 fn decide_sla(
     planner: &mut SlaPlanner,
     config: &SlaPlannerConfig,
     model: &PerformanceModel,
     metrics: IntervalMetrics,
+    kv: Option<KvReading>,
     current: (u32, u32),
     origin: &MetricsOrigin,
 ) -> Decision {
     let tick = planner.tick(config, model, metrics, current);
-    report_tick(&tick, origin)
+    report_tick(&tick, kv.as_ref(), origin)
 }
 
 fn decide_load(
     planner: &mut LoadPlanner,
     config: &LoadConfig,
+    aggregated: bool,
     samples: Result<LoadSamples, String>,
     current: (u32, u32),
     origin: &MetricsOrigin,
@@ -283,7 +335,13 @@ fn decide_load(
             };
         }
     };
-    let tick: LoadDecision = planner.tick(config, current.0, current.1, &samples);
+    // Dynamo's rule also counts an aggregated pool's waiting prompts as the KV they will take;
+    // load mode reads no prompt lengths, so the operator's rule reads the engines' KV usage.
+    let tick: LoadDecision = if aggregated {
+        planner.tick_aggregated(config, current.1, &samples, 0.0)
+    } else {
+        planner.tick(config, current.0, current.1, &samples)
+    };
     let condition = if tick.skipped == Some(LoadSkip::NoSamples) {
         DesiredCondition::unmet(
             METRICS_AVAILABLE,
@@ -294,7 +352,15 @@ fn decide_load(
             ),
         )
     } else {
-        DesiredCondition::met(METRICS_AVAILABLE, "Observed", "load metrics sampled")
+        DesiredCondition::met(
+            METRICS_AVAILABLE,
+            "Observed",
+            if samples.decode_kv_lower_bound {
+                "load metrics sampled; decode KV usage from the KV router's estimate (no engine exports one for the graph): prompt blocks only, a lower bound decode is not scaled down on"
+            } else {
+                "load metrics sampled; decode KV usage from the engines"
+            },
+        )
     };
     Decision {
         target: tick.skipped.is_none().then_some((tick.prefill, tick.decode)),
@@ -360,6 +426,7 @@ mod tests {
             },
             model: model_kind,
             queueing: QueueingConfig::default(),
+            aggregated: None,
         };
         let profile = Profile::builtin("h200-llama3.1-8b-tp1").unwrap();
         PlannerState::Sla {
@@ -378,9 +445,12 @@ mod tests {
         let mut state = sla_state();
         let decision = decide(
             &mut state,
-            Observed::Sla(IntervalMetrics::Unavailable {
-                reason: "Prometheus at http://prometheus:9090 did not answer".into(),
-            }),
+            Observed::Sla(
+                IntervalMetrics::Unavailable {
+                    reason: "Prometheus at http://prometheus:9090 did not answer".into(),
+                },
+                None,
+            ),
             both(2),
             &origin(),
         );
@@ -406,7 +476,7 @@ mod tests {
         let mut state = sla_state();
         let decision = decide(
             &mut state,
-            Observed::Sla(IntervalMetrics::Observed(observed(60_000.0))),
+            Observed::Sla(IntervalMetrics::Observed(observed(60_000.0)), None),
             both(1),
             &origin(),
         );
@@ -420,7 +490,8 @@ mod tests {
         assert!(
             decision.conditions.iter().any(|c| c.type_ == METRICS_AVAILABLE
                 && c.status == "True"
-                && c.message == "frontend metrics of llm-llama from http://prometheus:9090"),
+                && c.message
+                    == "frontend metrics of llm-llama from http://prometheus:9090; no decode KV usage (no engine or KV router exports one for the graph)"),
             "{:?}",
             decision.conditions
         );
@@ -443,7 +514,7 @@ mod tests {
         };
         let decision = decide(
             &mut state,
-            Observed::Sla(IntervalMetrics::Observed(idle)),
+            Observed::Sla(IntervalMetrics::Observed(idle), None),
             both(1),
             &origin(),
         );
@@ -457,6 +528,7 @@ mod tests {
     #[test]
     fn load_mode_without_samples_keeps_replicas() {
         let mut state = PlannerState::Load {
+            aggregated: false,
             planner: LoadPlanner::default(),
             config: LoadConfig::default(),
         };
@@ -477,6 +549,113 @@ mod tests {
         assert_eq!(decision.target, None);
         assert_eq!(decision.conditions[0].reason, "NoSamples");
         assert!(decision.conditions[0].message.contains("llm-llama"));
+    }
+
+    #[test]
+    fn load_mode_moves_an_aggregated_pool_as_one_by_its_kv_usage() {
+        let mut state = PlannerState::Load {
+            aggregated: true,
+            planner: LoadPlanner::default(),
+            config: LoadConfig::default(),
+        };
+        // No prefill queue series (aggregated workers have none): the KV usage decides.
+        let busy = LoadSamples {
+            prefill_queue: Vec::new(),
+            decode_kv_usage: vec![0.95, 0.97],
+            ..LoadSamples::default()
+        };
+        let decision = decide(&mut state, Observed::Load(Ok(busy)), both(2), &origin());
+        assert_eq!(decision.target, Some((3, 3)));
+        let mut state = PlannerState::Load {
+            aggregated: true,
+            planner: LoadPlanner::default(),
+            config: LoadConfig::default(),
+        };
+        let idle = LoadSamples {
+            prefill_queue: Vec::new(),
+            decode_kv_usage: vec![0.05],
+            ..LoadSamples::default()
+        };
+        let decision = decide(&mut state, Observed::Load(Ok(idle)), both(3), &origin());
+        assert_eq!(decision.target, Some((2, 2)));
+    }
+
+    #[test]
+    fn a_graph_awaiting_its_first_request_is_ready_and_holds() {
+        let reason = "waiting for the first request: the frontend of llm-llama serves llama and has counted none yet; planning starts with it";
+        for mut state in [
+            sla_state(),
+            sla_state_with(SlaModel::Queueing),
+            PlannerState::Load {
+                aggregated: false,
+                planner: LoadPlanner::default(),
+                config: LoadConfig::default(),
+            },
+        ] {
+            let decision = decide(
+                &mut state,
+                Observed::AwaitingTraffic(reason.into()),
+                both(2),
+                &origin(),
+            );
+            assert_eq!(decision.target, None);
+            assert_eq!(
+                decision.conditions,
+                [DesiredCondition::met(METRICS_AVAILABLE, AWAITING_TRAFFIC, reason)]
+            );
+            assert_eq!(decision.message, format!("keeping replicas: {reason}"));
+            // Ready, with no failing condition (so no Warning Event).
+            let status = super::super::status::next(
+                None,
+                Some(1),
+                &super::super::status::Outcome {
+                    conditions: decision.conditions.clone(),
+                    message: decision.message.clone(),
+                    ..Default::default()
+                },
+                k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap(),
+            );
+            let ready =
+                crate::controller::conditions::find(&status.conditions, super::super::status::READY).unwrap();
+            assert_eq!(ready.status, "True");
+        }
+    }
+
+    #[test]
+    fn status_says_where_the_decode_kv_usage_came_from() {
+        for (source, note) in [
+            (KvUsageSource::Engines, "decode KV usage from the engines"),
+            (
+                KvUsageSource::Router,
+                "decode KV usage from the KV router's estimate",
+            ),
+        ] {
+            let mut state = sla_state();
+            let decision = decide(
+                &mut state,
+                Observed::Sla(
+                    IntervalMetrics::Observed(observed(600.0)),
+                    Some(KvReading {
+                        source,
+                        mean: Some(0.25),
+                        peak: Some(0.5),
+                    }),
+                ),
+                both(1),
+                &origin(),
+            );
+            let observed = decision.observed.unwrap();
+            assert_eq!(
+                (observed.decode_kv_usage, observed.decode_kv_usage_source),
+                (Some(0.25), Some(source))
+            );
+            let available = decision
+                .conditions
+                .iter()
+                .find(|c| c.type_ == METRICS_AVAILABLE)
+                .unwrap();
+            assert!(available.message.contains(note), "{}", available.message);
+        }
     }
 
     #[test]
@@ -505,7 +684,7 @@ mod tests {
         };
         let decision = decide(
             &mut state,
-            Observed::Sla(IntervalMetrics::Observed(overloaded)),
+            Observed::Sla(IntervalMetrics::Observed(overloaded), None),
             replicas,
             &origin(),
         );
@@ -526,7 +705,7 @@ mod tests {
         flooded.queued = Some(4_000.0);
         let decision = decide(
             &mut state,
-            Observed::Sla(IntervalMetrics::Observed(flooded)),
+            Observed::Sla(IntervalMetrics::Observed(flooded), None),
             both(1),
             &origin(),
         );
@@ -557,7 +736,7 @@ mod tests {
         };
         decide(
             &mut state,
-            Observed::Sla(IntervalMetrics::Observed(calm)),
+            Observed::Sla(IntervalMetrics::Observed(calm), None),
             replicas,
             &origin(),
         );

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use kube::ResourceExt;
 use planner_api::{BudgetGrant, PlannerPolicy, PlannerPolicySpec};
-use planner_core::budget::{self, GrantReason, PoolAsk};
+use planner_core::budget::{self, GrantReason};
 
 use super::{
     PlannerContext,
@@ -101,7 +101,8 @@ pub fn floor(spec: &PlannerPolicySpec) -> u32 {
     u32::try_from(spec.bounds.min_replicas.max(1)).unwrap_or(1)
 }
 
-/// A policy's request for a round: per pool its floor, what it wants and its GPUs per replica.
+/// A policy's request for a round: per pool (one for an aggregated graph) its floor, what it
+/// wants and its GPUs per replica.
 pub fn ask(
     membership: &Membership,
     spec: &PlannerPolicySpec,
@@ -110,22 +111,17 @@ pub fn ask(
     risk: f64,
 ) -> broker::Ask {
     let floor = floor(spec);
+    let target = &validated.target;
     broker::Ask {
         priority: membership.priority,
         weight: membership.weight,
         risk,
-        pools: vec![
-            PoolAsk {
-                floor,
-                want: want.0,
-                gpus: validated.target.prefill.gpus,
-            },
-            PoolAsk {
-                floor,
-                want: want.1,
-                gpus: validated.target.decode.gpus,
-            },
-        ],
+        pools: budget::graph_request_pools(
+            target.aggregated,
+            (floor, floor),
+            want,
+            (target.prefill.gpus, target.decode.gpus),
+        ),
         timeout: broker::member_timeout(validated.interval),
     }
 }
@@ -155,18 +151,13 @@ pub fn granted(
     answer: &broker::Answer,
     asked: (u32, u32),
     floor: u32,
+    aggregated: bool,
 ) -> (Decision, BudgetGrant) {
-    let allowed = (
-        answer.allowed.first().copied().unwrap_or(asked.0),
-        answer.allowed.get(1).copied().unwrap_or(asked.1),
-    );
+    let allowed = budget::graph_replicas(aggregated, &answer.allowed, asked);
     let target = (clip(allowed.0, asked.0, floor), clip(allowed.1, asked.1, floor));
     let grant = &answer.grant;
     let mut explanation = grant.explanation(answer.total);
-    let granted: (u32, u32) = (
-        grant.replicas.first().copied().unwrap_or(0),
-        grant.replicas.get(1).copied().unwrap_or(0),
-    );
+    let granted = budget::graph_replicas(aggregated, &grant.replicas, (0, 0));
     let waiting = allowed.0 < granted.0 || allowed.1 < granted.1;
     let mut limit = grant.limit(answer.total);
     if waiting {
@@ -293,6 +284,7 @@ mod tests {
             &answer(GrantReason::Cut, [1, 1], [1, 1]),
             (2, 2),
             1,
+            false,
         );
         assert_eq!(d.target, Some((1, 1)));
         assert_eq!(
@@ -319,6 +311,7 @@ mod tests {
             &answer(GrantReason::Cut, [1, 1], [1, 1]),
             (2, 2),
             1,
+            false,
         );
         assert_eq!(d.target, Some((1, 1)));
         assert!(d.message.starts_with("budget gpus: granted 8 of the 16 GPUs"));
@@ -329,6 +322,7 @@ mod tests {
             &answer(GrantReason::Full, [2, 2], [2, 2]),
             (1, 1),
             1,
+            false,
         );
         assert_eq!(d.target, Some((2, 2)));
         assert_eq!(status.reason, "Full");
@@ -339,6 +333,7 @@ mod tests {
             &answer(GrantReason::Full, [2, 2], [2, 2]),
             (2, 2),
             1,
+            false,
         );
         assert_eq!((d.target, d.message.as_str()), (None, ""));
     }
@@ -351,10 +346,47 @@ mod tests {
             &answer(GrantReason::Full, [4, 2], [3, 1]),
             (1, 1),
             1,
+            false,
         );
         assert_eq!(d.target, Some((3, 1)));
         assert!(d.message.ends_with(
             "prefill 3 and decode 1 now, 4 and 2 once other members release the GPUs they still hold"
+        ));
+    }
+
+    #[test]
+    fn an_aggregated_graph_asks_for_its_one_pool_and_runs_its_grant_as_both() {
+        let dgd: planner_api::DynamoGraphDeployment =
+            serde_yaml::from_str(include_str!("../../../../config/samples/dgd-disagg.yaml")).unwrap();
+        let graph = crate::target::TargetGraph::try_from(&dgd).unwrap();
+        let policy: PlannerPolicy =
+            serde_yaml::from_str(include_str!("../../../../config/samples/plannerpolicy-sla.yaml")).unwrap();
+        let spec = policy.spec;
+        let validated = |aggregated: bool| {
+            let mut v = crate::validation::validate(
+                &spec,
+                "llm",
+                Some(&graph),
+                &crate::validation::Tenancy::default(),
+            )
+            .unwrap();
+            v.target.aggregated = aggregated;
+            v
+        };
+        let ask = |aggregated| ask(&membership(), &spec, &validated(aggregated), (3, 4), 1.0);
+        assert_eq!(ask(false).pools.len(), 2);
+        let pools = ask(true).pools;
+        assert_eq!(
+            (pools.len(), pools[0].floor, pools[0].want, pools[0].gpus),
+            (1, 1, 4, validated(true).target.decode.gpus)
+        );
+        let mut one = answer(GrantReason::Cut, [3, 0], [2, 0]);
+        one.grant.replicas.truncate(1);
+        one.allowed.truncate(1);
+        let (d, _) = granted(decision(Some((4, 4))), &membership(), &one, (1, 1), 1, true);
+        assert_eq!(d.target, Some((2, 2)));
+        assert!(d.message.ends_with(
+            "prefill 2 and decode 2 now, 3 and 3 once other members release the GPUs they still hold"
         ));
     }
 
@@ -366,6 +398,7 @@ mod tests {
             &answer(GrantReason::FloorUnfunded, [0, 0], [0, 0]),
             (2, 2),
             1,
+            false,
         );
         assert_eq!(d.target, Some((1, 1)));
     }

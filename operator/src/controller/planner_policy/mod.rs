@@ -405,6 +405,7 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
         Adapters::new()
     };
     let mut outcome = Outcome {
+        aggregated: validated.target.aggregated,
         kv_transfer,
         ..Outcome::default()
     };
@@ -414,10 +415,17 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
     outcome.conditions.push(DesiredCondition::met(
         TARGET_RESOLVED,
         "Resolved",
-        format!(
-            "prefill component {:?}, decode component {:?}",
-            validated.target.prefill.component, validated.target.decode.component
-        ),
+        if validated.target.aggregated {
+            format!(
+                "aggregated worker component {:?} (prefill and decode on the same engines)",
+                validated.target.decode.component
+            )
+        } else {
+            format!(
+                "prefill component {:?}, decode component {:?}",
+                validated.target.prefill.component, validated.target.decode.component
+            )
+        },
     ));
 
     // 3. The profile's performance model (the load-based planner needs none).
@@ -505,7 +513,7 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
     let decision = match step {
         Step::Interval => {
             outcome.ticked = true;
-            outcome.current = Some(replicas(current.serving));
+            outcome.current = Some(replicas(current.serving, outcome.aggregated));
             let observed = observe::observe(&runtime.state, &query, &ctx.base.metrics.policies).await;
             decide::decide(&mut runtime.state, observed, current, &origin)
         }
@@ -562,8 +570,9 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
                 Some((answer, wakes)) => {
                     ctx.budgets.wake(wakes);
                     let floor = member::floor(&policy.spec);
+                    let aggregated = validated.target.aggregated;
                     let (decision, grant) =
-                        member::granted(decision, membership, &answer, current.asked, floor);
+                        member::granted(decision, membership, &answer, current.asked, floor, aggregated);
                     outcome.budget = BudgetOutcome::Set(grant);
                     decision
                 }
@@ -601,7 +610,7 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
     // 7. Actuate.
     let mut scaled_from = None;
     if let Some(wanted) = target {
-        outcome.desired = Some(replicas(wanted));
+        outcome.desired = Some(replicas(wanted, outcome.aggregated));
         let asked = current.asked;
         if policy.spec.mode == PlannerMode::Observe {
             outcome.message.push_str(" (observe mode: not applied)");
@@ -684,10 +693,14 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
             .metrics
             .policies
             .decision(&namespace, &policy.name_any(), up);
-        let note = format!(
-            "prefill {} -> {}, decode {} -> {}: {}",
-            from.0, to.0, from.1, to.1, outcome.message
-        );
+        let note = if outcome.aggregated {
+            format!("workers {} -> {}: {}", from.1, to.1, outcome.message)
+        } else {
+            format!(
+                "prefill {} -> {}, decode {} -> {}: {}",
+                from.0, to.0, from.1, to.1, outcome.message
+            )
+        };
         info!(%note, "scaled");
         common::publish(
             &ctx.base.recorder,
@@ -864,6 +877,7 @@ async fn runtime_for(
         _ => PlannerState::Load {
             planner: LoadPlanner::default(),
             config: config::load_config(spec, validated),
+            aggregated: validated.target.aggregated,
         },
     };
     let runtime = Arc::new(tokio::sync::Mutex::new(PolicyRuntime {
@@ -898,7 +912,12 @@ fn refresh(
                 *model = new_model;
             }
         }
-        PlannerState::Load { config, .. } => *config = config::load_config(spec, validated),
+        PlannerState::Load {
+            config, aggregated, ..
+        } => {
+            *config = config::load_config(spec, validated);
+            *aggregated = validated.target.aggregated;
+        }
     }
 }
 
@@ -919,11 +938,13 @@ fn current_replicas(dgd: &TargetGraph, target: &TargetPools, asked: (u32, u32)) 
     )
 }
 
-fn replicas((prefill, decode): (u32, u32)) -> PoolReplicas {
+/// Replicas for status; an aggregated pool's are its `workers` too (both pools are it).
+fn replicas((prefill, decode): (u32, u32), aggregated: bool) -> PoolReplicas {
     let to_i32 = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
     PoolReplicas {
         prefill: to_i32(prefill),
         decode: to_i32(decode),
+        workers: aggregated.then(|| to_i32(decode)),
     }
 }
 

@@ -13,7 +13,7 @@ use planner_core::state::{FastSignals, IntervalMetrics};
 use super::decide::{Observed, PlannerState};
 use crate::{
     metrics::policy::PolicyMetrics,
-    sources::prometheus::{FastSnapshot, MetricsError, PrometheusClient, SeriesFilter},
+    sources::prometheus::{FastSnapshot, MetricsError, PrometheusClient, Reading, SeriesFilter},
 };
 
 /// Where and what to read.
@@ -46,12 +46,22 @@ pub async fn observe(state: &PlannerState, query: &MetricsQuery<'_>, metrics: &P
         Err(ref reason) => {
             metrics.metrics_unavailable("client");
             return match state {
-                PlannerState::Sla { .. } => Observed::Sla(IntervalMetrics::Unavailable {
-                    reason: reason.clone(),
-                }),
+                PlannerState::Sla { .. } => Observed::Sla(
+                    IntervalMetrics::Unavailable {
+                        reason: reason.clone(),
+                    },
+                    None,
+                ),
                 PlannerState::Load { .. } => Observed::Load(Err(reason.clone())),
             };
         }
+    };
+    let awaiting = |model: Option<&str>| {
+        format!(
+            "waiting for the first request: the frontend of {} serves {} and has counted none yet; planning starts with it",
+            query.dynamo_namespace,
+            model.unwrap_or("its model")
+        )
     };
     match state {
         PlannerState::Sla { .. } => {
@@ -59,36 +69,53 @@ pub async fn observe(state: &PlannerState, query: &MetricsQuery<'_>, metrics: &P
                 dynamo_namespace: query.dynamo_namespace.to_string(),
                 model: query.model.to_string(),
             };
-            Observed::Sla(
-                match observe_interval(client, &filter, window_s, query.ttft_quantile).await {
-                    Ok(mut observation) => {
-                        observation.prefill_engines = Some(f64::from(query.prefill_engines));
-                        observation.decode_engines = Some(f64::from(query.decode_engines));
-                        IntervalMetrics::Observed(observation)
-                    }
-                    Err(error) => {
-                        metrics.metrics_unavailable(error.kind());
+            match observe_interval(client, &filter, window_s, query.ttft_quantile).await {
+                Ok(Reading::Observed { mut observation, kv }) => {
+                    observation.prefill_engines = Some(f64::from(query.prefill_engines));
+                    observation.decode_engines = Some(f64::from(query.decode_engines));
+                    Observed::Sla(IntervalMetrics::Observed(*observation), kv)
+                }
+                Ok(Reading::AwaitingTraffic) => Observed::AwaitingTraffic(awaiting(Some(query.model))),
+                Err(error) => {
+                    metrics.metrics_unavailable(error.kind());
+                    Observed::Sla(
                         IntervalMetrics::Unavailable {
                             reason: error.to_string(),
-                        }
-                    }
-                },
-            )
+                        },
+                        None,
+                    )
+                }
+            }
         }
-        PlannerState::Load { .. } => Observed::Load(
-            client
+        PlannerState::Load { .. } => {
+            let samples = client
                 .load_samples(
                     query.dynamo_namespace,
                     window_s as f64,
                     query.pulling_interval.as_secs_f64().max(1.0),
                     query.now_unix_s,
+                    query.prefill_engines,
                 )
-                .await
-                .map_err(|error| {
+                .await;
+            match samples {
+                // Without any sample, a graph before its first request says so.
+                Ok(samples) if samples.prefill_queue.is_empty() && samples.decode_kv_usage.is_empty() => {
+                    match client.awaiting_traffic(query.dynamo_namespace, None).await {
+                        Ok(true) => Observed::AwaitingTraffic(awaiting(None)),
+                        Ok(false) => Observed::Load(Ok(samples)),
+                        Err(error) => {
+                            metrics.metrics_unavailable(error.kind());
+                            Observed::Load(Err(error.to_string()))
+                        }
+                    }
+                }
+                Ok(samples) => Observed::Load(Ok(samples)),
+                Err(error) => {
                     metrics.metrics_unavailable(error.kind());
-                    error.to_string()
-                }),
-        ),
+                    Observed::Load(Err(error.to_string()))
+                }
+            }
+        }
     }
 }
 
@@ -102,21 +129,23 @@ pub async fn observe_interval(
     filter: &SeriesFilter,
     window_s: u64,
     quantile: f64,
-) -> Result<planner_core::sla::Observation, MetricsError> {
+) -> Result<Reading, MetricsError> {
     match client.observe(filter, window_s, quantile).await {
         Err(MetricsError::NoSeries { .. }) => {
             let wider = window_s.saturating_mul(2);
-            let mut observation = client.observe(filter, wider, quantile).await?;
+            let mut reading = client.observe(filter, wider, quantile).await?;
             tracing::debug!(
                 dynamo_namespace = filter.dynamo_namespace,
                 window_s,
                 wider,
                 "no series over the interval; read over twice the interval"
             );
-            let scale = window_s as f64 / wider as f64;
-            observation.num_req *= scale;
-            observation.arrivals = observation.arrivals.map(|arrivals| arrivals * scale);
-            Ok(observation)
+            if let Reading::Observed { observation, .. } = &mut reading {
+                let scale = window_s as f64 / wider as f64;
+                observation.num_req *= scale;
+                observation.arrivals = observation.arrivals.map(|arrivals| arrivals * scale);
+            }
+            Ok(reading)
         }
         other => other,
     }

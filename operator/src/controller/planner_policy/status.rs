@@ -46,6 +46,8 @@ pub struct Outcome {
     pub message: String,
     /// What the shared GPU budget granted.
     pub budget: BudgetOutcome,
+    /// The target is one aggregated worker pool (its replicas are reported as `workers`).
+    pub aggregated: bool,
     /// The target's KV-transfer topology, when the target was read (`Some(None)`: it has none).
     pub kv_transfer: Option<Option<KvTransferStatus>>,
 }
@@ -210,10 +212,12 @@ mod tests {
             desired: Some(PoolReplicas {
                 prefill: 2,
                 decode: 3,
+                workers: None,
             }),
             current: Some(PoolReplicas {
                 prefill: 1,
                 decode: 3,
+                workers: None,
             }),
             scaled: true,
             ticked: true,
@@ -225,7 +229,8 @@ mod tests {
             first.desired,
             Some(PoolReplicas {
                 prefill: 2,
-                decode: 3
+                decode: 3,
+                workers: None,
             })
         );
         assert!(first.last_scale_time.is_some() && first.last_tick_time.is_some());

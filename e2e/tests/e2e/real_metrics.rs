@@ -1,0 +1,249 @@
+//! The operator's reads on what NVIDIA Dynamo really exports: Dynamo 1.6.1's own frontend and
+//! mocker engines (`make dynamo`), in the frontend's default router mode, scraped by a real
+//! Prometheus with the relabelling of NVIDIA's PodMonitors and this chart's (`dynamo_namespace`
+//! from the pod label; the engines' component type). Needs no cluster.
+//!
+//! Each assertion below failed on the operator's earlier reads: an idle graph was "metrics
+//! unavailable", the first requests of a new series were not counted, the decode KV usage and
+//! load mode's prefill queue were read from KV-router gauges a default frontend does not have,
+//! and the prefill backlog counted the requests waiting for decode.
+
+use std::time::Duration;
+
+use e2e::{
+    Result,
+    dynamo::{self, Bed, Engine, MODEL, Mode, Request},
+    poll_until,
+};
+use planner_core::load::{LoadConfig, LoadPlanner, LoadReason};
+use planner_operator::sources::prometheus::{
+    KvUsageSource, PrometheusClient, Reading, SeriesFilter, served_models_query,
+};
+
+use crate::prometheus::{Job, Prometheus};
+
+/// What a PodMonitor adds to each target's series: the graph's namespace, and the engines'
+/// component type.
+fn jobs(bed: &Bed) -> Vec<Job> {
+    let ns = ("dynamo_namespace".to_string(), bed.dynamo_namespace.clone());
+    let mut jobs = vec![Job {
+        name: "dynamo-frontend".into(),
+        targets: vec![bed.frontend_addr.clone()],
+        path: "/metrics",
+        labels: vec![ns.clone()],
+    }];
+    for (i, (mode, target)) in bed.engine_targets().into_iter().enumerate() {
+        jobs.push(Job {
+            name: format!("dynamo-worker-{i}"),
+            targets: vec![target],
+            path: "/metrics",
+            labels: vec![ns.clone(), ("dynamo_component_type".into(), mode.as_str().into())],
+        });
+    }
+    jobs
+}
+
+fn filter(bed: &Bed) -> SeriesFilter {
+    SeriesFilter {
+        dynamo_namespace: bed.dynamo_namespace.clone(),
+        model: MODEL.into(),
+    }
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// `n` requests of `isl` prompt and `osl` output tokens, `every_s` apart.
+fn load(n: usize, isl: u32, osl: u32, every_s: f64) -> Vec<Request> {
+    (0..n)
+        .map(|i| Request {
+            at_s: i as f64 * every_s,
+            isl,
+            osl,
+        })
+        .collect()
+}
+
+/// The interval's observation, and where its decode KV usage came from.
+async fn observed(
+    client: &PrometheusClient,
+    bed: &Bed,
+    window_s: u64,
+) -> Result<(planner_core::sla::Observation, Option<KvUsageSource>)> {
+    match client.observe(&filter(bed), window_s, 0.9).await? {
+        Reading::Observed { observation, kv } => Ok((*observation, kv.map(|kv| kv.source))),
+        other => Err(format!("expected an observation, got {other:?}").into()),
+    }
+}
+
+/// The value of an instant query's first sample, `None` when it returns none.
+async fn value(client: &PrometheusClient, query: &str) -> Result<Option<f64>> {
+    Ok(client.query(query).await?.first().map(|s| s.value))
+}
+
+/// Waits until Prometheus holds the frontend's model gauges (a scrape of the frontend).
+async fn scraped(client: &PrometheusClient, bed: &Bed) -> Result<()> {
+    poll_until(
+        "the frontend's model gauges in Prometheus",
+        Duration::from_secs(60),
+        || {
+            let query = served_models_query(&bed.dynamo_namespace);
+            async move { Ok(!client.query(&query).await?.is_empty()) }
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_default_frontend_and_its_engines_give_every_signal_the_planners_read() -> Result<()> {
+    // A prefill engine twenty times slower than its timing model, so requests queue for it.
+    let bed = Bed::start(
+        "e2e-real-default",
+        &[],
+        &[
+            Engine {
+                speedup: 0.05,
+                ..Engine::new(Mode::Prefill)
+            },
+            Engine::new(Mode::Decode),
+        ],
+    )
+    .await?;
+    let prometheus = Prometheus::start_jobs(&jobs(&bed), 1).await?;
+    let client = PrometheusClient::new(&prometheus.url, Duration::from_secs(10))?;
+
+    // A new graph: the frontend serves the model, and has no request series yet.
+    scraped(&client, &bed).await?;
+    assert_eq!(
+        client.observe(&filter(&bed), 30, 0.9).await?,
+        Reading::AwaitingTraffic
+    );
+    let ns = &bed.dynamo_namespace;
+    let old_requests =
+        format!("sum(increase(dynamo_frontend_requests_total{{dynamo_namespace=\"{ns}\"}}[30s]))");
+    assert_eq!(
+        value(&client, &old_requests).await?,
+        None,
+        "the earlier read: no series"
+    );
+    assert!(client.awaiting_traffic(&bed.dynamo_namespace, None).await?);
+
+    // Its first three requests: counted, though their series start with them.
+    assert_eq!(dynamo::replay(&bed.frontend_addr, &load(3, 40, 8, 0.0)).await, 0);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let (first, _) = observed(&client, &bed, 30).await?;
+    assert_eq!(first.num_req, 3.0, "{first:?}");
+    let missed = value(&client, &old_requests).await?.unwrap_or(0.0);
+    assert!(
+        missed < 3.0,
+        "the earlier read counted {missed} of the first 3 requests"
+    );
+    assert_eq!(first.arrivals, Some(3.0), "{first:?}");
+    assert_eq!((first.isl, first.osl), (40.0, 8.0), "{first:?}");
+    assert!(first.ttft_ms > 0.0 && first.itl_ms > 0.0, "{first:?}");
+
+    // Prefill overload: requests wait for the one slow prefill engine.
+    let addr = bed.frontend_addr.clone();
+    let overload = tokio::spawn(async move { dynamo::replay(&addr, &load(30, 1500, 16, 0.25)).await });
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let samples = client
+        .load_samples(&bed.dynamo_namespace, 6.0, 1.0, unix_now(), 1)
+        .await?;
+    let waiting = samples.prefill_queue.iter().copied().fold(0.0, f64::max);
+    assert!(waiting >= 2.0, "{samples:?}");
+    assert!(
+        !samples.decode_kv_lower_bound && !samples.decode_kv_usage.is_empty(),
+        "{samples:?}"
+    );
+    // The earlier reads: the KV router's queue and active blocks, which a default frontend
+    // (round-robin) does not export.
+    for old in [
+        format!(
+            "sum(dynamo_frontend_router_queue_pending_requests{{dynamo_namespace=\"{ns}\",worker_type=\"prefill\"}})"
+        ),
+        format!(
+            "avg(dynamo_frontend_worker_active_decode_blocks{{dynamo_namespace=\"{ns}\",worker_type=\"decode\"}})"
+        ),
+    ] {
+        assert_eq!(value(&client, &old).await?, None, "{old}");
+    }
+    let decision = LoadPlanner::default().tick(&LoadConfig::default(), 1, 1, &samples);
+    assert!(
+        matches!(decision.prefill_reason, LoadReason::ScaleUp { .. }) && decision.prefill == 2,
+        "{decision:?}"
+    );
+    let (busy, kv_source) = observed(&client, &bed, 10).await?;
+    assert!(busy.queued.is_some_and(|q| q >= 3.0), "{busy:?}");
+    // The decode KV usage comes from the decode engine (this frontend has no KV router).
+    assert_eq!(kv_source, Some(KvUsageSource::Engines), "{busy:?}");
+    assert!(busy.decode_kv_usage.is_some(), "{busy:?}");
+    let snapshot = client.fast_snapshot(10).await?;
+    let signals = snapshot.signals(&filter(&bed)).ok_or("no fast signals")?;
+    assert!(signals.queued.is_some_and(|q| q >= 3.0), "{signals:?}");
+    assert_eq!(overload.await?, 0, "requests failed");
+    Ok(())
+}
+
+#[tokio::test]
+async fn requests_waiting_for_decode_are_not_a_prefill_backlog() -> Result<()> {
+    // A decode engine with room for two of these requests at a time, and a fast prefill engine:
+    // requests done with prefill wait for decode, without a first token yet.
+    let bed = Bed::start(
+        "e2e-real-decode-bound",
+        &[],
+        &[
+            Engine::new(Mode::Prefill),
+            Engine {
+                kv_blocks: 160,
+                ..Engine::new(Mode::Decode)
+            },
+        ],
+    )
+    .await?;
+    let prometheus = Prometheus::start_jobs(&jobs(&bed), 1).await?;
+    let client = PrometheusClient::new(&prometheus.url, Duration::from_secs(10))?;
+    scraped(&client, &bed).await?;
+    let addr = bed.frontend_addr.clone();
+    let load = tokio::spawn(async move { dynamo::replay(&addr, &load(16, 1000, 150, 0.3)).await });
+    // While requests wait for decode, the frontend's deprecated queued gauge counts them; the
+    // prefill stages do not.
+    poll_until("requests waiting for decode", Duration::from_secs(60), || {
+        let bed = &bed;
+        async move {
+            let text = bed.frontend_metrics().await?;
+            Ok(dynamo::sample(&text, "dynamo_frontend_queued_requests", &[]).is_some_and(|q| q >= 7.0))
+        }
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (observation, kv_source) = observed(&client, &bed, 10).await?;
+    // The earlier read: the deprecated `queued_requests`, requests without a first token.
+    let queued_gauge = value(
+        &client,
+        &format!(
+            "sum(dynamo_frontend_queued_requests{{dynamo_namespace=\"{}\"}})",
+            bed.dynamo_namespace
+        ),
+    )
+    .await?
+    .ok_or("no queued_requests")?;
+    let pending = observation.queued.ok_or("no prefill stage gauges")?;
+    // The prefill engine (one request in service) has no backlog; the queued gauge would have
+    // said one of several requests.
+    assert!(queued_gauge >= 5.0, "queued_requests {queued_gauge}");
+    assert!(
+        pending <= 2.0,
+        "prefill pending {pending}, queued_requests {queued_gauge}"
+    );
+    // The decode cache is what is full, and the planner sees it, from the engine.
+    assert_eq!(kv_source, Some(KvUsageSource::Engines));
+    assert!(
+        observation.decode_kv_usage_peak.is_some_and(|peak| peak >= 0.7),
+        "{observation:?}"
+    );
+    assert_eq!(load.await?, 0, "requests failed");
+    Ok(())
+}
