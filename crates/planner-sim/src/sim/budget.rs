@@ -123,9 +123,7 @@ fn graph_configs(graphs: &[Graph], base: &SimConfig, split: &Split) -> Vec<SimCo
         .enumerate()
         .map(|(g, graph)| SimConfig {
             sla: graph.sla,
-            aggregated: graph
-                .aggregated
-                .then(|| base.aggregated.clone().unwrap_or_default()),
+            aggregated: graph.aggregated.then(|| base.aggregated.unwrap_or_default()),
             limits: Limits {
                 max_gpu_budget: match split {
                     Split::Static(shares) => shares.get(g).copied(),
