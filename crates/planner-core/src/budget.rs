@@ -9,16 +9,23 @@
 //! 1. **Floors first**, members in [`rank`] order (priority, then name). A member whose whole
 //!    floor does not fit in what is left gets none of it ([`GrantReason::FloorUnfunded`]); a
 //!    later, smaller floor may still fit. When the floors fit, every member gets its floor.
-//! 2. **Then whole requests**, one member after another: the highest priority first; among
-//!    equal priorities, the one with the fewest GPUs still unmet per unit of `weight`, then the
-//!    highest `risk` ([`sla_risk`], how far it is missing its SLA), then by name. It is granted
-//!    all it asks for that fits, replica by replica (within a member, the pool furthest from what
-//!    it asked, relatively), before the next is served. A request is what meets the member's
-//!    SLA, so a grant short of it tends to miss whatever its size: filling as many requests as
-//!    possible in full meets more SLAs than cutting every member by the same share (measured in
-//!    the simulator's multi-graph run, where cutting by share, or by share times risk, met fewer
-//!    intervals than the same GPUs split statically, and granting every member what its
-//!    planner sizes without its margins before anyone's margins met fewer than whole requests).
+//! 2. **Then by priority**, the highest first. Within a priority, **shares first**: each member
+//!    is granted what it asks for up to its share of the GPUs the priority has (what is left and
+//!    its members' floors, split by `weight`), replica by replica; so no member gets less than a
+//!    static split of those GPUs would give it, if it asks for that much. **Then whole requests**
+//!    with what the shares left, one member after another: the one with the fewest GPUs still
+//!    unmet per unit of `weight`, then the highest `risk` ([`sla_risk`], how far it is missing
+//!    its SLA), then by name. It is granted all it asks for that fits, replica by replica (within
+//!    a member, the pool furthest from what it asked, relatively), before the next is served. A
+//!    request is what meets the member's SLA, so a grant short of it tends to miss whatever its
+//!    size: filling requests in full meets more SLAs than cutting every member by the same share
+//!    of its request; but whole requests alone, smallest first, starve the member whose request
+//!    grew while it waited (its backlog), which then stays the largest. Measured in the
+//!    simulator's multi-graph run: cutting by share of the request, or by that share times risk,
+//!    met fewer intervals than the same GPUs split statically; whole requests alone lost to an
+//!    even static split by 39 intervals at one total when one graph was aggregated; granting
+//!    every member what its planner sizes without its margins before anyone's margins met fewer
+//!    than whole requests.
 //!
 //! What a member does not ask for is free for the others in the same round: GPUs one graph gives
 //! back are granted to another by the same call.
@@ -381,18 +388,46 @@ pub fn arbitrate(total_gpus: u64, requests: &[Request]) -> Vec<Grant> {
         }
     }
 
-    // 2. Above the floors, whole requests: the next member takes all it asks for that fits.
-    let mut pending: Vec<usize> = order.iter().copied().filter(|&i| funded[i]).collect();
-    // When each member was served: a cut member names those served before it.
+    // 2. Above the floors, by priority: each member up to its share of the priority's GPUs
+    // (what is left and its members' floors, by weight), then whole requests: the next member
+    // takes all it asks for that fits. When each member was served for its whole request: a
+    // cut member names those served before it.
     let mut served = vec![usize::MAX; requests.len()];
     let mut turn = 0;
-    while let Some(at) = next_member(requests, &pending, &granted) {
-        let i = pending.remove(at);
-        served[i] = turn;
-        turn += 1;
-        while let Some(pool) = next_pool(&requests[i], &granted[i], &asked[i], left) {
-            granted[i][pool] += 1;
-            left -= requests[i].pools[pool].gpus();
+    let mut priorities: Vec<i32> = order.iter().map(|&i| requests[i].priority).collect();
+    priorities.dedup();
+    for priority in priorities {
+        let group: Vec<usize> = order
+            .iter()
+            .copied()
+            .filter(|&i| funded[i] && requests[i].priority == priority)
+            .collect();
+        let weights: f64 = group.iter().map(|&i| requests[i].weight()).sum();
+        let pool_gpus = left
+            + group
+                .iter()
+                .map(|&i| requests[i].gpus_of(&granted[i]))
+                .sum::<u64>();
+        for &i in &group {
+            let cap = (pool_gpus as f64 * requests[i].weight() / weights).floor() as u64;
+            loop {
+                let room = cap.saturating_sub(requests[i].gpus_of(&granted[i])).min(left);
+                let Some(pool) = next_pool(&requests[i], &granted[i], &asked[i], room) else {
+                    break;
+                };
+                granted[i][pool] += 1;
+                left -= requests[i].pools[pool].gpus();
+            }
+        }
+        let mut pending = group;
+        while let Some(at) = next_member(requests, &pending, &granted) {
+            let i = pending.remove(at);
+            served[i] = turn;
+            turn += 1;
+            while let Some(pool) = next_pool(&requests[i], &granted[i], &asked[i], left) {
+                granted[i][pool] += 1;
+                left -= requests[i].pools[pool].gpus();
+            }
         }
     }
 
@@ -589,41 +624,56 @@ mod tests {
     }
 
     #[test]
-    fn equal_priorities_are_granted_whole_requests_smallest_first() {
+    fn equal_priorities_get_their_shares_then_whole_requests_smallest_first() {
         let a = member("a", 0, &[(1, 10, 1)]);
         let b = member("b", 0, &[(1, 10, 1)]);
-        // Equal: one request whole (the first by name), the other gets the rest.
+        // Equal: each its half of the budget, neither whole.
         let grants = arbitrate(12, &[a.clone(), b.clone()]);
-        assert_eq!(replicas(&grants), [vec![10], vec![2]]);
+        assert_eq!(replicas(&grants), [vec![6], vec![6]]);
         assert_eq!(
             (grants[0].reason, grants[1].reason),
-            (GrantReason::Full, GrantReason::Cut)
+            (GrantReason::Cut, GrantReason::Cut)
         );
         assert_eq!(grants[1].contenders[0].member, "a");
-        // The smaller request is filled first, whatever the names.
+        // What a smaller request leaves of its share goes to the other, whatever the names.
         let small = member("z", 0, &[(1, 4, 1)]);
         assert_eq!(
             replicas(&arbitrate(12, &[a.clone(), small.clone()])),
             [vec![8], vec![4]]
         );
-        // Twice the risk breaks a tie of unmet GPUs.
+        // Above the shares, the first by name; twice the risk breaks that tie.
+        assert_eq!(
+            replicas(&arbitrate(13, &[a.clone(), b.clone()])),
+            [vec![7], vec![6]]
+        );
         let mut risky = b.clone();
         risky.risk = 2.0;
-        assert_eq!(replicas(&arbitrate(12, &[a.clone(), risky])), [vec![2], vec![10]]);
-        // Weight divides the unmet GPUs: 9 / 3 is less than 3 / 1.
+        assert_eq!(replicas(&arbitrate(13, &[a.clone(), risky])), [vec![6], vec![7]]);
+        // Weight sizes the shares (3 and 9 of 12) and divides the unmet GPUs.
         let mut heavy = b.clone();
         heavy.weight = 3.0;
         let c = member("c", 0, &[(1, 4, 1)]);
         let grants = arbitrate(12, &[c, heavy]);
-        assert_eq!(replicas(&grants), [vec![2], vec![10]]);
+        assert_eq!(replicas(&grants), [vec![3], vec![9]]);
         assert_eq!(grants[0].contenders[0].member, "b");
-        // A cut member names only those served before it: what a later one took did not fit it.
+        // Shares are in whole replicas: 7 GPUs of 14 hold one 4-GPU replica, and the rest goes
+        // to the other member; a cut member names only those served before it.
         let four = member("four", 0, &[(1, 4, 4)]);
         let ones = member("ones", 0, &[(1, 14, 1)]);
         let grants = arbitrate(14, &[four, ones]);
-        assert_eq!(replicas(&grants), [vec![3], vec![2]]);
-        assert!(grants[0].contenders.is_empty(), "{:?}", grants[0].contenders);
-        assert_eq!(grants[1].contenders[0].member, "four");
+        assert_eq!(replicas(&grants), [vec![1], vec![10]]);
+        assert_eq!(grants[0].contenders[0].member, "ones");
+        assert!(grants[1].contenders.is_empty(), "{:?}", grants[1].contenders);
+    }
+
+    #[test]
+    fn a_member_whose_request_grows_while_it_waits_keeps_its_share() {
+        // Two small requests and a large one (a graph whose backlog grew while it was cut):
+        // whole requests alone, smallest first, would fill the small ones and leave it 4 of 24.
+        let small = |name: &str| member(name, 0, &[(1, 10, 1)]);
+        let large = member("large", 0, &[(1, 40, 1)]);
+        let grants = arbitrate(24, &[small("a"), small("b"), large]);
+        assert_eq!(replicas(&grants), [vec![8], vec![8], vec![8]]);
     }
 
     #[test]
@@ -751,17 +801,17 @@ mod tests {
     fn nothing_grows_while_the_budget_is_overcommitted() {
         let requests = [member("a", 0, &[(1, 4, 1)]), member("b", 0, &[(1, 4, 1)])];
         let grants = arbitrate(4, &requests);
-        assert_eq!(replicas(&grants), [vec![3], vec![1]]);
-        // 6 held in a budget of 4: a releases 2 (to its grant); b, granted 1 and holding none,
+        assert_eq!(replicas(&grants), [vec![2], vec![2]]);
+        // 5 held in a budget of 4: a releases 3 (to its grant); b, granted 2 and holding none,
         // cannot grow into them before they are released.
         assert_eq!(
             allowances(4, &requests, &grants, &[vec![5], vec![0]]),
-            [vec![3], vec![0]]
+            [vec![2], vec![0]]
         );
         // Once a has released them, b grows.
         assert_eq!(
-            allowances(4, &requests, &grants, &[vec![3], vec![0]]),
-            [vec![3], vec![1]]
+            allowances(4, &requests, &grants, &[vec![2], vec![0]]),
+            [vec![2], vec![2]]
         );
     }
 
