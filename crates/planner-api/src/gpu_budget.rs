@@ -1,7 +1,8 @@
 //! `GpuBudget` (`planner.dynamo.io/v1alpha1`, cluster-scoped): GPUs that several PlannerPolicies
 //! share. Every interval the operator grants each member replicas so that, together, they stay
-//! within `spec.totalGpus`: every member's floor first, then whole requests by priority, the
-//! smallest (per weight) first, then by SLA risk.
+//! within `spec.totalGpus`: every member's floor first, then by priority: each member up to its
+//! share of the GPUs (by weight), then whole requests, the smallest (per weight) first, then by
+//! SLA risk.
 //!
 //! Cluster-scoped, and only the members it lists may join: GPUs are a cluster's, the graphs that
 //! share them are usually different teams' namespaces, and creating a cluster-scoped object takes
@@ -28,7 +29,7 @@ use super::schema;
     category = "dynamo",
     status = "GpuBudgetStatus",
     derive = "PartialEq",
-    doc = "GPUs shared by the PlannerPolicies it admits, granted every interval: floors first, then whole requests by priority, the smallest (per weight) first, then by SLA risk.",
+    doc = "GPUs shared by the PlannerPolicies it admits, granted every interval: floors first, then by priority each member up to its share (by weight), then whole requests, the smallest (per weight) first, then by SLA risk.",
     printcolumn(
         name = "Total",
         type_ = "integer",
@@ -102,8 +103,9 @@ pub struct BudgetMember {
     #[schemars(range(min = 0, max = 1000))]
     pub priority: i32,
 
-    /// Among members of the same priority, requests above the floors are granted whole, the
-    /// smallest first: a member's GPUs still to grant are divided by its weight (then the
+    /// Among members of the same priority, each is first granted what it asks for up to its
+    /// share of their GPUs, in proportion to its weight; the rest is granted in whole requests,
+    /// the smallest first: a member's GPUs still to grant are divided by its weight (then the
     /// higher SLA risk, how far a member misses its latency targets, goes first). 1 to 100.
     #[serde(default = "default_weight")]
     #[schemars(range(min = 1, max = 100))]
