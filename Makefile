@@ -5,7 +5,7 @@ CARGO ?= cargo
 # Two cores on our machines: one job per core, no incremental cache in CI.
 export CARGO_BUILD_JOBS ?= 2
 
-.PHONY: build test lint fmt manifests check-manifests tools dynamo image cluster-up cluster-down e2e e2e-kind chart-test demo bench bench-replay tune help
+.PHONY: build test lint fmt manifests check-manifests tools dynamo image cluster-up cluster-down e2e e2e-kind chart-test demo bench bench-budget bench-replay tune help
 
 ## build: compile the operator and crd-gen (debug)
 build:
@@ -89,6 +89,12 @@ bench:
 		--scale-up-delay-s 60 --scale-up-delay-s 180 --scale-up-delay-s 300 \
 		--policy sla-arima --policy load-based --policy hpa --policy fixed-peak \
 		--out bench/figures --report bench/results.md --append-report
+
+## bench-budget: three graphs (bench/budget.json: traces in ../shared/data/traces/) sharing one GPU budget,
+##               against the same GPUs split statically per graph; writes bench/budget.md
+bench-budget:
+	$(CARGO) run --release --locked -p planner-sim -- budget --config bench/budget.json \
+		--profile h100-llama3.3-70b-tp4 --report bench/budget.md
 
 ## bench-replay: the same runs in NVIDIA Dynamo's offline replay (make dynamo): its mocker engines timed by the
 ##               bench profile and its router, with sla-arima and hpa through `planner-sim bridge`, Dynamo's

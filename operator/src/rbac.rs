@@ -242,7 +242,9 @@ pub const PERMISSIONS: &[Permission] = &[
         scope: Scope::Watched,
         needed: Needed::Always,
         used_by: "Events on DGDs, PlannerPolicies and pods (Scaled, ScalingLimited, MetricsUnavailable, \
-                  InvalidSpec, TopologyLabelMissing); kube's Recorder patches a repeated Event's series",
+                  InvalidSpec, TopologyLabelMissing, GrantCut, GrantRestored), and, watching every namespace, \
+                  on GpuBudgets (GrantCut, in namespace default); kube's Recorder patches a repeated \
+                  Event's series",
     },
     Permission {
         group: "",
@@ -253,6 +255,29 @@ pub const PERMISSIONS: &[Permission] = &[
         scope: Scope::Cluster,
         needed: Needed::DgdController,
         used_by: "the topology label controller reads the labels of a worker pod's node",
+    },
+    Permission {
+        group: "planner.dynamo.io",
+        group_set_by: None,
+        resource: "gpubudgets",
+        verbs: &["get", "list", "watch"],
+        named_by: None,
+        scope: Scope::Cluster,
+        needed: Needed::Always,
+        used_by: "list+watch: the GpuBudget controller (controller/gpu_budget) and the budgets' cache the \
+                  PlannerPolicy reconciler reads a policy's spec.budgetRef from; get: the webhook checks a \
+                  PlannerPolicy's spec.budgetRef",
+    },
+    Permission {
+        group: "planner.dynamo.io",
+        group_set_by: None,
+        resource: "gpubudgets/status",
+        verbs: &["patch"],
+        named_by: None,
+        scope: Scope::Cluster,
+        needed: Needed::Always,
+        used_by: "the GpuBudget controller writes what each member asked for, was granted and holds, with \
+                  server-side apply",
     },
     Permission {
         group: "grove.io",

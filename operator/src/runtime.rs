@@ -885,8 +885,8 @@ async fn wait_for_crds(
 }
 
 /// Lists one object of each CRD the controllers watch (DGDs only with the DGD controller: the
-/// planner alone reads its targets by name, and NVIDIA's operator may install their CRD later);
-/// the error names the CRD that failed.
+/// planner alone reads its targets by name, and NVIDIA's operator may install their CRD later;
+/// PlannerPolicies and GpuBudgets always); the error names the CRD that failed.
 async fn crds_served(
     client: &Client,
     namespace: Option<&str>,
@@ -905,6 +905,11 @@ async fn crds_served(
         .list_metadata(&params)
         .await
         .map_err(|e| ("plannerpolicies.planner.dynamo.io", e))?;
+    let budgets: Api<planner_api::GpuBudget> = Api::all(client.clone());
+    budgets
+        .list_metadata(&params)
+        .await
+        .map_err(|e| ("gpubudgets.planner.dynamo.io", e))?;
     Ok(())
 }
 

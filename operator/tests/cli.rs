@@ -32,6 +32,7 @@ fn crd_command_prints_every_crd() {
         names,
         [
             "plannerpolicies.planner.dynamo.io",
+            "gpubudgets.planner.dynamo.io",
             "dynamographdeployments.nvidia.com"
         ]
     );

@@ -6,8 +6,8 @@
 mod support;
 
 use planner_api::{
-    ClusterTopologySpec, ComponentType, DynamoGraphDeployment, MismatchPolicy, PlannerMode, PlannerPolicy,
-    PredictorKind,
+    ClusterTopologySpec, ComponentType, DynamoGraphDeployment, GpuBudget, MismatchPolicy, PlannerMode,
+    PlannerPolicy, PredictorKind,
 };
 use serde_json::{Value, json};
 use support::{crd_for, load_yaml, open_api_schema, repo_root, served_here, yaml_files};
@@ -28,6 +28,7 @@ fn round_trip_any(object: &Value) -> Value {
     match object["kind"].as_str() {
         Some("PlannerPolicy") => round_trip::<PlannerPolicy>(object),
         Some("DynamoGraphDeployment") => round_trip::<DynamoGraphDeployment>(object),
+        Some("GpuBudget") => round_trip::<GpuBudget>(object),
         other => panic!("unexpected kind {other:?}"),
     }
 }

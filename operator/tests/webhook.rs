@@ -23,7 +23,7 @@ use axum::{
     body::Body,
     http::{Request, StatusCode},
 };
-use planner_api::{ClusterTopologySpec, DynamoGraphDeployment};
+use planner_api::{ClusterTopologySpec, DynamoGraphDeployment, GpuBudget};
 use planner_operator::{
     lookup::TargetLookup,
     target::TargetGraph,
@@ -46,6 +46,7 @@ struct World {
     grove_installed: bool,
     topologies: BTreeMap<String, ClusterTopologySpec>,
     dgds: BTreeMap<(String, String), DynamoGraphDeployment>,
+    budgets: BTreeMap<String, GpuBudget>,
     /// Every lookup fails with this message.
     failing: Option<String>,
     /// Every lookup takes this long.
@@ -95,6 +96,14 @@ impl Lookups for World {
             None => TargetLookup::NotFound,
         })
     }
+
+    async fn gpu_budget(&self, name: &str) -> Result<Option<GpuBudget>, String> {
+        self.wait().await;
+        if let Some(message) = &self.failing {
+            return Err(message.clone());
+        }
+        Ok(self.budgets.get(name).cloned())
+    }
 }
 
 const NAMESPACE: &str = "llm";
@@ -111,6 +120,7 @@ fn world() -> World {
         grove_installed: true,
         topologies: BTreeMap::from([("gpu-cluster".to_string(), topology)]),
         dgds: BTreeMap::from([((NAMESPACE.to_string(), "llama-disagg".to_string()), dgd)]),
+        budgets: BTreeMap::new(),
         failing: None,
         delay: Duration::ZERO,
         in_flight: Arc::default(),
@@ -270,7 +280,8 @@ async fn samples_and_valid_fixtures_are_allowed() {
     ));
     for path in files {
         let object = load_yaml(&path);
-        if object["kind"] == "ClusterTopologyBinding" {
+        // Kinds the webhook does not review (their schema does).
+        if object["kind"] == "ClusterTopologyBinding" || object["kind"] == "GpuBudget" {
             continue;
         }
         let response = admit(world(), &object, None).await;
@@ -404,6 +415,50 @@ async fn a_budget_below_the_minimums_is_allowed_to_scale_to_zero_only_with_a_war
     // Observe mode never scales: no budget rule.
     raised["spec"]["mode"] = json!("observe");
     assert_eq!(admit(world(), &raised, None).await["allowed"], true);
+}
+
+#[tokio::test]
+async fn a_policy_joins_only_a_budget_that_admits_it_and_holds_its_floor() {
+    let budget: GpuBudget = sample("gpubudget.yaml");
+    let mut with_budget = world();
+    with_budget.budgets.insert("shared-gpus".into(), budget.clone());
+    let policy = load_yaml(&repo_root().join("config/samples/plannerpolicy-sla.yaml"));
+    let mut member = policy.clone();
+    member["spec"]["budgetRef"] = json!({"name": "shared-gpus"});
+    // The sample admits the samples' namespace.
+    let response = admit(with_budget.clone(), &member, None).await;
+    assert_eq!(response["allowed"], true, "{}", message(&response));
+    // Another namespace's budget: denied, naming who it admits.
+    let mut elsewhere = with_budget.clone();
+    let mut other = budget.clone();
+    other
+        .spec
+        .members
+        .retain(|m| m.namespace != NAMESPACE && m.namespace != "*");
+    elsewhere.budgets.insert("shared-gpus".into(), other);
+    let response = admit(elsewhere, &member, None).await;
+    assert_eq!(response["allowed"], false);
+    assert!(
+        message(&response).contains(
+            "spec.budgetRef.name: GpuBudget \"shared-gpus\" does not admit PlannerPolicy llm/llama-sla"
+        ),
+        "{}",
+        message(&response)
+    );
+    // A floor the budget cannot hold.
+    let mut small = with_budget.clone();
+    let mut tiny = budget.clone();
+    tiny.spec.total_gpus = 1;
+    small.budgets.insert("shared-gpus".into(), tiny);
+    let response = admit(small, &member, None).await;
+    assert!(message(&response).contains("is more than GpuBudget \"shared-gpus\"'s total of 1 GPUs"));
+    // Joining later is checked; so is a failed lookup, with a reason to retry.
+    let response = admit(world(), &member, Some(&policy)).await;
+    assert!(message(&response).contains("GpuBudget \"shared-gpus\" not found"));
+    let mut failing = with_budget;
+    failing.failing = Some("connection refused".into());
+    let response = admit(failing, &member, None).await;
+    assert_eq!(response["status"]["code"], 503);
 }
 
 #[tokio::test]

@@ -67,7 +67,8 @@ default mode, a Role in watchNamespace in namespace-scoped mode. */}}
   resources: ["secrets"]
   verbs: ["get"]
 {{- end }}
-# Events on DGDs, PlannerPolicies and pods; kube's Recorder patches a repeated Event's series.
+# Events on DGDs, PlannerPolicies and pods, and (watching every namespace) on GpuBudgets, in
+# namespace default; kube's Recorder patches a repeated Event's series.
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
@@ -75,6 +76,15 @@ default mode, a Role in watchNamespace in namespace-scoped mode. */}}
 
 {{/* Rules for cluster-scoped objects (Scope::Cluster): a ClusterRole in every mode. */}}
 {{- define "planner-operator.rules.cluster" -}}
+# The GpuBudget controller and the budgets' cache the PlannerPolicy reconciler reads
+# spec.budgetRef from (list+watch); the webhook checks a PlannerPolicy's spec.budgetRef (get).
+- apiGroups: ["planner.dynamo.io"]
+  resources: ["gpubudgets"]
+  verbs: ["get", "list", "watch"]
+# The GpuBudget controller writes each member's request, grant and holdings (server-side apply).
+- apiGroups: ["planner.dynamo.io"]
+  resources: ["gpubudgets/status"]
+  verbs: ["patch"]
 {{- if .Values.dgdController.enabled }}
 # The topology label controller reads the labels of a worker pod's node.
 - apiGroups: [""]

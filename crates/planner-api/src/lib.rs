@@ -1,10 +1,11 @@
-//! Custom resource types: the operator's own `PlannerPolicy`, the third-party
+//! Custom resource types: the operator's own `PlannerPolicy` and `GpuBudget`, the third-party
 //! `DynamoGraphDeployment` (Dynamo) it reads and writes, and the levels of Grove's
 //! `ClusterTopologyBinding` / `ClusterTopology` it reads (Grove's CRDs are Grove's: not shipped).
 
 mod cluster_topology;
 mod dgd;
 pub mod duration;
+mod gpu_budget;
 pub mod labels;
 mod planner_policy;
 pub mod schema;
@@ -14,6 +15,10 @@ pub use dgd::{
     BackendFramework, Component, ComponentReplicaStatus, ComponentType, DOMAIN_PATTERN,
     DynamoGraphDeployment, DynamoGraphDeploymentSpec, DynamoGraphDeploymentStatus, Enforcement, Experimental,
     KvCacheTransferTopology, KvTransferPolicy, LABEL_KEY_PATTERN, MismatchPolicy, TopologyConstraint,
+};
+pub use gpu_budget::{
+    BudgetGrant, BudgetMember, BudgetMemberStatus, BudgetRef, EVERY as EVERY_POLICY, GpuBudget,
+    GpuBudgetSpec, GpuBudgetStatus,
 };
 pub use planner_policy::{
     BUILTIN_PROFILES, Behavior, Bounds, BuiltinProfile, ConfigMapKeyRef, Connector, ConnectorKind,
@@ -29,7 +34,11 @@ use kube::core::CustomResourceExt;
 
 /// Every CRD this project ships, in the order they are written to `config/crd/`.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![PlannerPolicy::crd(), DynamoGraphDeployment::crd()]
+    vec![
+        PlannerPolicy::crd(),
+        GpuBudget::crd(),
+        DynamoGraphDeployment::crd(),
+    ]
 }
 
 /// Folder of the Helm chart (`charts/planner-operator/`) a CRD file is written to: `crds/`, which

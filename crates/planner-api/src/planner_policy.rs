@@ -10,7 +10,11 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{dgd::Enforcement, schema};
+use super::{
+    dgd::Enforcement,
+    gpu_budget::{BudgetGrant, BudgetRef},
+    schema,
+};
 
 /// Names of the profiles compiled into the operator (`config/profiles/<name>/`).
 pub const BUILTIN_PROFILES: [&str; 4] = [
@@ -151,6 +155,12 @@ pub struct PlannerPolicySpec {
     /// Thresholds of the load-based planner (`mode: load`).
     #[serde(default)]
     pub load: LoadThresholds,
+
+    /// The GpuBudget (cluster-scoped) this policy shares GPUs through with other policies: each
+    /// decision is granted by the budget, within its total, besides `spec.bounds`. The budget
+    /// must admit the policy (its `spec.members`); modes `sla` and `load` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_ref: Option<BudgetRef>,
 }
 
 fn default_adjustment_interval() -> String {
@@ -867,6 +877,9 @@ pub struct PlannerPolicyStatus {
     /// One line on why the last decision is what it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// With `spec.budgetRef`: what the shared GPU budget granted at the last decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<BudgetGrant>,
     /// The target graph's KV-transfer topology as last read: its
     /// `spec.experimental.kvTransferPolicy`, or a frontend's `kvCacheTransferTopology` in that
     /// shape. Reported only; the planner renders nothing from it.

@@ -3,6 +3,7 @@
 //! given, so the operator, the simulator and the benchmarks run the same code.
 
 pub mod aggregated;
+pub mod budget;
 pub mod case;
 pub mod clough_tocher;
 pub mod decision;

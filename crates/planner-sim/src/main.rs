@@ -30,6 +30,9 @@ enum Command {
     /// Write a profile's latencies as the NPZ file Dynamo's mocker engine times itself by
     /// (`python -m dynamo.mocker --planner-profile-data FILE`, and its offline replay).
     MockerProfile(mocker_profile::MockerProfileArgs),
+    /// Replay several traces, one graph each, sharing one GPU budget arbitrated by the
+    /// operator's rules, against the same GPUs split statically per graph; print the table.
+    Budget(sim::budget::BudgetArgs),
     /// Run NVIDIA Dynamo's real frontend and mocker engines for the Ready pods of a
     /// DynamoGraphDeployment on fake nodes, send a request trace to the frontend, and write the
     /// targets with which Prometheus scrapes them as PodMonitors scrape the pods.
@@ -72,6 +75,16 @@ fn main() -> ExitCode {
             }
         },
         Command::SyntheticFrontend(args) => synthetic_frontend(*args),
+        Command::Budget(args) => match sim::budget::run_command(&args) {
+            Ok(text) => write_stdout(text.trim_end()),
+            Err(error) => {
+                eprintln!("planner-sim budget: {error}");
+                match error {
+                    sim::budget::BudgetError::Input(_) => ExitCode::from(EXIT_BAD_INPUT),
+                    _ => ExitCode::FAILURE,
+                }
+            }
+        },
         Command::DynamoBed(args) => dynamo_bed(*args),
         Command::ReplayTraces(args) => replay_outcome("replay-traces", sim::replay::replay_traces(&args)),
         Command::ReplayReport(args) => replay_outcome("replay-report", sim::replay::replay_report(&args)),

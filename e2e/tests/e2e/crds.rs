@@ -24,6 +24,7 @@ async fn crds_install_and_become_established() -> Result<()> {
             // Grove's own (../shared/upstream/grove/), not this project's.
             "clustertopologybindings.grove.io",
             "dynamographdeployments.nvidia.com",
+            "gpubudgets.planner.dynamo.io",
             "plannerpolicies.planner.dynamo.io",
         ];
         expected.sort_unstable();

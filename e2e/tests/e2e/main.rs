@@ -5,6 +5,7 @@
 
 mod aggregated;
 mod bed;
+mod budget;
 mod chart;
 mod chart_rbac;
 mod closed_loop;

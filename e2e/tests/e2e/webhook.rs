@@ -56,8 +56,9 @@ fn cluster_topology(name: &str) -> Result<Value> {
     Ok(topology)
 }
 
-/// The samples (but the ClusterTopologyBinding) and the valid fixtures, with this test's
-/// ClusterTopologyBinding name; the DGD sample first, since the policies target it.
+/// The samples (but the ClusterTopologyBinding and the cluster-scoped GpuBudget) and the valid
+/// fixtures, with this test's ClusterTopologyBinding name; the DGD sample first, since the
+/// policies target it.
 fn valid_objects(cluster_topology: &str) -> Result<Vec<Value>> {
     let mut paths = yaml_files(&repo_root().join("config/samples"))?;
     paths.extend(yaml_files(
@@ -67,7 +68,7 @@ fn valid_objects(cluster_topology: &str) -> Result<Vec<Value>> {
     for path in paths {
         let text = std::fs::read_to_string(&path)?.replace("gpu-cluster", cluster_topology);
         let object: Value = serde_yaml::from_str(&text)?;
-        if object["kind"] != "ClusterTopologyBinding" {
+        if object["kind"] != "ClusterTopologyBinding" && object["kind"] != "GpuBudget" {
             objects.push(object);
         }
     }

@@ -12,6 +12,7 @@ use crate::{lookup, metrics::operator::OperatorMetrics};
 pub mod common;
 pub mod conditions;
 pub mod dgd;
+pub mod gpu_budget;
 pub mod planner_policy;
 pub mod selection;
 pub mod topology_labels;

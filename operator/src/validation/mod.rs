@@ -9,11 +9,13 @@
 //!   readable at either served version ([`crate::target`]) and its prefill and decode pools
 //!   resolve; the built-in profile exists; `adjustmentInterval` fits the
 //!   mode; the connector's settings are complete; the policy names only what the cluster admin
-//!   allows its namespace ([`tenancy`]: Dynamo namespaces, Prometheus URLs, etcd endpoints).
+//!   allows its namespace ([`tenancy`]: Dynamo namespaces, Prometheus URLs, etcd endpoints);
+//!   the GpuBudget it names admits it and holds its floor ([`gpu_budget`]).
 //!
 //! Every error names the field, the value and what is allowed.
 
 pub mod dgd;
+pub mod gpu_budget;
 pub mod planner_policy;
 pub mod tenancy;
 

@@ -304,6 +304,9 @@ pub enum PolicyError {
         /// GPUs the minimums need.
         needed: u64,
     },
+    /// `spec.budgetRef` names a budget the policy cannot join.
+    #[error(transparent)]
+    Budget(#[from] super::gpu_budget::BudgetError),
     /// The target runs upstream Dynamo's own planner, which scales the same pools.
     #[error(
         "spec.targetRef.name: DynamoGraphDeployment {dgd:?} runs upstream Dynamo's planner ({components}), which sets the same pools' replicas, so two planners would overwrite each other; hand the graph over by removing that component from the DynamoGraphDeployment or scaling it to zero replicas ({fields}: 0), or set spec.mode: observe"
@@ -353,6 +356,7 @@ impl PolicyError {
             | Self::PrometheusUrlNotAllowed { .. }
             | Self::TokenSecretsOff
             | Self::EtcdEndpointNotAllowed { .. } => "NotPermitted",
+            Self::Budget(error) => error.reason(),
         }
     }
 

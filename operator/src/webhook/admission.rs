@@ -36,7 +36,7 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
-use planner_api::{DynamoGraphDeployment, PlannerPolicy};
+use planner_api::{DynamoGraphDeployment, GpuBudget, PlannerPolicy};
 
 use crate::{
     lookup::{self, ClusterTopologyApi, TargetLookup},
@@ -78,6 +78,8 @@ pub trait Lookups: Send + Sync + 'static {
         namespace: &str,
         name: &str,
     ) -> impl Future<Output = Result<TargetLookup, String>> + Send;
+    /// The GpuBudget a PlannerPolicy names (`None`: there is none).
+    fn gpu_budget(&self, name: &str) -> impl Future<Output = Result<Option<GpuBudget>, String>> + Send;
 }
 
 /// [`Lookups`] against the API server.
@@ -98,6 +100,13 @@ impl Lookups for KubeLookups {
 
     async fn target_graph(&self, namespace: &str, name: &str) -> Result<TargetLookup, String> {
         lookup::target_graph(&self.client, namespace, name)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn gpu_budget(&self, name: &str) -> Result<Option<GpuBudget>, String> {
+        kube::Api::<GpuBudget>::all(self.client.clone())
+            .get_opt(name)
             .await
             .map_err(|e| e.to_string())
     }
@@ -431,6 +440,45 @@ fn subject(request: &AdmissionRequest<DynamicObject>) -> Result<Subject<'_>, Str
 }
 
 impl<L: Lookups> Admission<L> {
+    /// The rules of a policy's `spec.budgetRef`, after looking the budget up; `Err` when the
+    /// lookup failed (a denial to retry).
+    async fn budget_errors(
+        &self,
+        policy: &PlannerPolicy,
+        namespace: &str,
+        name: &str,
+        target: &validation::TargetPools,
+    ) -> Result<Vec<PolicyError>, String> {
+        let Some(reference) = &policy.spec.budget_ref else {
+            return Ok(Vec::new());
+        };
+        let budget_name = &reference.name;
+        let found = match tokio::time::timeout(self.timeout, self.lookups.gpu_budget(budget_name)).await {
+            Ok(Ok(found)) => found,
+            Ok(Err(error)) => {
+                return Err(format!(
+                    "spec.budgetRef.name: cannot read GpuBudget {budget_name:?} to check the policy joins it ({error}); retry, or check the operator's permissions"
+                ));
+            }
+            Err(_) => {
+                return Err(format!(
+                    "spec.budgetRef.name: reading GpuBudget {budget_name:?} took longer than {:?}; retry",
+                    self.timeout
+                ));
+            }
+        };
+        let lookup = match &found {
+            Some(budget) => validation::gpu_budget::BudgetLookup::Found(budget),
+            None => validation::gpu_budget::BudgetLookup::NotFound,
+        };
+        Ok(
+            validation::gpu_budget::check(&policy.spec, namespace, name, target, lookup)
+                .into_iter()
+                .map(PolicyError::from)
+                .collect(),
+        )
+    }
+
     async fn dgd(&self, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
         let response = AdmissionResponse::from(request);
         let (object, old) = match subject(request) {
@@ -520,12 +568,14 @@ impl<L: Lookups> Admission<L> {
             &self.tenancy,
         ));
         let old = old.and_then(|old| parse::<PlannerPolicy>(old).ok());
-        // The budget rule reads the target's GPUs per replica, so bounds and mode count too.
+        // The budget rules read the target's GPUs per replica, so bounds, mode and the shared
+        // budget count too.
         let target_changed = old.as_ref().is_none_or(|old| {
             old.spec.target_ref != policy.spec.target_ref
                 || old.spec.components != policy.spec.components
                 || old.spec.bounds != policy.spec.bounds
                 || old.spec.mode != policy.spec.mode
+                || old.spec.budget_ref != policy.spec.budget_ref
         });
         let mut warnings = Vec::new();
         if target_changed {
@@ -534,7 +584,14 @@ impl<L: Lookups> Admission<L> {
                 Ok(Ok(TargetLookup::Found(graph))) => {
                     match validation::validate_target(&policy.spec, &graph) {
                         Ok(target) => {
-                            warnings = validation::planner_policy::target_warnings(&policy.spec, &target)
+                            warnings = validation::planner_policy::target_warnings(&policy.spec, &target);
+                            match self
+                                .budget_errors(&policy, &namespace, &request.name, &target)
+                                .await
+                            {
+                                Ok(budget_errors) => errors.extend(budget_errors),
+                                Err(message) => return unavailable(response, message),
+                            }
                         }
                         Err(target_errors) => errors.extend(target_errors),
                     }

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    config::{Context, LONG_DELAY_INTERVALS, QueueingConfig},
+    config::{Context, QueueingConfig},
     demand::{Demand, backlogged},
     plan::ScaleReason,
     size::Sizing,
@@ -55,7 +55,7 @@ pub(super) fn hold(
     // held only while it lasts; but when a replica asked for now serves well after the next
     // interval's decision, replicas released after a backlog are not back in time for the
     // next one, so the drain is remembered too.
-    let remembered = if settings.scale_up_delay_s > LONG_DELAY_INTERVALS * ctx.interval_s {
+    let remembered = if settings.is_long_delay(ctx.interval_s) {
         desired
     } else {
         (
@@ -102,11 +102,7 @@ pub(super) fn hold_scale_up(
 ) -> Option<Held> {
     let desired = (sizing.prefill.replicas, sizing.decode.replicas);
     let bounded = ctx.bound((desired.0.max(current.0), desired.1.max(current.1)));
-    let replicas = bounded.replicas;
-    if replicas.0 <= current.0 && replicas.1 <= current.1 {
-        return None;
-    }
-    let replicas = (replicas.0.max(current.0), replicas.1.max(current.1));
+    let replicas = never_fewer(bounded.replicas, current, ctx.limits, ctx.aggregated.is_some())?;
     let span = ctx.settings.stabilisation.window_s.max(0.0);
     // It enters the window as if recommended `span − hold_s` earlier.
     let held_from = now - span + hold_s.clamp(0.0, span);
@@ -118,6 +114,36 @@ pub(super) fn hold_scale_up(
         reason,
         limits: bounded.limits,
     })
+}
+
+/// `bounded` raised to `current` in a pool where it is lower (a scale-up between intervals
+/// never removes a replica); `None` when that adds nothing, or when it would break the GPU
+/// budget: the budget's split of a larger total can move a replica from one pool to the other,
+/// and keeping both would exceed it (the interval's decision rebalances the pools instead).
+/// An aggregated pool is one pool reported twice: its GPUs are counted once.
+fn never_fewer(
+    bounded: (u32, u32),
+    current: (u32, u32),
+    limits: &crate::sla::Limits,
+    aggregated: bool,
+) -> Option<(u32, u32)> {
+    if bounded.0 <= current.0 && bounded.1 <= current.1 {
+        return None;
+    }
+    let replicas = (bounded.0.max(current.0), bounded.1.max(current.1));
+    let decode_gpus = u64::from(replicas.1) * u64::from(limits.decode_gpus_per_engine.max(1));
+    let gpus = if aggregated {
+        decode_gpus
+    } else {
+        u64::from(replicas.0) * u64::from(limits.prefill_gpus_per_engine.max(1)) + decode_gpus
+    };
+    if limits
+        .max_gpu_budget
+        .is_some_and(|budget| gpus > u64::from(budget))
+    {
+        return None;
+    }
+    Some(replicas)
 }
 
 /// The stabilisation window's recommendations and when the decode pool last settled.
@@ -229,6 +255,30 @@ mod tests {
         // A backlog holds whatever the window says.
         let (replicas, _) = window().stabilise(&quartile, 240.0, (5, 4), (5, 4), (9, 6), true);
         assert_eq!(replicas, (9, 6));
+    }
+
+    #[test]
+    fn a_scale_up_between_intervals_keeps_every_replica_and_the_gpu_budget() {
+        let limits = crate::sla::Limits {
+            min_replicas: 1,
+            max_replicas: Some(64),
+            max_gpu_budget: Some(24),
+            prefill_gpus_per_engine: 4,
+            decode_gpus_per_engine: 4,
+        };
+        // Room in the budget: the pool that needs more grows, the other keeps what it has.
+        assert_eq!(never_fewer((3, 2), (2, 2), &limits, false), Some((3, 2)));
+        assert_eq!(never_fewer((2, 2), (3, 2), &limits, false), None);
+        // At the budget (5 + 1 engines, 24 GPUs), its split of a larger need moves a replica
+        // to decode: keeping the fifth prefill engine as well would take 28 GPUs.
+        assert_eq!(limits.apply((5, 2)).replicas, (4, 2));
+        assert_eq!(never_fewer((4, 2), (5, 1), &limits, false), None);
+        // Without a budget both are kept.
+        let unbudgeted = crate::sla::Limits {
+            max_gpu_budget: None,
+            ..limits
+        };
+        assert_eq!(never_fewer((4, 2), (5, 1), &unbudgeted, false), Some((5, 2)));
     }
 
     #[test]

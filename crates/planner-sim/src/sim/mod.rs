@@ -9,6 +9,7 @@
 //! - [`policy`]: SLA planner per predictor with and without correction, load-based planner,
 //!   HPA, fixed peak deployment, perfect prediction and the oracle.
 //! - [`report`] and [`plot`]: the comparison table, the Markdown report and the figures.
+//! - [`budget`]: several graphs sharing one GPU budget, against the same GPUs split statically.
 //! - [`bridge`]: the same policies driven by observations from another engine model, one JSON
 //!   line at a time (Dynamo's offline replay); [`replay`]: that replay's traces and report.
 //! - [`scenario`]: hand-computable workloads and the overload recovery the queueing planner
@@ -16,6 +17,7 @@
 //! - [`tune`]: the search the queueing planner's defaults come from.
 
 pub mod bridge;
+pub mod budget;
 pub mod command;
 pub use planner_core::latency;
 pub mod metrics;

@@ -439,10 +439,9 @@ impl Window {
 
 /// The simulator's observer: frontend window sums and per-request outcomes.
 struct Recorder<'a> {
-    window: Window,
-    /// Since the last fast-path check: arrivals and completions.
-    fast_arrivals: f64,
-    fast_completions: f64,
+    window: &'a mut Window,
+    /// Completions since the last fast-path check.
+    fast_completions: &'a mut f64,
     outcomes: &'a mut Outcomes,
 }
 
@@ -476,7 +475,7 @@ impl Observer for Recorder<'_> {
         self.window.osl_sum += job.osl;
         self.window.osl.observe(job.osl);
         self.window.duration_sum += outcome.duration_s;
-        self.fast_completions += 1.0;
+        *self.fast_completions += 1.0;
         if let Some(done) = self.outcomes.done.get_mut(job.id) {
             *done = true;
         }
@@ -541,289 +540,389 @@ pub fn run<C: PerformanceCurves>(
     policy: &mut dyn Policy<C>,
     initial: Option<(u32, u32)>,
 ) -> RunResult {
-    let step = config.effective_step_s();
-    let steps_per_interval = config.steps_per_interval();
-    let interval = config.interval_s;
-    let last_arrival = requests.last().map(|r| r.arrival_s);
-    let intervals = last_arrival.map_or(0, |t| (t / interval).floor() as u64 + 1);
-    let total_steps = intervals * steps_per_interval;
-    let period = policy.period_s(config);
-    let steps_per_period = if period.is_finite() {
-        steps(period, step)
-    } else {
-        u64::MAX
-    };
-    let delay = if policy.ignores_scale_up_delay() {
-        0.0
-    } else {
-        config.scale_up_delay_s.max(0.0)
-    };
-    let min = config.limits.min_replicas;
-    // An aggregated pool is charged once, as the decode pool.
-    let aggregated = config.aggregated.is_some();
-    let (p_gpus, d_gpus) = (
-        if aggregated {
+    let mut replay = Replay::new(requests, model, config, policy, initial, None);
+    for k in 0..replay.total_steps() {
+        if let Some(target) = replay.step(k, policy) {
+            replay.apply(target, policy);
+        }
+    }
+    replay.finish(policy)
+}
+
+/// One graph's replay, step by step: [`run`] applies each decision as the policy makes it; a
+/// caller that arbitrates several graphs (a shared GPU budget) steps them together and applies
+/// what it grants instead.
+pub struct Replay<'r, 'm, C> {
+    requests: &'r [Request],
+    model: &'r LatencyModel<'m, C>,
+    config: &'r SimConfig,
+    step: f64,
+    steps_per_interval: u64,
+    total_steps: u64,
+    steps_per_period: u64,
+    steps_per_fast: u64,
+    delay: f64,
+    gpus: (f64, f64),
+    prefill: PoolState,
+    decode: PoolState,
+    cluster: Cluster,
+    window: Window,
+    fast_arrivals: f64,
+    fast_completions: f64,
+    outcomes: Outcomes,
+    last_decision_s: f64,
+    last_fast_s: f64,
+    samples: LoadSamples,
+    work_at_period_start: f64,
+    next: usize,
+    gpu_seconds: f64,
+    actions: usize,
+    decisions: Vec<(f64, (u32, u32))>,
+    max: (u32, u32),
+    records: Vec<IntervalRecord>,
+    sums: (f64, f64),
+    serving_sums: (f64, f64),
+    initial: (u32, u32),
+    /// End of the last step (s): when a decision is applied.
+    now_s: f64,
+    /// The frontend metrics of the last policy period.
+    last_window: Option<Observation>,
+}
+
+impl<'r, 'm, C: PerformanceCurves> Replay<'r, 'm, C> {
+    /// A replay of `requests` starting from `initial` replicas (`None`: the policy's own, else
+    /// what it decides at t=0, else the minimum) over `intervals` reporting intervals (`None`:
+    /// until the last arrival's). The policy hears of its initial replicas, serving at t=0.
+    pub fn new(
+        requests: &'r [Request],
+        model: &'r LatencyModel<'m, C>,
+        config: &'r SimConfig,
+        policy: &mut dyn Policy<C>,
+        initial: Option<(u32, u32)>,
+        intervals: Option<u64>,
+    ) -> Self {
+        let step = config.effective_step_s();
+        let steps_per_interval = config.steps_per_interval();
+        let interval = config.interval_s;
+        let last_arrival = requests.last().map(|r| r.arrival_s);
+        let intervals =
+            intervals.unwrap_or_else(|| last_arrival.map_or(0, |t| (t / interval).floor() as u64 + 1));
+        let period = policy.period_s(config);
+        let steps_per_period = if period.is_finite() {
+            steps(period, step)
+        } else {
+            u64::MAX
+        };
+        let delay = if policy.ignores_scale_up_delay() {
             0.0
         } else {
-            f64::from(config.limits.prefill_gpus_per_engine.max(1))
-        },
-        f64::from(config.limits.decode_gpus_per_engine.max(1)),
-    );
-
-    let mut outcomes = Outcomes::new(requests.len());
-    let empty_samples = LoadSamples::default();
-    let start_cluster = Cluster::new(0.0, 0, 0).aggregated(config.aggregated.as_ref());
-    let initial = policy.initial().or(initial).unwrap_or_else(|| {
-        let ctx = DecisionContext {
-            now_s: 0.0,
-            target: (min, min),
-            serving: (min, min),
-            scaling_up: false,
-            window: Window::default().observation(None),
-            samples: &empty_samples,
-            prefill_utilisation: 0.0,
-            upcoming: requests,
-            first_upcoming: 0,
-            cluster: &start_cluster,
+            config.scale_up_delay_s.max(0.0)
+        };
+        let min = config.limits.min_replicas;
+        let empty_samples = LoadSamples::default();
+        let start_cluster = Cluster::new(0.0, 0, 0).aggregated(config.aggregated.as_ref());
+        let initial = policy.initial().or(initial).unwrap_or_else(|| {
+            let ctx = DecisionContext {
+                now_s: 0.0,
+                target: (min, min),
+                serving: (min, min),
+                scaling_up: false,
+                window: Window::default().observation(None),
+                samples: &empty_samples,
+                prefill_utilisation: 0.0,
+                upcoming: requests,
+                first_upcoming: 0,
+                cluster: &start_cluster,
+                model,
+                config,
+            };
+            policy.decide(&ctx).unwrap_or((min, min))
+        });
+        let initial = config.pools(initial);
+        let fast_period = policy.fast_period_s(config);
+        policy.replicas_changed(0.0, initial, initial);
+        Self {
+            requests,
             model,
             config,
-        };
-        policy.decide(&ctx).unwrap_or((min, min))
-    });
-    let initial = config.pools(initial);
-    let mut prefill = PoolState::new(initial.0);
-    let mut decode = PoolState::new(initial.1);
-    let mut cluster = Cluster::new(0.0, initial.0, initial.1).aggregated(config.aggregated.as_ref());
-    let mut recorder = Recorder {
-        window: Window::default(),
-        fast_arrivals: 0.0,
-        fast_completions: 0.0,
-        outcomes: &mut outcomes,
-    };
-    let fast_period = policy.fast_period_s(config);
-    let steps_per_fast = if fast_period.is_finite() {
-        steps(fast_period, step)
-    } else {
-        u64::MAX
-    };
-    let mut last_decision_s = 0.0;
-    let mut last_fast_s = 0.0;
-    let mut samples = LoadSamples::default();
-    let mut work_at_period_start = 0.0;
-    let mut next = 0usize;
-    let mut gpu_seconds = 0.0;
-    let mut actions = 0usize;
-    let mut decisions = Vec::new();
-    let (mut max_prefill, mut max_decode) = (initial.0, initial.1);
-    let mut records: Vec<IntervalRecord> = Vec::with_capacity(intervals as usize);
-    let mut sums = (0.0, 0.0);
-    let mut serving_sums = (0.0, 0.0);
+            step,
+            steps_per_interval,
+            total_steps: intervals * steps_per_interval,
+            steps_per_period,
+            steps_per_fast: if fast_period.is_finite() {
+                steps(fast_period, step)
+            } else {
+                u64::MAX
+            },
+            delay,
+            // An aggregated pool is charged once, as the decode pool.
+            gpus: (
+                if config.aggregated.is_some() {
+                    0.0
+                } else {
+                    f64::from(config.limits.prefill_gpus_per_engine.max(1))
+                },
+                f64::from(config.limits.decode_gpus_per_engine.max(1)),
+            ),
+            prefill: PoolState::new(initial.0),
+            decode: PoolState::new(initial.1),
+            cluster: Cluster::new(0.0, initial.0, initial.1).aggregated(config.aggregated.as_ref()),
+            window: Window::default(),
+            fast_arrivals: 0.0,
+            fast_completions: 0.0,
+            outcomes: Outcomes::new(requests.len()),
+            last_decision_s: 0.0,
+            last_fast_s: 0.0,
+            samples: LoadSamples::default(),
+            work_at_period_start: 0.0,
+            next: 0,
+            gpu_seconds: 0.0,
+            actions: 0,
+            decisions: Vec::new(),
+            max: initial,
+            records: Vec::with_capacity(intervals as usize),
+            sums: (0.0, 0.0),
+            serving_sums: (0.0, 0.0),
+            initial,
+            now_s: 0.0,
+            last_window: None,
+        }
+    }
 
-    policy.replicas_changed(0.0, initial, initial);
-    for k in 0..total_steps {
+    /// Steps in the replay.
+    pub fn total_steps(&self) -> u64 {
+        self.total_steps
+    }
+
+    /// Replicas asked for now (prefill, decode).
+    pub fn target(&self) -> (u32, u32) {
+        (self.prefill.target, self.decode.target)
+    }
+
+    /// The frontend metrics of the last policy period, once there is one.
+    pub fn last_window(&self) -> Option<&Observation> {
+        self.last_window.as_ref()
+    }
+
+    /// Runs step `k`: activations, arrivals, the engines' progress, GPU accounting and, at the
+    /// end of a policy period or fast-check period, the policy's decision, returned for the
+    /// caller to [`Self::apply`] (or to arbitrate first).
+    pub fn step(&mut self, k: u64, policy: &mut dyn Policy<C>) -> Option<(u32, u32)> {
+        let step = self.step;
         let t0 = k as f64 * step;
         let t1 = (k + 1) as f64 * step;
-        let activated_p = prefill.activate(t0);
+        self.now_s = t1;
+        let activated_p = self.prefill.activate(t0);
         if activated_p {
-            cluster.set_prefill_engines(prefill.serving);
+            self.cluster.set_prefill_engines(self.prefill.serving);
         }
-        let activated_d = decode.activate(t0);
+        let activated_d = self.decode.activate(t0);
         if activated_d {
-            cluster.set_decode_engines(decode.serving);
+            self.cluster.set_decode_engines(self.decode.serving);
         }
         if activated_p || activated_d {
-            policy.replicas_changed(
-                t0,
-                (prefill.target, decode.target),
-                (prefill.serving, decode.serving),
-            );
+            self.replicas_changed(t0, policy);
         }
-        while let Some(r) = requests.get(next).filter(|r| r.arrival_s < t1) {
-            cluster.arrive(job(next, r));
-            recorder.window.arrivals += 1.0;
-            recorder.fast_arrivals += 1.0;
-            next += 1;
+        while let Some(r) = self.requests.get(self.next).filter(|r| r.arrival_s < t1) {
+            self.cluster.arrive(job(self.next, r));
+            self.window.arrivals += 1.0;
+            self.fast_arrivals += 1.0;
+            self.next += 1;
         }
-        recorder.window.prefill_engine_s += f64::from(cluster.prefill_engines()) * step;
-        recorder.window.decode_engine_s += f64::from(cluster.decode_engines()) * step;
-        recorder.window.span_s += step;
-        cluster.advance(model, t1, &mut recorder);
-        let snapshot = cluster.snapshot();
-        recorder.window.kv_usage_sum += snapshot.kv_usage;
-        recorder.window.kv_samples += 1.0;
-        recorder.window.kv_usage_peak = recorder.window.kv_usage_peak.max(snapshot.kv_usage);
-        samples.prefill_queue.push(snapshot.prefill_queue as f64);
-        samples.decode_kv_usage.push(snapshot.kv_usage);
-        gpu_seconds += (f64::from(prefill.target) * p_gpus + f64::from(decode.target) * d_gpus) * step;
-        sums.0 += f64::from(prefill.target) * step;
-        sums.1 += f64::from(decode.target) * step;
-        serving_sums.0 += f64::from(cluster.prefill_engines()) * step;
-        serving_sums.1 += f64::from(cluster.decode_engines()) * step;
+        self.window.prefill_engine_s += f64::from(self.cluster.prefill_engines()) * step;
+        self.window.decode_engine_s += f64::from(self.cluster.decode_engines()) * step;
+        self.window.span_s += step;
+        let mut recorder = Recorder {
+            window: &mut self.window,
+            fast_completions: &mut self.fast_completions,
+            outcomes: &mut self.outcomes,
+        };
+        self.cluster.advance(self.model, t1, &mut recorder);
+        let snapshot = self.cluster.snapshot();
+        self.window.kv_usage_sum += snapshot.kv_usage;
+        self.window.kv_samples += 1.0;
+        self.window.kv_usage_peak = self.window.kv_usage_peak.max(snapshot.kv_usage);
+        self.samples.prefill_queue.push(snapshot.prefill_queue as f64);
+        self.samples.decode_kv_usage.push(snapshot.kv_usage);
+        let (p_gpus, d_gpus) = self.gpus;
+        self.gpu_seconds +=
+            (f64::from(self.prefill.target) * p_gpus + f64::from(self.decode.target) * d_gpus) * step;
+        self.sums.0 += f64::from(self.prefill.target) * step;
+        self.sums.1 += f64::from(self.decode.target) * step;
+        self.serving_sums.0 += f64::from(self.cluster.prefill_engines()) * step;
+        self.serving_sums.1 += f64::from(self.cluster.decode_engines()) * step;
 
-        let period_end = (k + 1) % steps_per_period == 0;
-        if !period_end && (k + 1) % steps_per_fast == 0 {
-            let window = recorder.window.observation(Some(Gauges::of(&cluster)));
+        let period_end = (k + 1).is_multiple_of(self.steps_per_period);
+        let mut decision = None;
+        if !period_end && (k + 1).is_multiple_of(self.steps_per_fast) {
+            let window = self.window.observation(Some(Gauges::of(&self.cluster)));
             let signals = FastSignals {
                 isl: window.isl,
                 isl_second_moment: window.isl_second_moment,
                 osl: window.osl,
                 osl_second_moment: window.osl_second_moment,
-                elapsed_s: t1 - last_decision_s,
-                window_s: t1 - last_fast_s,
-                arrivals: Some(recorder.fast_arrivals),
-                completions: recorder.fast_completions,
-                inflight: Some(cluster.in_flight() as f64),
-                queued: Some(cluster.prefill_pending_count() as f64),
-                prefill_engines: f64::from(cluster.prefill_engines()),
+                elapsed_s: t1 - self.last_decision_s,
+                window_s: t1 - self.last_fast_s,
+                arrivals: Some(self.fast_arrivals),
+                completions: self.fast_completions,
+                inflight: Some(self.cluster.in_flight() as f64),
+                queued: Some(self.cluster.prefill_pending_count() as f64),
+                prefill_engines: f64::from(self.cluster.prefill_engines()),
             };
-            recorder.fast_arrivals = 0.0;
-            recorder.fast_completions = 0.0;
-            last_fast_s = t1;
+            self.fast_arrivals = 0.0;
+            self.fast_completions = 0.0;
+            self.last_fast_s = t1;
             let ctx = DecisionContext {
                 now_s: t1,
-                target: (prefill.target, decode.target),
-                serving: (prefill.serving, decode.serving),
-                scaling_up: !prefill.starting.is_empty() || !decode.starting.is_empty(),
+                target: (self.prefill.target, self.decode.target),
+                serving: (self.prefill.serving, self.decode.serving),
+                scaling_up: !self.prefill.starting.is_empty() || !self.decode.starting.is_empty(),
                 window,
-                samples: &samples,
+                samples: &self.samples,
                 prefill_utilisation: 0.0,
-                upcoming: &requests[next..],
-                first_upcoming: next,
-                cluster: &cluster,
-                model,
-                config,
+                upcoming: &self.requests[self.next..],
+                first_upcoming: self.next,
+                cluster: &self.cluster,
+                model: self.model,
+                config: self.config,
             };
-            if let Some((p, d)) = policy.fast_decide(&ctx, &signals).map(|r| config.pools(r)) {
-                let changed_p = prefill.set(p, t1, delay);
-                let changed_d = decode.set(d, t1, delay);
-                actions += usize::from(changed_p && !aggregated) + usize::from(changed_d);
-                if changed_p || changed_d {
-                    decisions.push((t1, (p, d)));
-                    max_prefill = max_prefill.max(p);
-                    max_decode = max_decode.max(d);
-                }
-                let activated_p = prefill.activate(t1);
-                if activated_p || changed_p {
-                    cluster.set_prefill_engines(prefill.serving);
-                }
-                let activated_d = decode.activate(t1);
-                if activated_d || changed_d {
-                    cluster.set_decode_engines(decode.serving);
-                }
-                if changed_p || changed_d || activated_p || activated_d {
-                    policy.replicas_changed(
-                        t1,
-                        (prefill.target, decode.target),
-                        (prefill.serving, decode.serving),
-                    );
-                }
-            }
+            decision = policy.fast_decide(&ctx, &signals).map(|r| self.config.pools(r));
         }
 
         if period_end {
-            let period = steps_per_period as f64 * step;
-            let work = snapshot.prefill_work_started_s - work_at_period_start;
-            work_at_period_start = snapshot.prefill_work_started_s;
+            let period = self.steps_per_period as f64 * step;
+            let work = snapshot.prefill_work_started_s - self.work_at_period_start;
+            self.work_at_period_start = snapshot.prefill_work_started_s;
+            let window = self.window.observation(Some(Gauges::of(&self.cluster)));
             let ctx = DecisionContext {
                 now_s: t1,
-                target: (prefill.target, decode.target),
-                serving: (prefill.serving, decode.serving),
-                scaling_up: !prefill.starting.is_empty() || !decode.starting.is_empty(),
-                window: recorder.window.observation(Some(Gauges::of(&cluster))),
-                samples: &samples,
-                prefill_utilisation: if prefill.serving > 0 {
-                    (work / (f64::from(prefill.serving) * period)).min(1.0)
+                target: (self.prefill.target, self.decode.target),
+                serving: (self.prefill.serving, self.decode.serving),
+                scaling_up: !self.prefill.starting.is_empty() || !self.decode.starting.is_empty(),
+                window,
+                samples: &self.samples,
+                prefill_utilisation: if self.prefill.serving > 0 {
+                    (work / (f64::from(self.prefill.serving) * period)).min(1.0)
                 } else {
                     0.0
                 },
-                upcoming: &requests[next..],
-                first_upcoming: next,
-                cluster: &cluster,
-                model,
-                config,
+                upcoming: &self.requests[self.next..],
+                first_upcoming: self.next,
+                cluster: &self.cluster,
+                model: self.model,
+                config: self.config,
             };
-            let decision = policy.decide(&ctx).map(|r| config.pools(r));
-            recorder.window = Window::default();
-            recorder.fast_arrivals = 0.0;
-            recorder.fast_completions = 0.0;
-            last_decision_s = t1;
-            last_fast_s = t1;
-            samples = LoadSamples::default();
-            if let Some((p, d)) = decision {
-                let changed_p = prefill.set(p, t1, delay);
-                let changed_d = decode.set(d, t1, delay);
-                actions += usize::from(changed_p && !aggregated) + usize::from(changed_d);
-                if changed_p || changed_d {
-                    decisions.push((t1, (p, d)));
-                    max_prefill = max_prefill.max(p);
-                    max_decode = max_decode.max(d);
-                }
-                // Scale-downs are immediate; a zero delay activates at once as well.
-                let activated_p = prefill.activate(t1);
-                if activated_p || changed_p {
-                    cluster.set_prefill_engines(prefill.serving);
-                }
-                let activated_d = decode.activate(t1);
-                if activated_d || changed_d {
-                    cluster.set_decode_engines(decode.serving);
-                }
-                if changed_p || changed_d || activated_p || activated_d {
-                    policy.replicas_changed(
-                        t1,
-                        (prefill.target, decode.target),
-                        (prefill.serving, decode.serving),
-                    );
-                }
-            }
+            decision = policy.decide(&ctx).map(|r| self.config.pools(r));
+            self.last_window = Some(window);
+            self.window = Window::default();
+            self.fast_arrivals = 0.0;
+            self.fast_completions = 0.0;
+            self.last_decision_s = t1;
+            self.last_fast_s = t1;
+            self.samples = LoadSamples::default();
         }
 
-        if (k + 1) % steps_per_interval == 0 {
-            let span = steps_per_interval as f64 * step;
-            records.push(IntervalRecord {
+        if (k + 1).is_multiple_of(self.steps_per_interval) {
+            let span = self.steps_per_interval as f64 * step;
+            self.records.push(IntervalRecord {
                 start_s: t1 - span,
                 arrivals: 0,
                 mean_isl: f64::NAN,
                 mean_osl: f64::NAN,
-                prefill: sums.0 / span,
-                decode: sums.1 / span,
-                gpus: (sums.0 * p_gpus + sums.1 * d_gpus) / span,
-                prefill_serving: serving_sums.0 / span,
-                decode_serving: serving_sums.1 / span,
+                prefill: self.sums.0 / span,
+                decode: self.sums.1 / span,
+                gpus: (self.sums.0 * p_gpus + self.sums.1 * d_gpus) / span,
+                prefill_serving: self.serving_sums.0 / span,
+                decode_serving: self.serving_sums.1 / span,
                 ttft_ms: f64::NAN,
                 itl_ms: f64::NAN,
             });
-            sums = (0.0, 0.0);
-            serving_sums = (0.0, 0.0);
+            self.sums = (0.0, 0.0);
+            self.serving_sums = (0.0, 0.0);
+        }
+        decision
+    }
+
+    /// Asks for `(prefill, decode)` replicas from the end of the last step on: added replicas
+    /// serve after the scale-up delay, removed ones stop at once. `policy` hears of the change
+    /// (what it asked for may have been cut), and of replicas that come up at this instant.
+    pub fn apply(&mut self, replicas: (u32, u32), policy: &mut dyn Policy<C>) {
+        let (p, d) = self.config.pools(replicas);
+        let t1 = self.now_s;
+        let changed_p = self.prefill.set(p, t1, self.delay);
+        let changed_d = self.decode.set(d, t1, self.delay);
+        // An aggregated pool's one change is counted once.
+        let aggregated = self.config.aggregated.is_some();
+        self.actions += usize::from(changed_p && !aggregated) + usize::from(changed_d);
+        if changed_p || changed_d {
+            self.decisions.push((t1, (p, d)));
+            self.max = (self.max.0.max(p), self.max.1.max(d));
+        }
+        // Scale-downs are immediate; a zero delay activates at once as well.
+        let activated_p = self.prefill.activate(t1);
+        if activated_p || changed_p {
+            self.cluster.set_prefill_engines(self.prefill.serving);
+        }
+        let activated_d = self.decode.activate(t1);
+        if activated_d || changed_d {
+            self.cluster.set_decode_engines(self.decode.serving);
+        }
+        if changed_p || changed_d || activated_p || activated_d {
+            self.replicas_changed(t1, policy);
         }
     }
 
-    // Drain: the last replicas finish what is in flight (not charged, no decisions).
-    let mut t = total_steps as f64 * step;
-    let drain_end = t + config.drain_limit_s.max(0.0);
-    while !cluster.is_idle() && t < drain_end {
-        t += step;
-        if prefill.activate(t - step) {
-            cluster.set_prefill_engines(prefill.serving);
-        }
-        if decode.activate(t - step) {
-            cluster.set_decode_engines(decode.serving);
-        }
-        cluster.advance(model, t, &mut recorder);
+    /// Tells `policy` the replicas asked for and serving at `now_s`.
+    fn replicas_changed(&self, now_s: f64, policy: &mut dyn Policy<C>) {
+        policy.replicas_changed(
+            now_s,
+            (self.prefill.target, self.decode.target),
+            (self.prefill.serving, self.decode.serving),
+        );
     }
 
-    let summary = summarize(requests, &outcomes, &mut records, config, interval);
-    RunResult {
-        policy: policy.name(),
-        intervals: records,
-        summary: Summary {
-            gpu_hours: gpu_seconds / 3600.0,
-            scaling_actions: actions,
-            max_prefill,
-            max_decode,
-            ..summary
-        },
-        initial,
-        decisions,
+    /// Drains what is still in flight (the last replicas serve it, not charged, no decisions)
+    /// and summarises the run.
+    pub fn finish(mut self, policy: &dyn Policy<C>) -> RunResult {
+        let step = self.step;
+        let mut t = self.total_steps as f64 * step;
+        let drain_end = t + self.config.drain_limit_s.max(0.0);
+        let mut recorder = Recorder {
+            window: &mut self.window,
+            fast_completions: &mut self.fast_completions,
+            outcomes: &mut self.outcomes,
+        };
+        while !self.cluster.is_idle() && t < drain_end {
+            t += step;
+            if self.prefill.activate(t - step) {
+                self.cluster.set_prefill_engines(self.prefill.serving);
+            }
+            if self.decode.activate(t - step) {
+                self.cluster.set_decode_engines(self.decode.serving);
+            }
+            self.cluster.advance(self.model, t, &mut recorder);
+        }
+
+        let summary = summarize(
+            self.requests,
+            &self.outcomes,
+            &mut self.records,
+            self.config,
+            self.config.interval_s,
+        );
+        RunResult {
+            policy: policy.name(),
+            intervals: self.records,
+            summary: Summary {
+                gpu_hours: self.gpu_seconds / 3600.0,
+                scaling_actions: self.actions,
+                max_prefill: self.max.0,
+                max_decode: self.max.1,
+                ..summary
+            },
+            initial: self.initial,
+            decisions: self.decisions,
+        }
     }
 }
 

@@ -287,8 +287,9 @@ fn overload_recovery_scales_out_fast_and_never_down_with_a_backlog() {
 }
 
 /// Asks for two prefill replicas at its first decision and confirms its target at every fast
-/// check; records what it is told about its replicas.
-struct Tell(Vec<Told>);
+/// check; records what it is told about its replicas (in a log the test keeps a handle on).
+#[derive(Default)]
+struct Tell(std::rc::Rc<std::cell::RefCell<Vec<Told>>>);
 
 /// When a policy was told of its replicas: time, asked for, serving.
 type Told = (f64, (u32, u32), (u32, u32));
@@ -314,7 +315,7 @@ impl<C> Policy<C> for Tell {
         Some(ctx.target)
     }
     fn replicas_changed(&mut self, now_s: f64, asked: (u32, u32), serving: (u32, u32)) {
-        self.0.push((now_s, asked, serving));
+        self.0.borrow_mut().push((now_s, asked, serving));
     }
 }
 
@@ -323,10 +324,10 @@ fn a_policy_is_told_when_its_replicas_come_up_even_at_a_check() {
     // Asked for at 60 s; the replica serves at 120 s, the time of a fast check that changes
     // nothing: the policy hears of it then, as a controller watching the target would.
     let requests = constant(1.0, 0.0, 300.0);
-    let mut tell = Tell(Vec::new());
+    let mut tell = Tell::default();
     run(&requests, &model(), &config(), &mut tell, Some((1, 1)));
     assert_eq!(
-        tell.0[..3],
+        tell.0.borrow()[..3],
         [
             (0.0, (1, 1), (1, 1)),
             (60.0, (2, 1), (1, 1)),
@@ -422,6 +423,226 @@ fn observations_carry_arrivals_gauges_and_moments() {
         overloaded
             .inflight
             .is_some_and(|i| i >= overloaded.queued.unwrap_or(0.0))
+    );
+}
+
+/// Two graphs whose bursts come one after the other: 2 requests/s each, and 60/s for ten minutes
+/// (six prefill engines' worth), the first from minute 10, the second from minute 25.
+fn alternating_bursts() -> Vec<super::budget::Graph> {
+    let burst = |from: f64| {
+        let mut requests = constant(2.0, 0.0, from);
+        requests.extend(constant(60.0, from, from + 600.0));
+        requests.extend(constant(2.0, from + 600.0, 2400.0));
+        requests
+    };
+    ["first", "second"]
+        .into_iter()
+        .zip([600.0, 1500.0])
+        .map(|(name, from)| super::budget::Graph {
+            name: name.into(),
+            requests: burst(from),
+            sla: config().sla,
+            priority: 0,
+            weight: 1.0,
+            aggregated: false,
+        })
+        .collect()
+}
+
+fn queueing_constant() -> PolicySpec {
+    PolicySpec::Sla {
+        model: SlaModel::Queueing,
+        predictor: PredictorKind::Constant,
+        correction: true,
+        headroom: false,
+    }
+}
+
+#[test]
+fn a_shared_budget_lends_one_graphs_idle_gpus_to_the_others_burst_and_never_exceeds_its_total() {
+    use super::budget::{Split, run_split};
+    let graphs = alternating_bursts();
+    let config = config();
+    // 12 GPUs: a burst needs about 8 prefill engines and a decode engine, more than half.
+    let shared = run_split(
+        &graphs,
+        &model(),
+        &config,
+        queueing_constant(),
+        &Split::Shared(12),
+        "shared",
+    );
+    let split = run_split(
+        &graphs,
+        &model(),
+        &config,
+        queueing_constant(),
+        &Split::Static(vec![6, 6]),
+        "static",
+    );
+    let alone = run_split(
+        &graphs,
+        &model(),
+        &config,
+        queueing_constant(),
+        &Split::Unlimited,
+        "alone",
+    );
+    assert!(
+        alone.peak_gpus > 12,
+        "no contention to arbitrate: {} GPUs",
+        alone.peak_gpus
+    );
+    assert_eq!(shared.steps_over, 0);
+    assert!(shared.peak_gpus <= 12, "{}", shared.peak_gpus);
+    assert!(shared.cuts > 0, "the burst was never cut");
+    // Each graph's burst gets the other's idle GPUs: more intervals meet the SLA than with the
+    // same GPUs split evenly.
+    let (n, shared_ok) = shared.intervals();
+    let (_, split_ok) = split.intervals();
+    assert_eq!(n, 80);
+    assert!(
+        shared_ok > split_ok,
+        "shared {shared_ok} of {n}, static {split_ok} of {n}"
+    );
+    // Both graphs gain.
+    for (s, t) in shared.graphs.iter().zip(&split.graphs) {
+        assert!(s.summary.intervals_meeting >= t.summary.intervals_meeting);
+        assert!(
+            s.summary.max_prefill > 5,
+            "the burst was held to the static share"
+        );
+    }
+}
+
+#[test]
+fn a_higher_priority_graph_takes_the_budget_first_and_the_other_keeps_its_floor() {
+    use super::budget::{Split, run_split};
+    let mut graphs = alternating_bursts();
+    // Both burst at once; the second has priority.
+    graphs[1].requests = graphs[0].requests.clone();
+    graphs[1].priority = 1;
+    let run = run_split(
+        &graphs,
+        &model(),
+        &config(),
+        queueing_constant(),
+        &Split::Shared(12),
+        "p",
+    );
+    assert_eq!(run.steps_over, 0);
+    let (low, high) = (&run.graphs[0], &run.graphs[1]);
+    assert!(
+        high.summary.intervals_meeting > low.summary.intervals_meeting,
+        "high {:?} low {:?}",
+        (
+            high.summary.intervals_meeting,
+            high.summary.max_prefill,
+            &high.decisions
+        ),
+        (
+            low.summary.intervals_meeting,
+            low.summary.max_prefill,
+            &low.decisions
+        )
+    );
+    // The lower priority never went below its floor, and was held near it during the burst.
+    assert!(low.intervals.iter().all(|i| i.prefill >= 1.0 && i.decode >= 1.0));
+    // While the higher priority bursts, the other is held at its floor; it gets its GPUs back
+    // (and serves its own backlog) when the burst ends.
+    for i in 11..14 {
+        assert_eq!(
+            (low.intervals[i].prefill, high.intervals[i].prefill),
+            (1.0, 9.0),
+            "minute {i}"
+        );
+    }
+    assert!(low.summary.max_prefill > 1);
+}
+
+#[test]
+fn an_aggregated_graph_shares_a_budget_with_its_one_pool_counted_once() {
+    use super::budget::{Split, run_split};
+    // The first burst is an aggregated graph's: one pool, each engine one GPU (the decode
+    // engine's), counted once; the second a disaggregated graph's.
+    let mut graphs = alternating_bursts();
+    graphs[0].aggregated = true;
+    let shared = run_split(
+        &graphs,
+        &model(),
+        &config(),
+        queueing_constant(),
+        &Split::Shared(12),
+        "shared",
+    );
+    let alone = run_split(
+        &graphs,
+        &model(),
+        &config(),
+        queueing_constant(),
+        &Split::Unlimited,
+        "alone",
+    );
+    assert!(alone.peak_gpus > 12, "no contention: {} GPUs", alone.peak_gpus);
+    assert_eq!(shared.steps_over, 0);
+    assert!(shared.peak_gpus <= 12, "{}", shared.peak_gpus);
+    assert!(shared.cuts > 0, "never cut");
+    let (aggregated, disaggregated) = (&shared.graphs[0], &shared.graphs[1]);
+    for i in &aggregated.intervals {
+        assert_eq!((i.prefill, i.gpus), (i.decode, i.decode), "at {}", i.start_s);
+    }
+    for i in &disaggregated.intervals {
+        assert!((i.gpus - (i.prefill + i.decode)).abs() < 1e-9, "at {}", i.start_s);
+    }
+    // Each burst takes more than half the budget: the other graph's idle GPUs.
+    assert!(aggregated.summary.max_decode > 6, "{:?}", aggregated.summary);
+    assert!(
+        disaggregated.summary.max_prefill + disaggregated.summary.max_decode > 6,
+        "{:?}",
+        disaggregated.summary
+    );
+}
+
+#[test]
+fn proportional_shares_are_whole_engines_and_fit_the_total() {
+    let shares = super::budget::proportional_shares(112, &[30.0, 20.0, 50.0], 4, 8);
+    assert_eq!(shares, [32, 20, 56]);
+    assert!(shares.iter().sum::<u32>() <= 112);
+    assert_eq!(super::budget::proportional_shares(16, &[0.0, 1.0], 4, 8), [8, 16]);
+}
+
+#[test]
+fn in_a_shared_budget_a_policy_is_told_what_it_was_granted_and_when_it_serves() {
+    use super::budget::{Split, run_split_with};
+    // Both graphs ask for a second prefill replica at 60 s; 5 GPUs hold both floors (4) and one
+    // more replica: the higher priority gets it and hears when it serves, the other hears only
+    // of its floor, which it keeps.
+    let mut graphs = alternating_bursts();
+    for graph in &mut graphs {
+        graph.requests = constant(1.0, 0.0, 300.0);
+    }
+    graphs[1].priority = 1;
+    let (low, high) = (Tell::default(), Tell::default());
+    let told = [std::rc::Rc::clone(&low.0), std::rc::Rc::clone(&high.0)];
+    let mut policies: Vec<Box<dyn Policy<_>>> = vec![Box::new(low), Box::new(high)];
+    let run = run_split_with(
+        &graphs,
+        &model(),
+        &config(),
+        &mut policies,
+        &Split::Shared(5),
+        "tell",
+    );
+    assert_eq!(run.steps_over, 0);
+    assert!(run.cuts > 0);
+    assert_eq!(*told[0].borrow(), [(0.0, (1, 1), (1, 1))]);
+    assert_eq!(
+        *told[1].borrow(),
+        [
+            (0.0, (1, 1), (1, 1)),
+            (60.0, (2, 1), (1, 1)),
+            (120.0, (2, 1), (2, 1))
+        ]
     );
 }
 

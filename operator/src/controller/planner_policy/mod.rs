@@ -7,7 +7,8 @@
 //! 3. **profile**: the performance model of the profile (SLA planner only);
 //! 4. **schedule**: the policy's planner state, and whether an interval is due;
 //! 5. **observe** ([`observe`]): the interval's metrics from Prometheus;
-//! 6. **decide** ([`decide`], pure): the planner's tick and what status should say;
+//! 6. **decide** ([`decide`], pure): the planner's tick and what status should say; with a
+//!    shared GPU budget ([`member`]), what the budget lets the decision be now;
 //! 7. **actuate** ([`actuate`]): carry the decision out through the connector;
 //! 8. **report**: status (written only when it changed), Events on transitions, metrics.
 //!
@@ -53,12 +54,15 @@ pub mod actuate;
 pub mod config;
 pub mod decide;
 pub mod dereference;
+pub mod member;
 pub mod observe;
 pub mod status;
 
 use actuate::{Actuation, Connector, EtcdConnector, Gate, KubernetesConnector, ScaleRequest};
 use decide::{Decision, MetricsOrigin, PlannerState, Replicas};
-use status::{METRICS_AVAILABLE, Outcome, PROFILE_LOADED, READY, SCALING_LIMITED, TARGET_RESOLVED};
+use status::{
+    BudgetOutcome, METRICS_AVAILABLE, Outcome, PROFILE_LOADED, READY, SCALING_LIMITED, TARGET_RESOLVED,
+};
 
 /// Name of this controller in metrics and logs.
 pub const CONTROLLER: &str = "plannerpolicy";
@@ -107,6 +111,11 @@ struct PolicyRuntime {
     next_fast: Option<Instant>,
     /// Scale-ups waiting for their replicas, to measure the scale-up delay.
     startup: Startup,
+    /// The replicas the last decision wanted, before a shared budget cut them: what the policy
+    /// asks its budget for between decisions.
+    want: Option<(u32, u32)>,
+    /// The SLA risk of the last interval observed (1 until one is).
+    risk: f64,
 }
 
 /// The policy's scale-up delay, measured on the target by planner-core's tracker (the one the
@@ -172,6 +181,8 @@ pub struct PlannerContext {
     prometheus: Mutex<HashMap<String, PrometheusClient>>,
     fast: observe::FastCache,
     state_builds: tokio::sync::Semaphore,
+    /// The shared GPU budgets: their ledger, cache and wakes.
+    pub budgets: super::gpu_budget::Budgets,
 }
 
 impl PlannerContext {
@@ -189,6 +200,7 @@ impl PlannerContext {
             prometheus: Mutex::default(),
             fast: observe::FastCache::default(),
             state_builds: tokio::sync::Semaphore::new(STATE_BUILDS),
+            budgets: super::gpu_budget::Budgets::default(),
         }
     }
 
@@ -240,12 +252,15 @@ impl PlannerContext {
         self.prometheus(&self.prometheus_url(policy), token)
     }
 
-    /// Forgets a deleted policy: its planner state and its metric series.
+    /// Forgets a deleted policy: its planner state, its metric series and its place in a
+    /// shared budget (its GPUs go to the other members at once).
     fn forget(&self, namespace: &str, name: &str) {
+        let key = (namespace.to_string(), name.to_string());
         if let Ok(mut runtimes) = self.runtimes.lock() {
-            runtimes.remove(&(namespace.to_string(), name.to_string()));
+            runtimes.remove(&key);
         }
         self.base.metrics.policies.remove(namespace, name);
+        self.budgets.wake(self.budgets.broker.leave(&key, Instant::now()));
     }
 }
 
@@ -257,8 +272,22 @@ pub async fn run(
 ) {
     let policies: Api<DeserializeGuard<PlannerPolicy>> =
         common::scoped_api(ctx.base.client.clone(), namespace.as_deref());
-    let controller = Controller::new(policies, watcher::Config::default().any_semantic());
+    ctx.budgets.set_scope(namespace.clone());
+    let mut controller = Controller::new(policies, watcher::Config::default().any_semantic());
+    // A shared budget's round wakes the members whose grant it changed.
+    if let Some(wakes) = ctx.budgets.take_policy_wakes() {
+        controller = controller.reconcile_on(wakes);
+    }
     let store = controller.store();
+    let shutdown = futures::FutureExt::shared(shutdown);
+    let budgets = {
+        let (ctx, namespace, shutdown) = (Arc::clone(&ctx), namespace.clone(), shutdown.clone());
+        // Ends with the others, at shutdown, whatever happens to it before.
+        async move {
+            super::gpu_budget::run(ctx, namespace, shutdown.clone()).await;
+            shutdown.await;
+        }
+    };
     // Drop the metric series and state of deleted policies.
     let pruner = {
         let ctx = Arc::clone(&ctx);
@@ -294,6 +323,7 @@ pub async fn run(
     tokio::select! {
         () = controller => {},
         () = pruner => {},
+        () = budgets => {},
     }
 }
 
@@ -350,6 +380,11 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
         // validate() reports a missing target; this is not reached.
         return Ok(Action::requeue(RETRY));
     };
+    // The shared GPU budget it joins, with the webhook's rules.
+    let membership = match member::membership(policy, ctx, &validated, Instant::now()).await {
+        Ok(membership) => membership,
+        Err(errors) => return report_invalid(policy, ctx, &errors, kv_transfer).await,
+    };
     // The pools' scaling adapters, where NVIDIA's operator made them: they own those replicas.
     let adapters = if policy.spec.connector.kind == ConnectorKind::Kubernetes {
         let pools = [
@@ -374,6 +409,9 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
         kv_transfer,
         ..Outcome::default()
     };
+    if membership.is_none() && policy.status.as_ref().is_some_and(|s| s.budget.is_some()) {
+        outcome.budget = BudgetOutcome::Clear;
+    }
     outcome.conditions.push(DesiredCondition::met(
         TARGET_RESOLVED,
         "Resolved",
@@ -440,6 +478,8 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
                 runtime.next_fast = Some(now + period);
                 Step::Fast(period)
             }
+            // A budget member looks at its grant on every wake: a cut or a release applies now.
+            _ if membership.is_some() => Step::Grant,
             // Between checks nothing is written: the status describes the last decision.
             _ => return Ok(next_wake(&runtime, validated.interval)),
         },
@@ -469,6 +509,7 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
     };
 
     // 6. Decide.
+    let interval = matches!(step, Step::Interval);
     let decision = match step {
         Step::Interval => {
             outcome.ticked = true;
@@ -485,20 +526,84 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
                 &ctx.base.metrics.policies,
             )
             .await;
-            let Some(mut signals) = signals else {
-                return Ok(next_wake(&runtime, validated.interval));
+            let fast = match signals {
+                Some(mut signals) => {
+                    signals.elapsed_s = runtime.next_tick.map_or(0.0, |next| {
+                        (validated.interval.as_secs_f64() - next.saturating_duration_since(now).as_secs_f64())
+                            .max(0.0)
+                    });
+                    decide::decide_fast(&mut runtime.state, &signals, current)
+                }
+                None => None,
             };
-            signals.elapsed_s = runtime.next_tick.map_or(0.0, |next| {
-                (validated.interval.as_secs_f64() - next.saturating_duration_since(now).as_secs_f64())
-                    .max(0.0)
-            });
-            match decide::decide_fast(&mut runtime.state, &signals, current) {
+            match fast {
                 Some(decision) => decision,
+                // Nothing at risk: a member still looks at its grant.
+                None if membership.is_some() => Decision::default(),
                 None => return Ok(next_wake(&runtime, validated.interval)),
             }
         }
+        Step::Grant => Decision::default(),
     };
     let decision = decide::guard(decision, current.asked, &config::guards(&policy.spec));
+    // 6b. The shared budget: what the decision (else the replicas last wanted; at an interval
+    // that holds, those asked for) may be now.
+    let decision = match &membership {
+        Some(membership) => {
+            let want = match decision.target {
+                Some(target) => target,
+                None if interval => current.asked,
+                None => runtime.want.unwrap_or(current.asked),
+            };
+            runtime.want = Some(want);
+            if let Some(risk) = member::risk(&decision, &policy.spec) {
+                runtime.risk = risk;
+            }
+            let ask = member::ask(membership, &policy.spec, &validated, want, runtime.risk);
+            let key = (namespace.clone(), policy.name_any());
+            let held = vec![current.asked.0, current.asked.1];
+            match ctx
+                .budgets
+                .broker
+                .ask(&membership.name, membership.total, &key, ask, held, now)
+            {
+                Some((answer, wakes)) => {
+                    ctx.budgets.wake(wakes);
+                    let floor = member::floor(&policy.spec);
+                    let aggregated = validated.target.aggregated;
+                    let (decision, grant) =
+                        member::granted(decision, membership, &answer, current.asked, floor, aggregated);
+                    outcome.budget = BudgetOutcome::Set(grant);
+                    decision
+                }
+                None => decision,
+            }
+        }
+        None => decision,
+    };
+    if matches!(step, Step::Grant | Step::Fast(_)) && decision.target.is_none() {
+        // Nothing to carry out between decisions; the status describes the last one, unless the
+        // grant changed.
+        let grant_changed = match (
+            &outcome.budget,
+            policy.status.as_ref().and_then(|s| s.budget.as_ref()),
+        ) {
+            (BudgetOutcome::Set(now), previous) => previous != Some(now),
+            _ => false,
+        };
+        if !grant_changed {
+            return Ok(next_wake(&runtime, validated.interval));
+        }
+        outcome.message = policy
+            .status
+            .as_ref()
+            .and_then(|s| s.message.clone())
+            .unwrap_or_default();
+        outcome.conditions.extend(decision.conditions);
+        publish_grant_event(policy, ctx, &outcome).await;
+        write_status(policy, ctx, &outcome).await?;
+        return Ok(next_wake(&runtime, validated.interval));
+    }
     let target = decision.target;
     absorb(&mut outcome, decision);
 
@@ -566,6 +671,20 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
             }
         }
     }
+    // What the pools ask for now, for the budget's ledger (a reservation not used is released).
+    if let Some(membership) = &membership {
+        let held = match (scaled_from, target) {
+            (Some(_), Some(to)) => to,
+            _ => current.asked,
+        };
+        let key = (namespace.clone(), policy.name_any());
+        ctx.budgets.wake(ctx.budgets.broker.settle(
+            &membership.name,
+            &key,
+            vec![held.0, held.1],
+            Instant::now(),
+        ));
+    }
 
     // 8. Report.
     if let (Some(from), Some(to)) = (scaled_from, target) {
@@ -594,6 +713,7 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
         .await;
     }
     publish_warnings(policy, ctx, &outcome).await;
+    publish_grant_event(policy, ctx, &outcome).await;
     if outcome.ticked {
         ctx.base.metrics.policies.record(
             &namespace,
@@ -616,6 +736,8 @@ enum Step {
     Interval,
     /// A fast check between intervals, every this period.
     Fast(Duration),
+    /// Between them, a shared budget's member carries out a changed grant.
+    Grant,
 }
 
 /// The fast-check period of a policy: the queueing model's, unless turned off.
@@ -765,6 +887,8 @@ async fn runtime_for(
         next_tick: None,
         next_fast: None,
         startup: Startup::default(),
+        want: None,
+        risk: 1.0,
     }));
     if let Ok(mut runtimes) = ctx.runtimes.lock() {
         runtimes.insert(key, Arc::clone(&runtime));
@@ -978,6 +1102,31 @@ async fn publish_warnings(policy: &PlannerPolicy, ctx: &PlannerContext, outcome:
             )
             .await;
         }
+    }
+}
+
+/// The member's Event for a changed grant of its shared budget: `GrantCut` (Warning) when the
+/// grant is now short of what it asks for, `GrantRestored` (Normal) when it is whole again.
+async fn publish_grant_event(policy: &PlannerPolicy, ctx: &PlannerContext, outcome: &Outcome) {
+    let BudgetOutcome::Set(grant) = &outcome.budget else {
+        return;
+    };
+    let previous = policy.status.as_ref().and_then(|s| s.budget.as_ref());
+    if let Some((reason, warning)) = member::grant_event(previous, grant) {
+        let note = format!("budget {}: {}", grant.name, grant.message);
+        common::publish(
+            &ctx.base.recorder,
+            policy,
+            if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason,
+            "Plan",
+            &note,
+        )
+        .await;
     }
 }
 

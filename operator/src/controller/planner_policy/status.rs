@@ -44,10 +44,24 @@ pub struct Outcome {
     pub ticked: bool,
     /// One line on why.
     pub message: String,
+    /// What the shared GPU budget granted.
+    pub budget: BudgetOutcome,
     /// The target is one aggregated worker pool (its replicas are reported as `workers`).
     pub aggregated: bool,
     /// The target's KV-transfer topology, when the target was read (`Some(None)`: it has none).
     pub kv_transfer: Option<Option<KvTransferStatus>>,
+}
+
+/// What the status says about a shared GPU budget.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum BudgetOutcome {
+    /// As before.
+    #[default]
+    Keep,
+    /// The grant of this decision.
+    Set(planner_api::BudgetGrant),
+    /// The policy joins no budget.
+    Clear,
 }
 
 /// The `ScalingLimited` condition for a decision's limits (minimums are not limitations).
@@ -126,6 +140,11 @@ pub fn next(
     }
     if outcome.scaled {
         status.last_scale_time = Some(Time(now));
+    }
+    match &outcome.budget {
+        BudgetOutcome::Keep => {}
+        BudgetOutcome::Set(grant) => status.budget = Some(grant.clone()),
+        BudgetOutcome::Clear => status.budget = None,
     }
     status.message = Some(outcome.message.clone());
     if let Some(kv_transfer) = &outcome.kv_transfer {

@@ -1,0 +1,366 @@
+//! Two PlannerPolicies sharing one GpuBudget on the local cluster, with the synthetic Dynamo
+//! frontend of each graph and a real Prometheus scraping both: the `steady` graph grows above
+//! its floor; the `burst` graph (higher priority) bursts and the steady one yields down to its
+//! floor; the burst ends and the steady one gets its GPUs back. Every half second the two graphs
+//! together must ask for no more GPUs than the budget's total, and each grant is explained in
+//! both statuses and by Events (`GrantCut`, `GrantRestored`).
+//!
+//! - Full mode: this operator renders the DGDs; each frontend serves with the Ready pods of its
+//!   graph.
+//! - Planner only (`--dgd-controller=false`), beside NVIDIA's operator: the test plays NVIDIA's
+//!   operator (it writes the graphs' `Ready` status; nothing renders pods), and each frontend
+//!   serves with a fixed pool large enough that latency never holds the planner back, so each
+//!   graph's request follows its arrivals.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use e2e::{Result, TestNamespace, in_namespace, install_crds, poll_until, repo_root};
+use k8s_openapi::api::events::v1::Event;
+use kube::{
+    Api,
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+};
+use planner_api::{DynamoGraphDeployment, GpuBudget, PlannerPolicy};
+use serde_json::{Value, json};
+
+use crate::{
+    closed_loop::{Frontend, post, start_synthetic_frontend},
+    operator::start,
+    prometheus::{Job, Prometheus},
+};
+
+const INTERVAL_S: u64 = 10;
+/// GPUs shared, one per replica: the two floors (1 + 1 each) and the steady graph's most (3 + 3,
+/// its `maxReplicas`) fit; the burst's most (8 + 8) does not.
+const TOTAL_GPUS: i64 = 10;
+const WAIT: Duration = Duration::from_secs(240);
+
+/// The sample graph as `name`, without topology (no ClusterTopology needed).
+fn graph(name: &str) -> Result<Value> {
+    let mut value: Value = serde_yaml::from_str(&std::fs::read_to_string(
+        repo_root().join("config/samples/dgd-disagg.yaml"),
+    )?)?;
+    value["metadata"]["name"] = json!(name);
+    value["spec"]
+        .as_object_mut()
+        .ok_or("spec")?
+        .remove("topologyConstraint");
+    for component in value["spec"]["components"].as_array_mut().ok_or("components")? {
+        component
+            .as_object_mut()
+            .ok_or("component")?
+            .remove("kvCacheTransferTopology");
+    }
+    Ok(value)
+}
+
+fn budget(name: &str, namespace: &str) -> Result<GpuBudget> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "planner.dynamo.io/v1alpha1",
+        "kind": "GpuBudget",
+        "metadata": {"name": name},
+        "spec": {
+            "totalGpus": TOTAL_GPUS,
+            "members": [
+                {"namespace": namespace, "policy": "burst", "priority": 10},
+                {"namespace": namespace, "policy": "steady", "priority": 0}
+            ]
+        }
+    }))?)
+}
+
+fn policy(name: &str, max_replicas: i32, budget: &str, prometheus: &str) -> Result<PlannerPolicy> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "planner.dynamo.io/v1alpha1",
+        "kind": "PlannerPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "targetRef": {"name": name},
+            "adjustmentInterval": format!("{INTERVAL_S}s"),
+            "sla": {"ttftMs": 200, "itlMs": 10},
+            "behavior": {"scaleDownStabilization": "30s"},
+            "bounds": {"minReplicas": 1, "maxReplicas": max_replicas, "maxGpuBudget": -1},
+            "predictor": {"type": "constant"},
+            "profile": {"builtin": "h200-llama3.1-8b-tp1"},
+            "metrics": {"prometheus": {"url": prometheus}, "modelName": "llama-3.1-8b"},
+            "budgetRef": {"name": budget}
+        }
+    }))?)
+}
+
+fn replicas(dgd: &DynamoGraphDeployment) -> (i32, i32) {
+    let of = |name: &str| {
+        dgd.spec
+            .components
+            .iter()
+            .find(|c| c.name == name)
+            .and_then(|c| c.replicas)
+            .unwrap_or(1)
+    };
+    (of("prefill"), of("decode"))
+}
+
+fn grant(policy: &PlannerPolicy) -> Option<(String, i64, String)> {
+    let b = policy.status.as_ref()?.budget.as_ref()?;
+    Some((b.reason.clone(), b.granted_gpus, b.message.clone()))
+}
+
+/// Notes of the Events with `reason` about `object`.
+async fn notes(ns: &TestNamespace, object: &str, reason: &str) -> Result<Vec<String>> {
+    let events: Api<Event> = ns.api();
+    Ok(events
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(object))
+        .filter_map(|e| e.note)
+        .collect())
+}
+
+/// Writes a graph's `Ready` status as NVIDIA's operator would (planner-only mode).
+async fn nvidia_ready(ns: &TestNamespace, name: &str) -> Result<()> {
+    let dgds: Api<DynamoGraphDeployment> = ns.api();
+    let status = json!({"status": {"conditions": [{
+        "type": "Ready", "status": "True", "reason": "AllComponentsReady", "message": "ready",
+        "lastTransitionTime": "2026-01-01T00:00:00Z"
+    }]}});
+    let params = PatchParams {
+        field_manager: Some("dynamo-operator-e2e".into()),
+        ..PatchParams::default()
+    };
+    dgds.patch_status(name, &params, &Patch::Merge(&status)).await?;
+    Ok(())
+}
+
+/// Samples both graphs' replicas every half second until stopped; records the most GPUs they
+/// asked for together (one GPU per replica).
+struct Watch {
+    stop: Arc<AtomicBool>,
+    peak: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Watch {
+    fn start(dgds: Api<DynamoGraphDeployment>) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let peak = Arc::new(AtomicU64::new(0));
+        let task = {
+            let (stop, peak) = (Arc::clone(&stop), Arc::clone(&peak));
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    // One list: both graphs at the same resourceVersion.
+                    if let Ok(list) = dgds.list(&ListParams::default()).await {
+                        let gpus: i32 = list
+                            .items
+                            .iter()
+                            .map(|dgd| {
+                                let (p, d) = replicas(dgd);
+                                p + d
+                            })
+                            .sum();
+                        peak.fetch_max(u64::try_from(gpus).unwrap_or(0), Ordering::Relaxed);
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            })
+        };
+        Self { stop, peak, task }
+    }
+
+    async fn peak(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.task.await;
+        self.peak.load(Ordering::Relaxed)
+    }
+}
+
+async fn scenario(ns: &TestNamespace, planner_only: bool) -> Result<()> {
+    install_crds(&ns.client).await?;
+    let budgets: Api<GpuBudget> = Api::all(ns.client.clone());
+    let budget_name = format!("{}-gpus", ns.name);
+    budgets
+        .create(&PostParams::default(), &budget(&budget_name, &ns.name)?)
+        .await?;
+    let outcome = run(ns, &budget_name, planner_only).await;
+    let _ = budgets.delete(&budget_name, &DeleteParams::default()).await;
+    outcome
+}
+
+async fn run(ns: &TestNamespace, budget_name: &str, planner_only: bool) -> Result<()> {
+    let dgds: Api<DynamoGraphDeployment> = ns.api();
+    let policies: Api<PlannerPolicy> = ns.api();
+    let budgets: Api<GpuBudget> = Api::all(ns.client.clone());
+    for name in ["burst", "steady"] {
+        ns.accepts(&graph(name)?).await?;
+        if planner_only {
+            nvidia_ready(ns, name).await?;
+        }
+    }
+    // Each graph's frontend: the burst one at the trace's rate, the steady one at four times it.
+    let frontend = |name: &str| -> Result<Frontend> {
+        let args: Vec<String> = if planner_only {
+            ["--prefill", "8", "--decode", "8"].map(String::from).to_vec()
+        } else {
+            ["--dgd", name, "--namespace", &ns.name]
+                .map(String::from)
+                .to_vec()
+        };
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        start_synthetic_frontend(&args)
+    };
+    let burst_frontend = frontend("burst")?;
+    let steady_frontend = frontend("steady")?;
+    let (burst_ns, steady_ns) = (format!("{}-burst", ns.name), format!("{}-steady", ns.name));
+    let job = |name: &str, frontend: &Frontend, dynamo_namespace: &str| Job {
+        name: format!("{name}-frontend"),
+        targets: vec![frontend.control.clone()],
+        path: "/metrics",
+        labels: vec![("dynamo_namespace".into(), dynamo_namespace.into())],
+    };
+    let prometheus = Prometheus::start_jobs(
+        &[
+            job("burst", &burst_frontend, &burst_ns),
+            job("steady", &steady_frontend, &steady_ns),
+        ],
+        1,
+    )
+    .await?;
+    let mut flags = vec!["--webhook-disabled"];
+    if planner_only {
+        flags.push("--dgd-controller=false");
+    }
+    let operator = start(ns, &flags).await?;
+    let watch = Watch::start(dgds.clone());
+    poll_until("the steady frontend to serve", WAIT, || async {
+        Ok(post(&steady_frontend.control, "/control/rate-scale/4")
+            .await
+            .is_ok())
+    })
+    .await?;
+    let outcome = async {
+        for (name, max) in [("burst", 8), ("steady", 3)] {
+            policies
+                .create(
+                    &PostParams::default(),
+                    &policy(name, max, budget_name, &prometheus.url)?,
+                )
+                .await?;
+        }
+        // 1. The steady graph grows above its floor, granted all it asks for.
+        poll_until("the steady graph to grow above its floor", WAIT, || async {
+            let (p, d) = replicas(&dgds.get("steady").await?);
+            let policy = policies.get("steady").await?;
+            Ok(p + d >= 3 && grant(&policy).is_some_and(|(reason, _, _)| reason == "Full"))
+        })
+        .await?;
+        let before = replicas(&dgds.get("steady").await?);
+        eprintln!(
+            "steady at {before:?}, burst at {:?}",
+            replicas(&dgds.get("burst").await?)
+        );
+
+        // 2. The burst: forty times the traffic on the higher-priority graph. The steady graph
+        // yields down to its floor and the burst takes the rest.
+        post(&burst_frontend.control, "/control/rate-scale/40").await?;
+        poll_until("the steady graph to yield to its floor", WAIT, || async {
+            let steady = replicas(&dgds.get("steady").await?);
+            let burst = replicas(&dgds.get("burst").await?);
+            Ok(steady == (1, 1) && burst.0 + burst.1 > 2)
+        })
+        .await?;
+        let peak_burst = replicas(&dgds.get("burst").await?);
+        eprintln!("burst at {peak_burst:?}, steady at its floor");
+        poll_until("the cut in the steady policy's status", WAIT, || async {
+            Ok(grant(&policies.get("steady").await?).is_some_and(|(reason, _, _)| reason == "Cut"))
+        })
+        .await?;
+        let (reason, granted, message) = grant(&policies.get("steady").await?).ok_or("no grant")?;
+        eprintln!("steady: {reason}, {granted} GPUs: {message}");
+        assert_eq!(granted, 2, "the floor of 1 + 1 one-GPU replicas");
+        let limited = policies.get("steady").await?;
+        let limited = crate::faults::condition(&limited, "ScalingLimited").ok_or("no ScalingLimited")?;
+        assert_eq!(limited.0, "True", "{limited:?}");
+        assert!(
+            message.contains(&format!("{}/burst (priority 10", ns.name)),
+            "the cut names who took the GPUs: {message}"
+        );
+        let cuts = notes(ns, "steady", "GrantCut").await?;
+        assert!(
+            cuts.iter().any(|n| n.contains(&format!("budget {budget_name}:"))),
+            "no GrantCut Event on the steady policy: {cuts:?}"
+        );
+        // The budget's side says the same.
+        let status = budgets.get(budget_name).await?.status.ok_or("no budget status")?;
+        eprintln!("budget: {status:?}");
+        assert_eq!(status.member_count, 2);
+        assert!(status.held_gpus <= TOTAL_GPUS, "{status:?}");
+        let steady_row = status
+            .members
+            .iter()
+            .find(|m| m.name == "steady")
+            .ok_or("steady not in the budget's status")?;
+        assert_eq!(steady_row.reason, "Cut");
+        assert_eq!(status.members[0].name, "burst", "the higher priority first");
+
+        // 3. The burst ends: the steady graph gets its GPUs back.
+        post(&burst_frontend.control, "/control/rate-scale/0").await?;
+        poll_until("the steady graph to get its GPUs back", WAIT, || async {
+            let (p, d) = replicas(&dgds.get("steady").await?);
+            let policy = policies.get("steady").await?;
+            Ok(p + d >= 3 && grant(&policy).is_some_and(|(reason, _, _)| reason == "Full"))
+        })
+        .await?;
+        eprintln!(
+            "steady back at {:?}, burst at {:?}",
+            replicas(&dgds.get("steady").await?),
+            replicas(&dgds.get("burst").await?)
+        );
+        let restored = notes(ns, "steady", "GrantRestored").await?;
+        assert!(
+            !restored.is_empty(),
+            "no GrantRestored Event on the steady policy"
+        );
+        let scaled = notes(ns, "steady", "Scaled").await?;
+        assert!(
+            scaled
+                .iter()
+                .any(|n| n.contains(&format!("budget {budget_name}: granted"))),
+            "no Scaled Event saying the budget cut it: {scaled:?}"
+        );
+        operator.check_running()
+    }
+    .await;
+    let peak = watch.peak().await;
+    let stopped = operator.stop().await;
+    drop((burst_frontend, steady_frontend, prometheus));
+    outcome?;
+    stopped?;
+    eprintln!("the two graphs asked for at most {peak} GPUs together");
+    assert!(
+        peak <= u64::try_from(TOTAL_GPUS).unwrap_or(0),
+        "the graphs asked for {peak} GPUs, over the budget of {TOTAL_GPUS}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_takes_the_shared_budget_and_gives_it_back() -> Result<()> {
+    in_namespace("budget", |ns| async move { scenario(&ns, false).await }).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_takes_the_shared_budget_and_gives_it_back_beside_nvidias_operator() -> Result<()> {
+    in_namespace(
+        "budget-planner-only",
+        |ns| async move { scenario(&ns, true).await },
+    )
+    .await
+}
