@@ -80,7 +80,7 @@ class DynamoConfig(unittest.TestCase):
         },
     }
 
-    def test_every_mode_is_a_valid_dynamo_planner_config_with_the_run_targets(self):
+    def test_every_mode_is_a_valid_dynamo_planner_config(self):
         from dynamo.planner.config.planner_config import PlannerConfig
 
         for mode in bench_replay.DYNAMO_MODES.values():
@@ -88,7 +88,6 @@ class DynamoConfig(unittest.TestCase):
                 json.dumps(bench_replay.dynamo_planner_config(self.manifest, self.run_, mode))
             )
             self.assertEqual(config.optimization_target, mode)
-            self.assertEqual((config.ttft_ms, config.itl_ms), (500.0, 50.0))
             self.assertEqual(config.max_gpu_budget, 512)
         load = PlannerConfig.from_config_arg(
             json.dumps(bench_replay.dynamo_planner_config(self.manifest, self.run_, "load"))

@@ -447,21 +447,39 @@ pub fn replay_report(args: &ReplayReportArgs) -> Result<String, ReplayError> {
     let mut startups: Vec<f64> = Vec::new();
     let mut routers = BTreeMap::new();
     let mut losses = String::new();
+    let mut not_run = String::new();
     for run in &manifest.runs {
         let stem = run.file.trim_end_matches(".jsonl");
         let dir = results_dir.join(stem);
         let mut results = Vec::new();
         let mut walls = Vec::new();
         let mut descriptions = Vec::new();
-        let mut entries: Vec<PathBuf> = match std::fs::read_dir(&dir) {
-            Ok(entries) => entries
-                .filter_map(Result::ok)
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|x| x == "json"))
-                .collect(),
+        let all: Vec<PathBuf> = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries.filter_map(Result::ok).map(|e| e.path()).collect(),
             Err(e) => return Err(input(format!("cannot read {}: {e}", dir.display()))),
         };
+        let mut entries: Vec<PathBuf> = all
+            .iter()
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .cloned()
+            .collect();
         entries.sort();
+        // A policy the harness left out of this run, and why (`<policy>.failed`).
+        let mut failed: Vec<(String, String)> = all
+            .iter()
+            .filter(|p| p.extension().is_some_and(|x| x == "failed"))
+            .map(|p| {
+                let policy = p
+                    .file_stem()
+                    .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
+                let why = std::fs::read_to_string(p).unwrap_or_default().trim().to_string();
+                (policy, why)
+            })
+            .collect();
+        failed.sort();
+        for (policy, why) in &failed {
+            let _ = writeln!(not_run, "- **{}**, `{policy}`: {why}", run.name);
+        }
         for path in entries {
             let text = std::fs::read_to_string(&path)
                 .map_err(|e| input(format!("cannot read {}: {e}", path.display())))?;
@@ -595,6 +613,13 @@ pub fn replay_report(args: &ReplayReportArgs) -> Result<String, ReplayError> {
          pool's; **intervals OK** is the share of intervals whose arrivals met both targets on average.\n",
         BASELINES[0]
     );
+    if !not_run.is_empty() {
+        let _ = writeln!(
+            md,
+            "**Replays that did not complete** (left out of their run's tables; the harness tries each again when \
+             Dynamo's replay stops on its own internal check):\n\n{not_run}"
+        );
+    }
     md.push_str(&overview_tables(&overview, "", REFERENCE));
     md.push_str(&scorecard(&overview));
     if !losses.is_empty() {
@@ -1200,6 +1225,11 @@ mod tests {
         write("dynamo-throughput", 2.0, ok);
         write("hpa", 3.0, ok);
         write(REFERENCE, 2.0, ok);
+        std::fs::write(
+            results.join("dynamo-latency.failed"),
+            "Dynamo's replay stopped on each of 5 attempts: replay invariant violated\n",
+        )
+        .unwrap();
         let manifest_path = dir.path().join("manifest.json");
         std::fs::write(&manifest_path, serde_json::to_string(&manifest).unwrap()).unwrap();
         let out = dir.path().join("replay.md");
@@ -1228,6 +1258,10 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("new workers serve 60 s after"), "{md}");
+        assert!(
+            md.contains("- **t k=1**, `dynamo-latency`: Dynamo's replay stopped on each of 5 attempts: replay invariant violated"),
+            "{md}"
+        );
         assert!(
             md.contains(
                 "| t k=1 | 0.67x / 50% | 1.00x / 100% | no: fewer intervals | - | - | - | - | 1.33x / 100% | no: fewer intervals |"
