@@ -86,6 +86,7 @@ bench:
 		--out bench/figures --report bench/results.md
 	$(CARGO) run --release --locked -p planner-sim -- simulate --suite bench/suite.json \
 		--profile h100-llama3.3-70b-tp4 --rate-scale 1 --rate-scale 4 --aggregated \
+		--scale-up-delay-s 60 --scale-up-delay-s 180 --scale-up-delay-s 300 \
 		--policy sla-arima --policy load-based --policy hpa --policy fixed-peak \
 		--out bench/figures --report bench/results.md --append-report
 

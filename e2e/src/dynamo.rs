@@ -33,6 +33,8 @@ pub enum Mode {
     Prefill,
     /// Decode engine.
     Decode,
+    /// Aggregated engine (an aggregated graph's `type: worker`): prefill and decode alike.
+    Aggregated,
 }
 
 impl Mode {
@@ -41,6 +43,15 @@ impl Mode {
         match self {
             Self::Prefill => "prefill",
             Self::Decode => "decode",
+            Self::Aggregated => "agg",
+        }
+    }
+
+    /// The component type of the engine's pods (`nvidia.com/dynamo-component-type`).
+    pub fn component_type(self) -> &'static str {
+        match self {
+            Self::Aggregated => "worker",
+            other => other.as_str(),
         }
     }
 }

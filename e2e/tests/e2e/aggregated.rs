@@ -7,10 +7,13 @@
 //! - Planner only (`--dgd-controller=false`): the test plays NVIDIA's operator, keeping a
 //!   Deployment of worker pods at the DGD's replicas and writing the DGD's status as NVIDIA's
 //!   operator does (Ready, the component's replicas and ready replicas).
+//! - Real engines: the test bed (`planner-sim dynamo-bed`) runs Dynamo's real frontend and a
+//!   real mocker engine in aggregated mode (`--disaggregation-mode agg`) per Ready worker pod,
+//!   scraped as the chart's PodMonitors scrape them.
 
 use std::time::Duration;
 
-use e2e::{Result, TestNamespace, in_namespace, install_crds, poll_until, repo_root};
+use e2e::{Result, TestNamespace, in_namespace, in_namespace_exclusive, install_crds, poll_until, repo_root};
 use k8s_openapi::api::{apps::v1::Deployment, core::v1::Pod, events::v1::Event};
 use kube::{
     Api,
@@ -23,7 +26,8 @@ use planner_api::{
 use serde_json::{Value, json};
 
 use crate::{
-    closed_loop::{post, start_synthetic_frontend},
+    bed::{Bed, write_trace},
+    closed_loop::{post, start_synthetic_frontend, tempfile_dir},
     faults::condition,
     operator::start,
     prometheus::{Job, Prometheus},
@@ -65,6 +69,10 @@ fn graph() -> Result<Value> {
 }
 
 fn policy(prometheus: &str) -> Result<PlannerPolicy> {
+    policy_with(prometheus, 200.0)
+}
+
+fn policy_with(prometheus: &str, ttft_ms: f64) -> Result<PlannerPolicy> {
     Ok(serde_json::from_value(json!({
         "apiVersion": "planner.dynamo.io/v1alpha1",
         "kind": "PlannerPolicy",
@@ -72,7 +80,7 @@ fn policy(prometheus: &str) -> Result<PlannerPolicy> {
         "spec": {
             "targetRef": {"name": GRAPH},
             "adjustmentInterval": "10s",
-            "sla": {"ttftMs": 200, "itlMs": 15},
+            "sla": {"ttftMs": ttft_ms, "itlMs": 15},
             // Ten-second intervals: a stabilisation window of three intervals.
             "behavior": {"scaleDownStabilization": "30s"},
             "bounds": {"minReplicas": 1, "maxReplicas": 12, "maxGpuBudget": -1},
@@ -300,6 +308,120 @@ async fn an_aggregated_graph_is_scaled_up_and_down_beside_nvidias_operator() -> 
         let stopped = operator.stop().await;
         drop(prometheus);
         drop(frontend);
+        outcome.and(stopped)
+    })
+    .await
+}
+
+/// The aggregated engine processes the bed runs.
+async fn running_workers(bed: &Bed) -> Result<i64> {
+    Ok(bed.status().await?["workers"].as_i64().unwrap_or(-1))
+}
+
+/// Full mode on real engines: the bed's aggregated mockers serve a trace of long prompts, a
+/// real Prometheus scrapes the real frontend and engines as the chart's PodMonitors do, and the
+/// policy reads them (the backlog from the frontend's `phase="aggregated"` stages, the KV usage
+/// from the engines), scales the pool up under eight times the load and down after it, while
+/// the bed runs one engine process per worker replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aggregated_graph_of_real_engines_is_scaled_up_and_down() -> Result<()> {
+    in_namespace_exclusive("agg-real", |ns| async move {
+        install_crds(&ns.client).await?;
+        let dgds: Api<DynamoGraphDeployment> = ns.api();
+        let policies: Api<PlannerPolicy> = ns.api();
+        ns.accepts(&graph()?).await?;
+        let dir = tempfile_dir(&ns.name)?;
+        let trace = dir.join("trace.jsonl");
+        // Prompts of 8,000-16,000 tokens at one every two seconds: about a third of one
+        // engine's time on the bench profile.
+        write_trace(&trace, 0.5, 600.0)?;
+        let operator = start(&ns, &["--webhook-disabled"]).await?;
+        let started = async {
+            let bed = Bed::start(&ns, GRAPH, &trace, 1, &[]).await?;
+            let prometheus = Prometheus::start_with_config(&bed.prometheus_config).await?;
+            Ok::<_, e2e::Error>((bed, prometheus))
+        }
+        .await;
+        let (mut bed, prometheus) = match started {
+            Ok(started) => started,
+            Err(error) => {
+                let _ = operator.stop().await;
+                return Err(error);
+            }
+        };
+        let outcome = async {
+            policies
+                .create(&PostParams::default(), &policy_with(&prometheus.url, 1000.0)?)
+                .await?;
+            poll_until("the policy to observe requests and the engines' KV usage", WAIT, || async {
+                let policy = policies.get("agg-sla").await?;
+                let observed = policy.status.as_ref().and_then(|s| s.observed.as_ref());
+                Ok(observed.and_then(|o| o.requests).is_some_and(|r| r > 0.0)
+                    && observed.and_then(|o| o.decode_kv_usage_source) == Some(KvUsageSource::Engines))
+            })
+            .await?;
+            // The real engines are scraped as aggregated workers.
+            let types = prometheus
+                .query(&format!(
+                    "count by (dynamo_component_type) (vllm:kv_cache_usage_perc{{dynamo_namespace=\"{}-{GRAPH}\"}})",
+                    ns.name
+                ))
+                .await?;
+            let types: Vec<&str> = types
+                .iter()
+                .filter_map(|s| s["metric"]["dynamo_component_type"].as_str())
+                .collect();
+            assert_eq!(types, ["worker"]);
+            // A plan at the base load that the pool already runs: the scale-up below is the
+            // step's.
+            poll_until("the pool to run the base load's plan", WAIT, || async {
+                let policy = policies.get("agg-sla").await?;
+                let desired = policy.status.and_then(|s| s.desired).and_then(|d| d.workers);
+                Ok(desired == Some(workers(&dgds.get(GRAPH).await?)))
+            })
+            .await?;
+            let before = workers(&dgds.get(GRAPH).await?);
+
+            bed.rate_scale(8.0).await?;
+            poll_until("the aggregated pool to scale up", WAIT, || async {
+                Ok(workers(&dgds.get(GRAPH).await?) > before)
+            })
+            .await?;
+            let peak = workers(&dgds.get(GRAPH).await?);
+            eprintln!("real aggregated engines scaled up from {before} to {peak}");
+            poll_until("one engine process per worker replica", Duration::from_secs(60), || async {
+                Ok(running_workers(&bed).await? == i64::from(workers(&dgds.get(GRAPH).await?)))
+            })
+            .await?;
+
+            bed.rate_scale(1.0).await?;
+            poll_until(
+                "the aggregated pool to scale back down",
+                Duration::from_secs(180),
+                || async { Ok(workers(&dgds.get(GRAPH).await?) < peak) },
+            )
+            .await?;
+            poll_until("one engine process per worker replica", Duration::from_secs(60), || async {
+                Ok(running_workers(&bed).await? == i64::from(workers(&dgds.get(GRAPH).await?)))
+            })
+            .await?;
+            let load = bed.status().await?["load"].clone();
+            eprintln!("load: {load}");
+            assert!(load["completed"].as_u64().unwrap_or(0) > 50, "{load}");
+            assert_eq!(load["failed"], 0, "requests failed: {load}");
+            let policy = policies.get("agg-sla").await?;
+            assert_eq!(condition(&policy, "Ready").map(|c| c.0).as_deref(), Some("True"));
+            operator.check_running()
+        }
+        .await;
+        let stopped = operator.stop().await;
+        if outcome.is_err() {
+            bed.keep_logs();
+        } else {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        drop(prometheus);
+        drop(bed);
         outcome.and(stopped)
     })
     .await

@@ -357,7 +357,7 @@ async fn replicas_follow_the_load_and_missing_metrics_never_scale_down() -> Resu
 }
 
 /// A scratch directory for the test's trace.
-fn tempfile_dir(name: &str) -> Result<std::path::PathBuf> {
+pub(crate) fn tempfile_dir(name: &str) -> Result<std::path::PathBuf> {
     let dir = std::env::temp_dir().join(format!("e2e-{name}-{}", free_port()));
     std::fs::create_dir_all(&dir)?;
     Ok(dir)

@@ -6,7 +6,8 @@
 //! Each assertion below failed on the operator's earlier reads: an idle graph was "metrics
 //! unavailable", the first requests of a new series were not counted, the decode KV usage and
 //! load mode's prefill queue were read from KV-router gauges a default frontend does not have,
-//! and the prefill backlog counted the requests waiting for decode.
+//! and the prefill backlog counted the requests waiting for decode, or (aggregated engines)
+//! none of the requests waiting for their first token.
 
 use std::time::Duration;
 
@@ -37,7 +38,10 @@ fn jobs(bed: &Bed) -> Vec<Job> {
             name: format!("dynamo-worker-{i}"),
             targets: vec![target],
             path: "/metrics",
-            labels: vec![ns.clone(), ("dynamo_component_type".into(), mode.as_str().into())],
+            labels: vec![
+                ns.clone(),
+                ("dynamo_component_type".into(), mode.component_type().into()),
+            ],
         });
     }
     jobs
@@ -243,6 +247,71 @@ async fn requests_waiting_for_decode_are_not_a_prefill_backlog() -> Result<()> {
     assert!(
         observation.decode_kv_usage_peak.is_some_and(|peak| peak >= 0.7),
         "{observation:?}"
+    );
+    assert_eq!(load.await?, 0, "requests failed");
+    Ok(())
+}
+
+#[tokio::test]
+async fn requests_waiting_for_an_aggregated_engine_are_a_backlog() -> Result<()> {
+    // One aggregated engine at a tenth of its timing model's speed: a burst of long prompts
+    // waits for it. The frontend keeps them in its `dispatch` stage with phase `aggregated`.
+    let bed = Bed::start(
+        "e2e-real-agg",
+        &[],
+        &[Engine {
+            speedup: 0.1,
+            ..Engine::new(Mode::Aggregated)
+        }],
+    )
+    .await?;
+    let prometheus = Prometheus::start_jobs(&jobs(&bed), 1).await?;
+    let client = PrometheusClient::new(&prometheus.url, Duration::from_secs(10))?;
+    scraped(&client, &bed).await?;
+    let addr = bed.frontend_addr.clone();
+    let load = tokio::spawn(async move { dynamo::replay(&addr, &load(12, 4000, 20, 0.05)).await });
+    poll_until(
+        "requests waiting for their first token",
+        Duration::from_secs(60),
+        || {
+            let bed = &bed;
+            async move {
+                let text = bed.frontend_metrics().await?;
+                Ok(dynamo::sample(&text, "dynamo_frontend_queued_requests", &[]).is_some_and(|q| q >= 6.0))
+            }
+        },
+    )
+    .await?;
+    let text = bed.frontend_metrics().await?;
+    let dispatched = dynamo::sample(
+        &text,
+        "dynamo_frontend_stage_requests",
+        &[("stage", "dispatch"), ("phase", "aggregated")],
+    );
+    assert!(dispatched.is_some_and(|d| d >= 4.0), "{dispatched:?}");
+    // Read through Prometheus: the waiting requests are the backlog, and the engine's KV usage
+    // is read from the engine, scraped as a `type: worker` pod (once its first scrapes are in).
+    poll_until(
+        "the backlog and the engine's KV usage",
+        Duration::from_secs(30),
+        || {
+            let (client, bed) = (&client, &bed);
+            async move {
+                let (observation, kv_source) = observed(client, bed, 10).await?;
+                let pending = observation.queued.ok_or("no stage gauges")?;
+                eprintln!("prefill pending {pending}, KV usage from {kv_source:?}");
+                Ok(pending >= 4.0 && kv_source == Some(KvUsageSource::Engines))
+            }
+        },
+    )
+    .await?;
+    // Load mode's queue: those beyond the one engine serving.
+    let samples = client
+        .load_samples(&bed.dynamo_namespace, 10.0, 1.0, unix_now(), 1)
+        .await?;
+    assert!(
+        samples.prefill_queue.iter().copied().fold(0.0, f64::max) >= 3.0,
+        "{samples:?}"
     );
     assert_eq!(load.await?, 0, "requests failed");
     Ok(())

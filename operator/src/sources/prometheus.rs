@@ -107,8 +107,9 @@ pub fn in_flight_query(filter: &SeriesFilter) -> String {
 
 /// The frontend's pipeline stages before a first token: tokenising, routing to a prefill worker
 /// and waiting on it (`stage_requests{stage, phase}`; requests past prefill, waiting for decode,
-/// are in none of them).
-const PREFILL_STAGES: &str = "stage=~\"preprocess|route|dispatch\",phase=~\"|prefill\"";
+/// are in none of them). A frontend of an aggregated graph labels its route and dispatch stages
+/// `phase="aggregated"`, its dispatch lasting until the first token as a prefill dispatch does.
+const PREFILL_STAGES: &str = "stage=~\"preprocess|route|dispatch\",phase=~\"|prefill|aggregated\"";
 
 /// The PromQL requests waiting for or in prefill now, over the graph's frontends (the stage
 /// gauges carry no model label).
@@ -131,8 +132,8 @@ pub fn prefill_waiting_query(dynamo_namespace: &str, prefill_engines: u32) -> St
     };
     format!(
         "({} or vector(0)) + clamp_min({} - {prefill_engines}, 0)",
-        stage("stage=~\"preprocess|route\",phase=~\"|prefill\""),
-        stage("stage=\"dispatch\",phase=\"prefill\"")
+        stage("stage=~\"preprocess|route\",phase=~\"|prefill|aggregated\""),
+        stage("stage=\"dispatch\",phase=~\"prefill|aggregated\"")
     )
 }
 
@@ -1058,6 +1059,70 @@ impl FastSnapshot {
 mod tests {
     use super::*;
 
+    /// Whether the first `{...}` selector of `query` selects a series with `labels`: each
+    /// matcher (`=` or `=~`, anchored as PromQL anchors them) holds, a missing label being "".
+    fn selects(query: &str, labels: &[(&str, &str)]) -> bool {
+        let selector = &query[query.find('{').unwrap() + 1..query.find('}').unwrap()];
+        let matcher = regex::Regex::new(r#"(\w+)(=~|=)"([^"]*)""#).unwrap();
+        matcher.captures_iter(selector).all(|m| {
+            let value = labels.iter().find(|(k, _)| *k == &m[1]).map_or("", |(_, v)| v);
+            match &m[2] {
+                "=" => value == &m[3],
+                _ => regex::Regex::new(&format!("^(?:{})$", &m[3]))
+                    .unwrap()
+                    .is_match(value),
+            }
+        })
+    }
+
+    #[test]
+    fn requests_waiting_for_a_first_token_are_read_in_disaggregated_and_aggregated_graphs() {
+        // The stage series Dynamo 1.6.1's frontend exports: `phase` empty before routing,
+        // `prefill`/`decode` in a disaggregated graph, `aggregated` in one of `type: worker`
+        // engines (whose dispatch lasts until the first token).
+        let ns = ("dynamo_namespace", "llm-llama-disagg");
+        let series = |stage, phase| [ns, ("stage", stage), ("phase", phase)];
+        let pending = prefill_pending_query("llm-llama-disagg");
+        for (stage, phase) in [
+            ("preprocess", ""),
+            ("route", "prefill"),
+            ("dispatch", "prefill"),
+            ("route", "aggregated"),
+            ("dispatch", "aggregated"),
+        ] {
+            assert!(
+                selects(&pending, &series(stage, phase)),
+                "{stage}/{phase}: {pending}"
+            );
+        }
+        assert!(!selects(&pending, &series("dispatch", "decode")), "{pending}");
+        assert!(!selects(
+            &pending,
+            &[
+                ("dynamo_namespace", "other"),
+                ("stage", "dispatch"),
+                ("phase", "aggregated")
+            ]
+        ));
+        // The waiting query's two sums: before dispatch, and dispatched beyond one per engine.
+        let waiting = prefill_waiting_query("llm-llama-disagg", 2);
+        let dispatched = &waiting[waiting.find("clamp_min").unwrap()..];
+        assert!(selects(&waiting, &series("route", "aggregated")), "{waiting}");
+        assert!(!selects(&waiting, &series("dispatch", "aggregated")), "{waiting}");
+        assert!(
+            selects(dispatched, &series("dispatch", "aggregated")),
+            "{dispatched}"
+        );
+        assert!(
+            selects(dispatched, &series("dispatch", "prefill")),
+            "{dispatched}"
+        );
+        assert!(
+            !selects(dispatched, &series("dispatch", "decode")),
+            "{dispatched}"
+        );
+    }
+
     fn filter() -> SeriesFilter {
         SeriesFilter {
             dynamo_namespace: "llm-llama-disagg".into(),
@@ -1629,7 +1694,7 @@ mod tests {
         assert!(
             queries
                 .iter()
-                .any(|q| q.contains("stage=\"dispatch\",phase=\"prefill\"}) - 2, 0)")),
+                .any(|q| q.contains("stage=\"dispatch\",phase=~\"prefill|aggregated\"}) - 2, 0)")),
             "the prefill engines serving are not waiting: {queries:#?}"
         );
         // A frontend without stage gauges, with the KV router and no engine KV gauge.

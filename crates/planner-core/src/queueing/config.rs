@@ -160,6 +160,10 @@ impl Default for Burstiness {
 pub struct DecodeKv {
     /// Standard deviations of KV demand above its mean that decode provides for.
     pub sigmas: f64,
+    /// The same when the scale-up delay is long ([`QueueingConfig::is_long_delay`]): decode
+    /// replicas asked for then serve intervals later, so KV demand above the plan lasts that
+    /// long before they do.
+    pub long_delay_sigmas: f64,
     /// Share of the KV cache plans may fill (admission needs room for a whole prompt).
     pub fill: f64,
 }
@@ -169,6 +173,10 @@ impl Default for DecodeKv {
         Self {
             // 1 and 1.5 lose 2 or 3 runs to hpa; 2 and 2.5 cost 2 runs of the bar.
             sigmas: 1.75,
+            // Tuned at 180 s and 300 s (`planner-sim tune --scale-up-delay-s 180
+            // --scale-up-delay-s 300`), where 1.5 and 1.75 lose Mooncake conversation k=4 to
+            // hpa at both delays (one interval short); 2.5 scores the same for 0.01x more.
+            long_delay_sigmas: 2.0,
             // 0.9 costs 2 runs of the bar; 1 (no room for admission) loses 2 runs to hpa.
             fill: 0.95,
         }
@@ -257,6 +265,15 @@ impl Default for QueueingConfig {
 }
 
 impl QueueingConfig {
+    /// Whether a replica asked for now serves well after the next interval's decision (the
+    /// delay is over [`LONG_DELAY_INTERVALS`] intervals of `interval_s`). Then a replica
+    /// released after a backlog is not back in time for the next one, so the stabilisation
+    /// window remembers the backlog's drain, and decode provides for
+    /// [`DecodeKv::long_delay_sigmas`].
+    pub(super) fn is_long_delay(&self, interval_s: f64) -> bool {
+        self.scale_up_delay_s > LONG_DELAY_INTERVALS * interval_s
+    }
+
     /// Burstiness within the planned range.
     pub(super) fn bounded_burstiness(&self, burstiness: f64) -> f64 {
         burstiness.clamp(MIN_BURSTINESS, self.burstiness.max.max(MIN_BURSTINESS))
@@ -282,10 +299,9 @@ pub(super) const MIN_FORECAST_ERRORS: usize = 6;
 /// Horizons the forecast errors are measured at (intervals): a replica asked for now serves only
 /// after the scale-up delay, so the plan is for the interval after next as much as the next.
 pub(super) const FORECAST_HORIZONS: usize = 2;
-/// A scale-up delay longer than this many intervals is long: a replica released after a backlog
-/// would not be back before the next interval's decision, so the stabilisation window remembers
-/// the backlog's drain. One and a half, not one: a delay measured at about one interval (a minute
-/// against a 60 s interval) is on either side of one by noise.
+/// A scale-up delay longer than this many intervals is long ([`QueueingConfig::is_long_delay`]).
+/// One and a half, not one: a delay measured at about one interval (a minute against a 60 s
+/// interval) is on either side of one by noise.
 pub(super) const LONG_DELAY_INTERVALS: f64 = 1.5;
 /// Forecast multipliers are capped here, and floored at the inverse of its square root: beyond
 /// that the forecast is not informative.

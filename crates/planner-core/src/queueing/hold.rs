@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    config::{Context, LONG_DELAY_INTERVALS, QueueingConfig},
+    config::{Context, QueueingConfig},
     demand::{Demand, backlogged},
     plan::ScaleReason,
     size::Sizing,
@@ -55,7 +55,7 @@ pub(super) fn hold(
     // held only while it lasts; but when a replica asked for now serves well after the next
     // interval's decision, replicas released after a backlog are not back in time for the
     // next one, so the drain is remembered too.
-    let remembered = if settings.scale_up_delay_s > LONG_DELAY_INTERVALS * ctx.interval_s {
+    let remembered = if settings.is_long_delay(ctx.interval_s) {
         desired
     } else {
         (

@@ -115,8 +115,13 @@ impl<'a, C: PerformanceCurves> Sizer<'a, C> {
     }
 
     fn decode_model(&self, demand: &Demand) -> DecodeModel {
+        let kv = &self.settings.decode_kv;
         DecodeModel {
-            kv_sigmas: self.settings.decode_kv.sigmas,
+            kv_sigmas: if self.settings.is_long_delay(self.interval_s) {
+                kv.long_delay_sigmas
+            } else {
+                kv.sigmas
+            },
             kv_fill: self.settings.decode_kv.fill,
             kv_scale: demand.kv_scale,
         }

@@ -319,6 +319,40 @@ fn decode_has_its_own_cold_start_margin() {
 }
 
 #[test]
+fn decode_provides_for_more_kv_demand_when_replicas_serve_intervals_later() {
+    let decode_at = |delay: f64| {
+        let mut config = queueing_config();
+        config.queueing.scale_up_delay_s = delay;
+        // Far apart, so that the difference shows on the 8B model's large cache.
+        config.queueing.decode_kv.sigmas = 1.0;
+        config.queueing.decode_kv.long_delay_sigmas = 30.0;
+        let mut planner = SlaPlanner::new(&config);
+        // Long contexts: decode is sized by its KV cache.
+        let long = Observation {
+            isl: 12000.0,
+            osl: 1500.0,
+            isl_second_moment: Some(1.5 * 12000.0 * 12000.0),
+            osl_second_moment: Some(1.5 * 1500.0 * 1500.0),
+            ..seen(600.0, 0.0, 8.0)
+        };
+        let plan = tick(&mut planner, &config, long, (8, 8))
+            .queueing()
+            .cloned()
+            .unwrap();
+        assert_eq!(plan.decode_sizing.bound, sizing::Bound::KvCache, "{plan:?}");
+        plan.decode_sizing.replicas
+    };
+    // 90 s against the 60 s interval is not long; 91 s is.
+    assert_eq!(decode_at(60.0), decode_at(90.0));
+    assert!(
+        decode_at(91.0) > decode_at(90.0),
+        "{} vs {}",
+        decode_at(91.0),
+        decode_at(90.0)
+    );
+}
+
+#[test]
 fn a_decode_cache_that_filled_teaches_no_prefill_burstiness() {
     let config = queueing_config();
     // Four engines serve a steady load, then one interval's first tokens come slowly.

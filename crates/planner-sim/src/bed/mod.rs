@@ -249,7 +249,9 @@ pub struct BedStatus {
     pub prefill: usize,
     /// Decode engine processes running.
     pub decode: usize,
-    /// Engine processes alive now (prefill and decode; running or stopping).
+    /// Aggregated worker engine processes running.
+    pub workers: usize,
+    /// Engine processes alive now (prefill, decode and worker; running or stopping).
     pub engines: usize,
     /// Most engine processes alive at once so far.
     pub peak_engines: usize,
@@ -416,6 +418,7 @@ pub async fn run(args: DynamoBedArgs) -> Result<(), BedError> {
         processes: Vec::new(),
         prefill: 0,
         decode: 0,
+        workers: 0,
         engines: 0,
         peak_engines: 0,
         cpu_s: 0.0,
@@ -512,10 +515,11 @@ pub async fn run(args: DynamoBedArgs) -> Result<(), BedError> {
         if last_report.elapsed() >= Duration::from_secs(10) {
             last_report = std::time::Instant::now();
             let load = stats.status();
-            let (prefill, decode) = supervisor.running_engines();
+            let (prefill, decode, workers) = supervisor.running_engines();
             info!(
                 prefill,
                 decode,
+                workers,
                 sent = load.sent,
                 completed = load.completed,
                 failed = load.failed,
@@ -528,7 +532,7 @@ pub async fn run(args: DynamoBedArgs) -> Result<(), BedError> {
         if let Ok(mut status) = status.lock() {
             let (cpu_s, peak_rss_bytes) = supervisor.cost();
             status.processes = supervisor.status();
-            (status.prefill, status.decode) = supervisor.running_engines();
+            (status.prefill, status.decode, status.workers) = supervisor.running_engines();
             status.engines = supervisor.engines();
             status.peak_engines = supervisor.peak_engines();
             status.cpu_s = cpu_s;

@@ -34,6 +34,9 @@ pub enum Role {
     Prefill,
     /// `python -m dynamo.mocker --disaggregation-mode decode`.
     Decode,
+    /// `python -m dynamo.mocker --disaggregation-mode agg`: an aggregated graph's lone
+    /// `type: worker` engine, prefilling and decoding alike.
+    Worker,
 }
 
 impl Role {
@@ -44,6 +47,7 @@ impl Role {
             "frontend" => Some(Self::Frontend),
             "prefill" => Some(Self::Prefill),
             "decode" => Some(Self::Decode),
+            "worker" => Some(Self::Worker),
             _ => None,
         }
     }
@@ -53,6 +57,15 @@ impl Role {
             Self::Frontend => "frontend",
             Self::Prefill => "prefill",
             Self::Decode => "decode",
+            Self::Worker => "worker",
+        }
+    }
+
+    /// The mocker's `--disaggregation-mode` for an engine of this role.
+    fn mocker_mode(self) -> &'static str {
+        match self {
+            Self::Worker => "agg",
+            other => other.as_str(),
         }
     }
 }
@@ -226,7 +239,7 @@ impl Launcher {
                     pod_port: Some(pod_port),
                 }
             }
-            Role::Prefill | Role::Decode => {
+            Role::Prefill | Role::Decode | Role::Worker => {
                 // The engine serves its system port (metrics, health) only where the pod asks
                 // for one, as a real engine does.
                 let pod_port = literal_env(container, "DYN_SYSTEM_PORT").and_then(|p| p.parse().ok());
@@ -242,7 +255,7 @@ impl Launcher {
                     "--model-name",
                     &self.model,
                     "--disaggregation-mode",
-                    replica.role.as_str(),
+                    replica.role.mocker_mode(),
                     "--speedup-ratio",
                     &self.speedup_ratio.to_string(),
                     "--block-size",
@@ -273,7 +286,7 @@ impl Launcher {
         let bind = |port: u16| TcpListener::bind(("127.0.0.1", port)).and_then(|l| l.local_addr());
         match role {
             Role::Frontend => bind(0).ok().map(|a| a.port()),
-            Role::Prefill | Role::Decode => {
+            Role::Prefill | Role::Decode | Role::Worker => {
                 let (low, high) = self.system_ports;
                 let span = u64::from(high.saturating_sub(low)) + 1;
                 (0..span)
@@ -611,10 +624,11 @@ impl Supervisor {
             .count()
     }
 
-    /// Running prefill and decode processes (not starting, restarting or stopping).
-    pub fn running_engines(&self) -> (usize, usize) {
+    /// Running prefill, decode and aggregated worker processes (not starting, restarting or
+    /// stopping).
+    pub fn running_engines(&self) -> (usize, usize, usize) {
         let count = |role| self.running().filter(|p| p.replica.role == role).count();
-        (count(Role::Prefill), count(Role::Decode))
+        (count(Role::Prefill), count(Role::Decode), count(Role::Worker))
     }
 
     /// Most engine processes alive at once so far.
@@ -826,6 +840,19 @@ mod tests {
         assert!(line.args.join(" ").contains("--disaggregation-mode decode"));
         assert_eq!(line.pod_port, None);
         assert_eq!(env(&line, "DYN_SYSTEM_PORT"), None);
+
+        let worker = replica(
+            Role::Worker,
+            json!({"name": "main", "env": [{"name": "DYN_SYSTEM_PORT", "value": "9090"}]}),
+        );
+        let line = launcher().command_line(&worker, 30003);
+        assert_eq!(line.module, "dynamo.mocker");
+        assert!(
+            line.args.join(" ").contains("--disaggregation-mode agg"),
+            "{:?}",
+            line.args
+        );
+        assert_eq!(env(&line, "DYN_SYSTEM_PORT").as_deref(), Some("30003"));
     }
 
     #[test]
@@ -837,6 +864,10 @@ mod tests {
         assert_eq!(backoff(40), Duration::from_secs(30));
         assert_eq!(Role::of("decode"), Some(Role::Decode));
         assert_eq!(Role::of("planner"), None);
+        // An aggregated graph's lone worker runs the mocker in aggregated mode.
+        assert_eq!(Role::of("worker"), Some(Role::Worker));
+        assert_eq!(Role::Worker.mocker_mode(), "agg");
+        assert_eq!(Role::Decode.mocker_mode(), "decode");
     }
 
     /// A stand-in for Python that runs as the launcher would run a module: it logs its

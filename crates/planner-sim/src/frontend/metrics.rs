@@ -164,6 +164,9 @@ pub struct FrontendMetrics {
     pending_tokens: f64,
     last: LastValues,
     workers: (Vec<String>, Vec<String>),
+    /// Serving aggregated workers: the stages' phase is `aggregated`, as Dynamo's frontend
+    /// labels them for a graph of `type: worker` engines.
+    aggregated: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -338,6 +341,7 @@ impl FrontendMetrics {
             pending_tokens: 0.0,
             last: LastValues::default(),
             workers: (Vec::new(), Vec::new()),
+            aggregated: false,
         }
     }
 
@@ -388,6 +392,13 @@ impl FrontendMetrics {
 
     /// Updates the gauges from the model's state. `prefill` and `decode` name the workers
     /// serving (pods, or synthetic names); series of workers gone are removed.
+    /// The stages of a frontend serving aggregated workers (phase `aggregated`) instead of
+    /// prefill and decode pools.
+    pub fn aggregated(mut self, aggregated: bool) -> Self {
+        self.aggregated = aggregated;
+        self
+    }
+
     pub fn update(&mut self, snapshot: &Snapshot, prefill: &[String], decode: &[String]) {
         if self.last.arrived {
             let prefilling = snapshot
@@ -402,13 +413,24 @@ impl FrontendMetrics {
             self.active.get_or_create(&self.model).set(in_flight as i64);
             self.queued.get_or_create(&self.model).set(no_first_token as i64);
             // Round-robin: no router queue; a request waits in the prefill engine it was sent to.
-            for (stage, phase, count) in [
-                ("preprocess", "", 0),
-                ("route", "prefill", 0),
-                ("dispatch", "prefill", at_prefill),
-                ("route", "decode", 0),
-                ("dispatch", "decode", snapshot.decode_queue),
-            ] {
+            // Dynamo's frontend keeps an aggregated worker's request in `dispatch` until its
+            // first token.
+            let stages: &[(&str, &str, usize)] = if self.aggregated {
+                &[
+                    ("preprocess", "", 0),
+                    ("route", "aggregated", 0),
+                    ("dispatch", "aggregated", no_first_token),
+                ]
+            } else {
+                &[
+                    ("preprocess", "", 0),
+                    ("route", "prefill", 0),
+                    ("dispatch", "prefill", at_prefill),
+                    ("route", "decode", 0),
+                    ("dispatch", "decode", snapshot.decode_queue),
+                ]
+            };
+            for &(stage, phase, count) in stages {
                 self.stages
                     .get_or_create(&self.stage(stage, phase))
                     .set(count as i64);
@@ -679,6 +701,44 @@ mod tests {
             ),
             None
         );
+    }
+
+    #[test]
+    fn an_aggregated_frontend_labels_its_stages_as_dynamos_does() {
+        // Dynamo 1.6.1's frontend before aggregated mocker workers: `route` and `dispatch`
+        // with phase `aggregated`, a request in `dispatch` until its first token (there as many
+        // as `queued_requests`), no prefill or decode phases.
+        let mut m = FrontendMetrics::new("m", 1600.0, 16).aggregated(true);
+        m.arrived(&job());
+        let snapshot = Snapshot {
+            prefill_queue: 5,
+            prefill_queue_tokens: 5000.0,
+            prefill_active_tokens: vec![1000.0, 0.0],
+            decode_queue: 1,
+            decoding: 4,
+            decode_engines: 2,
+            kv_tokens: 640.0,
+            kv_usage: 0.2,
+            prefill_work_started_s: 0.0,
+        };
+        m.update(&snapshot, &[], &["w-0".into(), "w-1".into()]);
+        let text = m.encode().unwrap();
+        let stage = |stage: &str, phase: &str| {
+            sample(
+                &text,
+                &format!("dynamo_frontend_stage_requests{{stage=\"{stage}\",phase=\"{phase}\"}}"),
+            )
+        };
+        assert_eq!(stage("dispatch", "aggregated"), Some(7.0), "{text}");
+        assert_eq!(stage("route", "aggregated"), Some(0.0));
+        assert_eq!(stage("preprocess", ""), Some(0.0));
+        assert_eq!(
+            sample(&text, "dynamo_frontend_queued_requests{model=\"m\"}"),
+            Some(7.0)
+        );
+        for phase in ["prefill", "decode"] {
+            assert!(!text.contains(&format!("phase=\"{phase}\"")), "{phase}: {text}");
+        }
     }
 
     #[test]

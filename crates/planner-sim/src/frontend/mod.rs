@@ -257,11 +257,9 @@ pub async fn run(args: SyntheticFrontendArgs) -> Result<(), FrontendError> {
     let curves = PerformanceModel::new(&profile).map_err(|e| FrontendError::Input(e.to_string()))?;
     let spec = EngineSpec::from_profile(&profile);
     let requests = trace::load(&args.trace).map_err(|e| FrontendError::Input(e.to_string()))?;
-    let metrics = Arc::new(Mutex::new(FrontendMetrics::new(
-        &args.model,
-        spec.max_kv_tokens,
-        args.kv_block_size,
-    )));
+    let metrics = Arc::new(Mutex::new(
+        FrontendMetrics::new(&args.model, spec.max_kv_tokens, args.kv_block_size).aggregated(args.aggregated),
+    ));
     let rate_scale = Arc::new(AtomicU64::new(args.rate_scale.max(0.0).to_bits()));
 
     // Capacity: fixed, or Ready pods polled from the API server.

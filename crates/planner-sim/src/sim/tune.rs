@@ -59,6 +59,10 @@ pub struct TuneArgs {
     /// Arrival jitter of rate-scaled copies (s; the benchmark's by default).
     #[arg(long, default_value_t = super::command::JITTER_S)]
     jitter_s: f64,
+    /// Scale-up delay of the runs (s, repeatable: every run at each delay, scored together;
+    /// default the simulator's 60 s). The planner measures it, as in `simulate`.
+    #[arg(long = "scale-up-delay-s", value_name = "S")]
+    scale_up_delays_s: Vec<f64>,
     /// Settings drawn at random from the grid before hill climbing (each costs one simulation
     /// of every run).
     #[arg(long, default_value_t = 48)]
@@ -131,6 +135,8 @@ pub const SPACE: &[Knob] = &[
     knob("fast_path.surge_tolerance", &[0.3, 0.4, 0.5, 0.75, 1.0]),
     knob("fast_path.backlog_hold_s", &[30.0, 60.0, 90.0, 120.0]),
     knob("fast_path.surge_hold_s", &[0.0, 30.0, 60.0, 120.0, 300.0]),
+    // Used at long scale-up delays only: a search at 60 s cannot tell its values apart.
+    knob("decode_kv.long_delay_sigmas", &[1.5, 1.75, 2.0, 2.5]),
 ];
 
 /// A point of the grid: one value index per knob.
@@ -300,7 +306,17 @@ pub fn tune(args: &TuneArgs) -> Result<String, SimulateError> {
     };
     let started = Instant::now();
     let latency = LatencyModel::new(&model, EngineSpec::from_profile(&profile));
-    let runs: Vec<(String, SlaTargets, Vec<Request>)> = traces
+    let delays = if args.scale_up_delays_s.is_empty() {
+        vec![config.scale_up_delay_s]
+    } else {
+        args.scale_up_delays_s.clone()
+    };
+    if let Some(bad) = delays.iter().find(|d| !d.is_finite() || **d < 0.0) {
+        return Err(SimulateError::Input(format!(
+            "--scale-up-delay-s {bad}: a delay is a finite number of seconds, at least 0"
+        )));
+    }
+    let scaled: Vec<(String, SlaTargets, Vec<Request>)> = traces
         .iter()
         .flat_map(|t| {
             args.rate_scales.iter().map(move |&k| {
@@ -312,9 +328,26 @@ pub fn tune(args: &TuneArgs) -> Result<String, SimulateError> {
             })
         })
         .collect();
+    // Every run at each delay; a run's name carries its delay when there are several.
+    let several = delays.len() > 1;
+    let runs: Vec<TuneRun> = delays
+        .iter()
+        .flat_map(|&delay_s| {
+            scaled.iter().map(move |(name, sla, requests)| TuneRun {
+                name: if several {
+                    format!("{name} at {delay_s:.0} s")
+                } else {
+                    name.clone()
+                },
+                sla: *sla,
+                requests: requests.clone(),
+                scale_up_delay_s: delay_s,
+            })
+        })
+        .collect();
     let outcome = search(&runs, &latency, &config, procedure, jobs).map_err(SimulateError::Input)?;
     let mut text = format!(
-        "# `planner-sim tune`\n\n`planner-sim tune --suite {} --profile {} {}--jitter-s {} {}--samples {} --seed {} --rounds {}`: {} runs, {:.0} s on {jobs} threads.\n\n{}",
+        "# `planner-sim tune`\n\n`planner-sim tune --suite {} --profile {} {}--jitter-s {} {}{}--samples {} --seed {} --rounds {}`: {} runs, {:.0} s on {jobs} threads.\n\n{}",
         args.suite.display(),
         args.profile,
         args.rate_scales
@@ -322,6 +355,10 @@ pub fn tune(args: &TuneArgs) -> Result<String, SimulateError> {
             .map(|k| format!("--rate-scale {} ", k_label(*k)))
             .collect::<String>(),
         args.jitter_s,
+        args.scale_up_delays_s
+            .iter()
+            .map(|d| format!("--scale-up-delay-s {d} "))
+            .collect::<String>(),
         args.knobs
             .iter()
             .map(|k| format!("--knob {k} "))
@@ -349,9 +386,22 @@ fn write_report(path: &Path, text: &str) -> Result<(), SimulateError> {
         .map_err(|e| SimulateError::Output(format!("cannot write {}: {e}", path.display())))
 }
 
-/// The search on `runs` (name, targets, requests), with `config`'s interval, delay and limits.
+/// A run to tune on: a trace at a rate scale, its targets and the scale-up delay it runs with.
+#[derive(Clone, Debug)]
+pub struct TuneRun {
+    /// Trace, rate scale (and delay, when several are tuned on).
+    pub name: String,
+    /// Latency targets.
+    pub sla: SlaTargets,
+    /// The requests.
+    pub requests: Vec<Request>,
+    /// Seconds from asking for a replica to it serving.
+    pub scale_up_delay_s: f64,
+}
+
+/// The search on `runs`, with `config`'s interval and limits.
 pub fn search<C: PerformanceCurves + Sync>(
-    runs: &[(String, SlaTargets, Vec<Request>)],
+    runs: &[TuneRun],
     latency: &LatencyModel<'_, C>,
     config: &SimConfig,
     procedure: Procedure<'_>,
@@ -361,9 +411,16 @@ pub fn search<C: PerformanceCurves + Sync>(
     let start = default_point(space)?;
     // What does not depend on the settings: the oracle (the reference, and everyone's
     // starting replicas) and hpa.
-    let runs: Vec<Run> = parallel_map(runs, jobs, |(name, sla, requests)| {
+    let runs: Vec<Run> = parallel_map(runs, jobs, |tune_run| {
+        let TuneRun {
+            name,
+            sla,
+            requests,
+            scale_up_delay_s,
+        } = tune_run;
         let config = SimConfig {
             sla: *sla,
+            scale_up_delay_s: *scale_up_delay_s,
             ..config.clone()
         };
         let oracle = run(requests, latency, &config, &mut Oracle, None);
@@ -798,6 +855,36 @@ mod tests {
         );
     }
 
+    #[test]
+    fn the_command_scores_every_run_at_each_delay_and_refuses_a_negative_one() {
+        let text = tune_with(&[
+            "--scale-up-delay-s",
+            "60",
+            "--scale-up-delay-s",
+            "180",
+            "--knob",
+            "margins.cold",
+            "--samples",
+            "0",
+            "--rounds",
+            "1",
+        ])
+        .unwrap();
+        assert!(
+            text.contains("--scale-up-delay-s 60 --scale-up-delay-s 180 --knob margins.cold")
+                && text.contains(": 2 runs"),
+            "{text}"
+        );
+        for delay in ["60", "180"] {
+            assert!(
+                text.contains(&format!("| mooncake_tiny k=1 at {delay} s |")),
+                "{text}"
+            );
+        }
+        let error = tune_with(&["--scale-up-delay-s=-1"]).unwrap_err().to_string();
+        assert!(error.contains("--scale-up-delay-s -1"), "{error}");
+    }
+
     /// A step load on the flat curves, where a larger cold-start margin only costs GPUs and a
     /// smaller stabilisation quantile lets pools go sooner.
     #[test]
@@ -808,7 +895,12 @@ mod tests {
         ];
         let mut requests = constant(2.0, 0.0, 300.0);
         requests.extend(constant(6.0, 300.0, 600.0));
-        let runs = vec![("step".to_string(), SlaTargets::new(500.0, 50.0), requests)];
+        let runs = vec![TuneRun {
+            name: "step".to_string(),
+            sla: SlaTargets::new(500.0, 50.0),
+            requests,
+            scale_up_delay_s: 60.0,
+        }];
         let procedure = Procedure {
             space: &space,
             samples: 2,
