@@ -7,7 +7,8 @@
 #     JSONL, the profile as the mocker's timing tables, and a manifest (targets, the replicas
 #     every autoscaled policy starts with, the fixed pool);
 #  2. tools/replay/bench_replay.py: each run replayed with each policy (ours through
-#     `planner-sim bridge`, Dynamo's planner in the modes that run here, a fixed pool);
+#     `planner-sim bridge`, also held to Dynamo's default mode's mean GPUs; Dynamo's planner in
+#     the modes that run here; a fixed pool);
 #  3. `planner-sim replay-report`: the scorecard, in `make bench`'s format.
 #
 # Settings (environment): REPLAY_SUITE (default bench/suite.json), REPLAY_RATE_SCALES ("1 4"),
@@ -33,6 +34,8 @@ profile=h100-llama3.3-70b-tp4
 
 bash tools/dynamo-venv.sh
 python="$(dynamo_python)"
+# The harness's own arithmetic first (gauges, GPU budget, Dynamo's configurations): a second.
+(cd tools/replay && "$python" -m unittest --quiet test_bench_replay)
 # The release build by default; CI's short replay uses the debug build `make test` leaves.
 cargo_profile="${REPLAY_CARGO_PROFILE:-release}"
 log "building planner-sim ($cargo_profile) ..."

@@ -7,8 +7,11 @@ Dynamo's mocker engines and router (`dynamo._core.run_mocker_trace_replay`), onc
 - `sla-arima`, `hpa`: this project's policies, asked every second through `planner-sim bridge`
   (`BridgePolicy`: the replay's tick snapshot becomes one JSON sample, the bridge answers the
   replicas);
-- `dynamo-throughput`, `dynamo-latency`: Dynamo's own planner in the two modes that need
-  neither AISimulate nor user-chosen thresholds, in the loop as Dynamo's replay runs it;
+- `sla-arima-capped`: `sla-arima` with its GPU budget set to the mean GPUs `dynamo-throughput`
+  held on the same run (its result must be there: it runs after `dynamo-throughput`);
+- `dynamo-throughput`, `dynamo-latency`, `dynamo-load`: Dynamo's own planner in the modes that
+  run without AISimulate (`load` with the manifest's thresholds for the run), in the loop as
+  Dynamo's replay runs it;
 - `fixed-peak`: the manifest's fixed pool, without a scaling policy.
 
 Writes `<results>/<run>/<policy>.json` (per request: arrival, lengths, TTFT, mean ITL; the
@@ -36,9 +39,20 @@ standin.install()
 from dynamo._core import run_mocker_trace_replay  # noqa: E402
 from dynamo.replay.planner import planner_replay_adapter  # noqa: E402
 
-POLICIES = ("sla-arima", "hpa", "dynamo-throughput", "dynamo-latency", "fixed-peak")
-BRIDGED = {"sla-arima", "hpa"}
-DYNAMO_MODES = {"dynamo-throughput": "throughput", "dynamo-latency": "latency"}
+# In the order they run: `sla-arima-capped` reads `dynamo-throughput`'s result.
+POLICIES = (
+    "sla-arima",
+    "hpa",
+    "dynamo-throughput",
+    "dynamo-latency",
+    "dynamo-load",
+    "sla-arima-capped",
+    "fixed-peak",
+)
+# The bridge's policy for each bridged one.
+BRIDGED = {"sla-arima": "sla-arima", "hpa": "hpa", "sla-arima-capped": "sla-arima"}
+CAPPED_AGAINST = "dynamo-throughput"
+DYNAMO_MODES = {"dynamo-throughput": "throughput", "dynamo-latency": "latency", "dynamo-load": "load"}
 # The bridge's sample: the simulator's step (1 s), fine enough for the fast checks (10 s) and
 # the HPA's period (15 s).
 SAMPLE_MS = 1000.0
@@ -60,7 +74,7 @@ class BridgePolicy:
 
     Each tick becomes one sample: the traffic counters of the tick's snapshot (the window since
     the last tick), and gauges from the replay's telemetry (`telemetry`, every
-    `GAUGE_MS`): the requests waiting for a first token and in flight, the decode pool's KV
+    `GAUGE_MS`): the requests waiting for or in prefill and in flight, the decode pool's KV
     usage at the tick, and the share of the prefill workers busy, averaged over the window's
     gauge samples (a sample taken at a random instant is busy with the probability the worker
     is, as a GPU's utilisation counter reads). The prompt lengths of the window's arrivals
@@ -86,13 +100,15 @@ class BridgePolicy:
         """The replay's periodic telemetry: the schedulers' state at `sampled_at_ms`."""
         prefill = [m for m in sample["prefill_scheduler_metrics"] if m["worker_id"] in set(sample["active_prefill_ids"])]
         decode = [m for m in sample["decode_scheduler_metrics"] if m["worker_id"] in set(sample["active_decode_ids"])]
-        waiting = sum(m["running_requests"] + m["waiting_requests"] for m in prefill)
-        waiting += sum(m["waiting_requests"] for m in decode)
-        waiting += sample["router_pending_prefill_requests"] + sample["router_pending_decode_requests"]
+        # Waiting for or in prefill: the frontend's prefill stages, which the operator reads as
+        # the queue (a request past prefill waiting for a decode worker is in flight only).
+        prefilling = sum(m["running_requests"] + m["waiting_requests"] for m in prefill)
+        prefilling += sample["router_pending_prefill_requests"]
+        for_decode = sum(m["waiting_requests"] for m in decode) + sample["router_pending_decode_requests"]
         decoding = sum(m["running_requests"] for m in decode)
         self.gauges = {
-            "queued": float(waiting),
-            "inflight": float(waiting + decoding),
+            "queued": float(prefilling),
+            "inflight": float(prefilling + for_decode + decoding),
             "decode_kv_usage": (
                 sum(m["active_cache_usage"] for m in decode) / len(decode) if decode else None
             ),
@@ -197,10 +213,15 @@ def engine_args(manifest, base, role, startup_s):
     }
 
 
-def dynamo_planner_config(manifest, mode):
-    """Dynamo's planner in an easy mode, bounded like the simulator's policies (1 to 64 per
-    pool, no GPU budget that binds)."""
-    return {
+def dynamo_planner_config(manifest, run, mode):
+    """Dynamo's planner as a user would configure it for the run: its defaults but for the
+    engines' GPUs, a GPU budget as loose as the simulator's policies' bounds (1 to 64 per pool;
+    Dynamo's default of 8 GPUs would cap it at one 4-GPU engine per pool), no control API, and,
+    in `load` mode, the manifest's thresholds for the run (Dynamo has no defaults for them).
+    No `ttft_ms`/`itl_ms`: these modes ignore them (Dynamo says so in a warning), and with them
+    set Dynamo 1.6.1's replay of `throughput` on Mooncake conversation k=4 stopped on its
+    internal check on 5 of 5 attempts, against none of 2 without."""
+    config = {
         "mode": "disagg",
         "optimization_target": mode,
         "backend": "mocker",
@@ -210,6 +231,41 @@ def dynamo_planner_config(manifest, mode):
         "min_endpoint": 1,
         "control_api_port": 0,
     }
+    if mode == "load":
+        config.update(run["dynamo_load"])
+    return config
+
+
+def mean_gpus(result, manifest, run):
+    """The GPUs `result`'s workers held on average over the run's intervals, as the report
+    bills them (active, starting and draining workers from t = 0 to the last interval's end)."""
+    end_s = run["intervals"] * manifest["interval_s"]
+    held = 0.0
+    for pool, gpus in enumerate(manifest["gpus"]):
+        steps = sorted((row[0], row[2] + row[3] + row[4]) for row in result["timeline"] if int(row[1]) == pool)
+        # Several changes at one instant: the last one holds.
+        last = {}
+        for t, workers in steps:
+            last[t] = workers
+        times = sorted(last)
+        for i, t in enumerate(times):
+            start = max(t, 0.0)
+            end = min(times[i + 1] if i + 1 < len(times) else end_s, end_s)
+            if end > start:
+                held += gpus * last[t] * (end - start)
+    return held / end_s if end_s > 0 else float("nan")
+
+
+def capped_budget(directory, manifest, run):
+    """`sla-arima-capped`'s GPU budget: `dynamo-throughput`'s mean GPUs on the run, rounded
+    down, and at least one engine of each pool; `None` without its result."""
+    path = os.path.join(directory, f"{CAPPED_AGAINST}.json")
+    try:
+        with open(path) as f:
+            result = json.load(f)
+    except FileNotFoundError:
+        return None
+    return max(int(math.floor(mean_gpus(result, manifest, run))), sum(manifest["gpus"]))
 
 
 def read_arrivals(path):
@@ -223,7 +279,7 @@ def read_arrivals(path):
     return arrivals
 
 
-def replay(manifest, base, run, policy, args):
+def replay(manifest, base, run, policy, args, directory):
     trace = os.path.join(base, run["file"])
     prefill = engine_args(manifest, base, "prefill", args.startup_s)
     decode = engine_args(manifest, base, "decode", args.startup_s)
@@ -246,7 +302,7 @@ def replay(manifest, base, run, policy, args):
             "--profile",
             manifest["profile"],
             "--policy",
-            policy,
+            BRIDGED[policy],
             "--ttft-ms",
             str(run["ttft_ms"]),
             "--itl-ms",
@@ -254,6 +310,8 @@ def replay(manifest, base, run, policy, args):
             "--interval-s",
             str(manifest["interval_s"]),
         ]
+        if policy == "sla-arima-capped":
+            command += ["--max-gpu-budget", str(capped_budget(directory, manifest, run))]
         if args.bridge_log:
             os.makedirs(args.bridge_log, exist_ok=True)
             stem = run["file"].removesuffix(".jsonl")
@@ -271,7 +329,7 @@ def replay(manifest, base, run, policy, args):
             bridge.close()
         description = " ".join(os.path.basename(c) if i == 0 else c for i, c in enumerate(command))
     elif policy in DYNAMO_MODES:
-        config = dynamo_planner_config(manifest, DYNAMO_MODES[policy])
+        config = dynamo_planner_config(manifest, run, DYNAMO_MODES[policy])
         with planner_replay_adapter(
             extra_engine_args=None,
             prefill_engine_args=prefill,
@@ -299,6 +357,32 @@ def replay(manifest, base, run, policy, args):
         "requests": [request_row(r) for r in native.per_request],
         "timeline": timeline(initial, native.lifecycle_operations),
     }
+
+
+# Dynamo 1.6.1's disaggregated replay now and then stops on an internal check ("replay invariant
+# violated: ... effect-free zero-duration pass"), on a sequence of scaling decisions that a
+# second replay of the same run and policy goes through (the KV router is not repeatable to the
+# last digit); on Mooncake conversation k=4 it stopped `sla-arima` once and
+# `dynamo-throughput` three times in a row. After `ATTEMPTS` such stops the policy is left out
+# of that run, and `<policy>.failed` says why (the report lists it).
+INVARIANT = "replay invariant violated"
+ATTEMPTS = 5
+
+
+def replay_retrying(manifest, base, run, policy, args, directory):
+    """`replay`, again (up to `ATTEMPTS` in all) when Dynamo's replay stops on `INVARIANT`;
+    `None` when every attempt did."""
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            return replay(manifest, base, run, policy, args, directory)
+        except Exception as e:  # the replay raises a bare Exception
+            if INVARIANT not in str(e):
+                raise
+            print(f"{run['name']} {policy}: attempt {attempt} stopped ({e})", file=sys.stderr, flush=True)
+            last = str(e)
+    with open(os.path.join(directory, f"{policy}.failed"), "w") as f:
+        f.write(f"Dynamo's replay stopped on each of {ATTEMPTS} attempts: {last}\n")
+    return None
 
 
 def finite(value):
@@ -357,7 +441,7 @@ def main():
         manifest = json.load(f)
     base = os.path.dirname(os.path.abspath(args.manifest))
     results = args.results or os.path.join(base, "results")
-    policies = args.policy or list(POLICIES)
+    policies = sorted(set(args.policy or POLICIES), key=POLICIES.index)
     runs = [r for r in manifest["runs"] if not args.run or r["name"] in args.run]
     if args.run and len(runs) != len(args.run):
         known = ", ".join(r["name"] for r in manifest["runs"])
@@ -366,7 +450,16 @@ def main():
         directory = os.path.join(results, run["file"].removesuffix(".jsonl"))
         os.makedirs(directory, exist_ok=True)
         for policy in policies:
-            result = replay(manifest, base, run, policy, args)
+            stale = os.path.join(directory, f"{policy}.failed")
+            if os.path.exists(stale):
+                os.remove(stale)
+            if policy == "sla-arima-capped" and capped_budget(directory, manifest, run) is None:
+                with open(stale, "w") as f:
+                    f.write(f"no `{CAPPED_AGAINST}` replay of this run to take the GPU budget from\n")
+                continue
+            result = replay_retrying(manifest, base, run, policy, args, directory)
+            if result is None:
+                continue
             with open(os.path.join(directory, f"{policy}.json"), "w") as f:
                 json.dump(result, f, allow_nan=False)
             print(

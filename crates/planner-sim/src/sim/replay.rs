@@ -133,6 +133,48 @@ pub struct ManifestRun {
     pub fixed_peak: [u32; 2],
     /// The simulator's oracle's GPU-hours on the same requests (for comparison).
     pub sim_oracle_gpu_hours: f64,
+    /// Dynamo's planner in `optimization_target: load`: the thresholds a user reads off the
+    /// profile for this run's targets ([`DynamoLoadThresholds::for_run`]).
+    pub dynamo_load: DynamoLoadThresholds,
+}
+
+/// The four thresholds Dynamo's `load` mode requires of its user (its `PlannerConfig` field
+/// names). Dynamo ships no defaults for them; these follow from the targets and the profile
+/// by a rule a user can apply by hand, stated in docs/replay.md.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DynamoLoadThresholds {
+    /// One prefill worker more when any engine has this many prompt tokens queued: what one
+    /// engine prefills in the TTFT target at its profiled throughput on the longest prompt.
+    pub prefill_scale_up_queue_tokens: u64,
+    /// One fewer when every engine has at most this many queued: a tenth of the above (the
+    /// ratio of Dynamo's default `throughput` thresholds).
+    pub prefill_scale_down_queue_tokens: u64,
+    /// One decode worker more above this KV-cache use (%): the profile's best throughput
+    /// meeting the ITL target at the run's mean context (prompt and half the output).
+    pub decode_scale_up_kv_rate: f64,
+    /// One fewer when every engine is below this (%): half the above, so that removing one of
+    /// two workers does not land above it.
+    pub decode_scale_down_kv_rate: f64,
+}
+
+impl DynamoLoadThresholds {
+    /// The thresholds for targets `sla` on engines of `gpus` GPUs serving requests of mean
+    /// context `context_tokens`.
+    pub fn for_run(curves: &PerformanceModel, gpus: u32, sla: &SlaTargets, context_tokens: f64) -> Self {
+        use planner_core::interpolation::PerformanceCurves;
+        let longest = curves.max_profiled_isl().unwrap_or(f64::NAN);
+        let tokens_per_s = curves.prefill_thpt_per_gpu(longest) * f64::from(gpus.max(1));
+        let up = (tokens_per_s * sla.ttft_ms / 1000.0).round().max(2.0);
+        let kv = curves.decode_best_point(sla.itl_ms, context_tokens).kv_usage;
+        let kv_up = (kv * 100.0).clamp(2.0, 100.0);
+        Self {
+            prefill_scale_up_queue_tokens: up as u64,
+            prefill_scale_down_queue_tokens: (up / 10.0).floor() as u64,
+            decode_scale_up_kv_rate: (kv_up * 10.0).round() / 10.0,
+            decode_scale_down_kv_rate: (kv_up * 5.0).round() / 10.0,
+        }
+    }
 }
 
 /// Why a replay command failed.
@@ -213,6 +255,11 @@ pub fn replay_traces(args: &ReplayTracesArgs) -> Result<String, ReplayError> {
                 ..SimConfig::default()
             };
             let just_requests: Vec<trace::Request> = scaled.iter().map(|s| s.request).collect();
+            let context = if just_requests.is_empty() {
+                f64::NAN
+            } else {
+                just_requests.iter().map(|r| r.isl + r.osl / 2.0).sum::<f64>() / just_requests.len() as f64
+            };
             let oracle = run::run(&just_requests, &latency, &config, &mut Oracle, None);
             let run = ManifestRun {
                 name: format!("{name} k={}", k_label(k)),
@@ -227,6 +274,7 @@ pub fn replay_traces(args: &ReplayTracesArgs) -> Result<String, ReplayError> {
                 initial: [oracle.initial.0, oracle.initial.1],
                 fixed_peak: [oracle.summary.max_prefill, oracle.summary.max_decode],
                 sim_oracle_gpu_hours: oracle.summary.gpu_hours,
+                dynamo_load: DynamoLoadThresholds::for_run(&curves, gpus, &sla, context),
             };
             let _ = writeln!(
                 out,
@@ -376,8 +424,10 @@ pub struct ReplayResult {
 /// The report's reference for GPU-hours and the policies its scorecard compares.
 const REFERENCE: &str = "fixed-peak";
 const SCORED: &str = "sla-arima";
+/// The scored policy with its GPU budget set to Dynamo's default mode's mean GPUs.
+const CAPPED: &str = "sla-arima-capped";
 /// Dynamo's planner as shipped (its default mode) first, then the others compared.
-const BASELINES: [&str; 3] = ["dynamo-throughput", "dynamo-latency", "hpa"];
+const BASELINES: [&str; 4] = ["dynamo-throughput", "dynamo-latency", "dynamo-load", "hpa"];
 
 /// Scores the replays into the report; returns the text to print.
 pub fn replay_report(args: &ReplayReportArgs) -> Result<String, ReplayError> {
@@ -397,21 +447,39 @@ pub fn replay_report(args: &ReplayReportArgs) -> Result<String, ReplayError> {
     let mut startups: Vec<f64> = Vec::new();
     let mut routers = BTreeMap::new();
     let mut losses = String::new();
+    let mut not_run = String::new();
     for run in &manifest.runs {
         let stem = run.file.trim_end_matches(".jsonl");
         let dir = results_dir.join(stem);
         let mut results = Vec::new();
         let mut walls = Vec::new();
         let mut descriptions = Vec::new();
-        let mut entries: Vec<PathBuf> = match std::fs::read_dir(&dir) {
-            Ok(entries) => entries
-                .filter_map(Result::ok)
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|x| x == "json"))
-                .collect(),
+        let all: Vec<PathBuf> = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries.filter_map(Result::ok).map(|e| e.path()).collect(),
             Err(e) => return Err(input(format!("cannot read {}: {e}", dir.display()))),
         };
+        let mut entries: Vec<PathBuf> = all
+            .iter()
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .cloned()
+            .collect();
         entries.sort();
+        // A policy the harness left out of this run, and why (`<policy>.failed`).
+        let mut failed: Vec<(String, String)> = all
+            .iter()
+            .filter(|p| p.extension().is_some_and(|x| x == "failed"))
+            .map(|p| {
+                let policy = p
+                    .file_stem()
+                    .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
+                let why = std::fs::read_to_string(p).unwrap_or_default().trim().to_string();
+                (policy, why)
+            })
+            .collect();
+        failed.sort();
+        for (policy, why) in &failed {
+            let _ = writeln!(not_run, "- **{}**, `{policy}`: {why}", run.name);
+        }
         for path in entries {
             let text = std::fs::read_to_string(&path)
                 .map_err(|e| input(format!("cannot read {}: {e}", path.display())))?;
@@ -531,17 +599,27 @@ pub fn replay_report(args: &ReplayReportArgs) -> Result<String, ReplayError> {
         md,
         "Policies: `{SCORED}` is this project's default (`mode: sla`, queueing model, ARIMA) and `hpa` the \
          simulator's HPA-style policy, both asked through `planner-sim bridge` (the simulator's policy code, fed \
-         the replay's metrics every second); `dynamo-throughput` is Dynamo 1.6.1's planner in its default mode \
-         (`optimization_target: throughput`), `dynamo-latency` in its latency mode, both run by the replay itself; \
-         its other two modes are not run: `sla` cannot run here (its sizing is AISimulate's performance model, \
-         and `aisimulate`, which `ai-dynamo` requires, is a placeholder on PyPI that downloads from NVIDIA's own \
-         index: without it every tick reports `model_not_ready` and nothing scales), and `load` is the loop of \
-         the two above with thresholds the user must choose (docs/replay.md). \
-         `fixed-peak` is a fixed pool of the simulator's oracle's peak replicas. The columns are `make bench`'s: \
-         **GPU-h** counts every worker from the request for it to the end of its draining, over the trace's \
-         intervals; **vs {REFERENCE}** divides by the fixed pool's; **intervals OK** is the share of intervals \
-         whose arrivals met both targets on average.\n"
+         the replay's metrics every second); `{CAPPED}` is `{SCORED}` with its GPU budget set to `{}`'s mean GPUs \
+         on the same run. `dynamo-throughput` is Dynamo 1.6.1's planner in its default mode \
+         (`optimization_target: throughput`), `dynamo-latency` in its latency mode and `dynamo-load` in its \
+         `load` mode with thresholds read off the profile for the run's targets (one prefill worker more when an \
+         engine has queued what it prefills in the TTFT target; one decode worker more above the KV use of the \
+         profile's best throughput meeting the ITL target), all three run by the replay itself; its `sla` mode \
+         cannot run here (its sizing is AISimulate's performance model, and `aisimulate`, which `ai-dynamo` \
+         requires, is a placeholder on PyPI that downloads from NVIDIA's own index: without it every tick reports \
+         `model_not_ready` and nothing scales; docs/replay.md). `fixed-peak` is a fixed pool of the simulator's \
+         oracle's peak replicas. The columns are `make bench`'s: **GPU-h** counts every worker from the request \
+         for it to the end of its draining, over the trace's intervals; **vs {REFERENCE}** divides by the fixed \
+         pool's; **intervals OK** is the share of intervals whose arrivals met both targets on average.\n",
+        BASELINES[0]
     );
+    if !not_run.is_empty() {
+        let _ = writeln!(
+            md,
+            "**Replays that did not complete** (left out of their run's tables; the harness tries each again when \
+             Dynamo's replay stops on its own internal check):\n\n{not_run}"
+        );
+    }
     md.push_str(&overview_tables(&overview, "", REFERENCE));
     md.push_str(&scorecard(&overview));
     if !losses.is_empty() {
@@ -564,12 +642,21 @@ pub fn replay_report(args: &ReplayReportArgs) -> Result<String, ReplayError> {
     Ok(out)
 }
 
-/// Order in the tables: the scored policy, Dynamo's, the HPA, the fixed pool, then others.
+/// Order in the tables: the scored policy (free, then capped), Dynamo's, the HPA, the fixed
+/// pool, then others.
 fn policy_rank(policy: &str) -> (usize, String) {
-    let rank = [SCORED, BASELINES[0], BASELINES[1], BASELINES[2], REFERENCE]
-        .iter()
-        .position(|p| *p == policy)
-        .unwrap_or(usize::MAX);
+    let rank = [
+        SCORED,
+        CAPPED,
+        BASELINES[0],
+        BASELINES[1],
+        BASELINES[2],
+        BASELINES[3],
+        REFERENCE,
+    ]
+    .iter()
+    .position(|p| *p == policy)
+    .unwrap_or(usize::MAX);
     (rank, policy.to_string())
 }
 
@@ -786,29 +873,21 @@ fn scorecard(overview: &Overview) -> String {
         md.push_str("---:|:---:|");
     }
     md.push('\n');
-    let mut wins = [0usize; 3];
+    let mut wins = [0usize; BASELINES.len()];
     let mut runs = 0;
     for (run, cells) in overview {
         let Some(scored) = find(cells, SCORED).map(|i| &cells[i]) else {
             continue;
         };
         runs += 1;
-        let cell = |c: &OverviewCell| format!("{:.2}x / {:.0}%", c.ratio, c.interval_attainment * 100.0);
         let _ = write!(md, "| {run} | {} |", cell(scored));
         for (b, name) in BASELINES.iter().enumerate() {
             match find(cells, name).map(|i| &cells[i]) {
                 Some(baseline) => {
-                    let fewer = scored.intervals_meeting < baseline.intervals_meeting;
-                    let dearer = scored.gpu_hours > baseline.gpu_hours;
-                    let verdict = match (fewer, dearer) {
-                        (false, false) => {
-                            wins[b] += 1;
-                            "yes"
-                        }
-                        (true, false) => "no: fewer intervals",
-                        (false, true) => "no: more GPU-hours",
-                        (true, true) => "no: both",
-                    };
+                    let verdict = verdict(scored, baseline);
+                    if verdict == "yes" {
+                        wins[b] += 1;
+                    }
                     let _ = write!(md, " {} | {verdict} |", cell(baseline));
                 }
                 None => md.push_str(" - | - |"),
@@ -816,10 +895,132 @@ fn scorecard(overview: &Overview) -> String {
         }
         md.push('\n');
     }
+    let counts: Vec<String> = BASELINES
+        .iter()
+        .zip(wins)
+        .enumerate()
+        .map(|(i, (b, w))| {
+            if i == 0 {
+                format!("`{b}` on {w} of {runs} runs")
+            } else {
+                format!("`{b}` on {w}")
+            }
+        })
+        .collect();
+    let counts = match counts.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        _ => counts.join(""),
+    };
+    let _ = writeln!(md, "\n`{SCORED}` beats {counts}.\n");
+    md.push_str(&same_gpus(overview));
+    md
+}
+
+/// The cell of `policy` in one run of the overview.
+fn find_cell<'a>(cells: &'a [OverviewCell], policy: &str) -> Option<&'a OverviewCell> {
+    cells.iter().find(|c| c.policy == policy)
+}
+
+/// A cell of the scorecards: GPU-hours against the reference / intervals meeting the SLA.
+fn cell(c: &OverviewCell) -> String {
+    format!("{:.2}x / {:.0}%", c.ratio, c.interval_attainment * 100.0)
+}
+
+/// Whether `scored` beats `baseline` (as many intervals for no more GPU-hours), or which of
+/// the two it misses.
+fn verdict(scored: &OverviewCell, baseline: &OverviewCell) -> &'static str {
+    let fewer = scored.intervals_meeting < baseline.intervals_meeting;
+    let dearer = scored.gpu_hours > baseline.gpu_hours;
+    match (fewer, dearer) {
+        (false, false) => "yes",
+        (true, false) => "no: fewer intervals",
+        (false, true) => "no: more GPU-hours",
+        (true, true) => "no: both",
+    }
+}
+
+/// GPU-hours per interval meeting the SLA, or a dash when none does.
+fn per_interval_met(c: &OverviewCell) -> String {
+    if c.intervals_meeting == 0 {
+        "- (0 met)".into()
+    } else {
+        format!("{:.2}", c.gpu_hours / c.intervals_meeting as f64)
+    }
+}
+
+/// What the strict scorecard leaves out: what each policy pays per interval it meets, and
+/// the scored policy held to Dynamo's default mode's GPUs through its own GPU budget.
+fn same_gpus(overview: &Overview) -> String {
+    let dynamo = BASELINES[0];
+    let mut md = format!(
+        "## At the same GPUs: `{CAPPED}` against `{dynamo}`\n\nA policy that saves GPU-hours by missing the SLA \
+         loses nothing in the strict rule above. Here, per run: each policy's **GPU-hours per interval meeting the \
+         SLA**, and `{CAPPED}`, the same default policy with its GPU budget (`maxGpuBudget`) set to `{dynamo}`'s \
+         mean GPUs on that run (rounded down, at least one engine per pool): how many intervals it meets with no \
+         more GPUs than `{dynamo}` holds on average. Cells of `{CAPPED}`: GPU-hours vs `{REFERENCE}` / \
+         intervals.\n\n| run | {SCORED} | {CAPPED} |"
+    );
+    for b in BASELINES {
+        let _ = write!(md, " {b} |");
+    }
+    let _ = writeln!(md, " `{CAPPED}` / `{dynamo}` | `{CAPPED}` beats `{dynamo}` |");
+    md.push_str("|---|---:|---:|");
+    for _ in BASELINES {
+        md.push_str("---:|");
+    }
+    md.push_str("---:|:---:|\n");
+    let mut meets = Vec::new();
+    let mut capped_wins = Vec::new();
+    let mut runs = 0;
+    for (run, cells) in overview {
+        let Some(scored) = find_cell(cells, SCORED) else {
+            continue;
+        };
+        runs += 1;
+        let capped = find_cell(cells, CAPPED);
+        let baseline = find_cell(cells, dynamo);
+        let _ = write!(
+            md,
+            "| {run} | {} | {} |",
+            per_interval_met(scored),
+            capped.map_or_else(|| "-".into(), per_interval_met)
+        );
+        for b in BASELINES {
+            let _ = write!(
+                md,
+                " {} |",
+                find_cell(cells, b).map_or_else(|| "-".into(), per_interval_met)
+            );
+        }
+        match (capped, baseline) {
+            (Some(c), Some(d)) => {
+                let v = verdict(c, d);
+                if v == "yes" {
+                    capped_wins.push(run.clone());
+                }
+                let _ = writeln!(md, " {} against {} | {v} |", cell(c), cell(d));
+            }
+            _ => md.push_str(" - | - |\n"),
+        }
+        if baseline.is_some_and(|d| verdict(scored, d) == "yes") {
+            meets.push(run.clone());
+        }
+    }
+    let list = |runs: &[String]| {
+        if runs.is_empty() {
+            "none".to_string()
+        } else {
+            runs.join(", ")
+        }
+    };
     let _ = writeln!(
         md,
-        "\n`{SCORED}` beats `{}` on {} of {runs} runs, `{}` on {} and `{}` on {}.\n",
-        BASELINES[0], wins[0], BASELINES[1], wins[1], BASELINES[2], wins[2]
+        "\nAs many intervals as `{dynamo}` (Dynamo's planner as shipped) for no more GPU-hours: `{SCORED}` on {} of \
+         {runs} runs ({}); held to `{dynamo}`'s GPUs, `{CAPPED}` on {} ({}).\n",
+        meets.len(),
+        list(&meets),
+        capped_wins.len(),
+        list(&capped_wins)
     );
     md
 }
@@ -895,6 +1096,12 @@ mod tests {
             initial: [1, 1],
             fixed_peak: [2, 1],
             sim_oracle_gpu_hours: 0.1,
+            dynamo_load: DynamoLoadThresholds {
+                prefill_scale_up_queue_tokens: 4000,
+                prefill_scale_down_queue_tokens: 400,
+                decode_scale_up_kv_rate: 80.0,
+                decode_scale_down_kv_rate: 40.0,
+            },
         };
         let manifest = Manifest {
             profile: "h100-llama3.3-70b-tp4".into(),
@@ -1013,9 +1220,16 @@ mod tests {
             .unwrap();
         };
         write(SCORED, 1.0, slow);
+        // Held to dynamo-throughput's 2 prefill workers, it meets both intervals.
+        write(CAPPED, 2.0, ok);
         write("dynamo-throughput", 2.0, ok);
         write("hpa", 3.0, ok);
         write(REFERENCE, 2.0, ok);
+        std::fs::write(
+            results.join("dynamo-latency.failed"),
+            "Dynamo's replay stopped on each of 5 attempts: replay invariant violated\n",
+        )
+        .unwrap();
         let manifest_path = dir.path().join("manifest.json");
         std::fs::write(&manifest_path, serde_json::to_string(&manifest).unwrap()).unwrap();
         let out = dir.path().join("replay.md");
@@ -1045,7 +1259,26 @@ mod tests {
         );
         assert!(md.contains("new workers serve 60 s after"), "{md}");
         assert!(
-            md.contains("| t k=1 | 0.67x / 50% | 1.00x / 100% | no: fewer intervals | - | - | 1.33x / 100% | no: fewer intervals |"),
+            md.contains("- **t k=1**, `dynamo-latency`: Dynamo's replay stopped on each of 5 attempts: replay invariant violated"),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "| t k=1 | 0.67x / 50% | 1.00x / 100% | no: fewer intervals | - | - | - | - | 1.33x / 100% | no: fewer intervals |"
+            ),
+            "{md}"
+        );
+        assert!(md.contains("`sla-arima` beats `dynamo-throughput` on 0 of 1 runs, `dynamo-latency` on 0, `dynamo-load` on 0 and `hpa` on 0."), "{md}");
+        // GPU-hours per interval met: 8 GPUs for 2 minutes over the 1 interval met, 12 over 2,
+        // 16 over 2.
+        assert!(
+            md.contains(
+                "| t k=1 | 0.27 | 0.20 | 0.20 | - | - | 0.27 | 1.00x / 100% against 1.00x / 100% | yes |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains("`sla-arima` on 0 of 1 runs (none); held to `dynamo-throughput`'s GPUs, `sla-arima-capped` on 1 (t k=1)."),
             "{md}"
         );
         assert!(
@@ -1058,6 +1291,40 @@ mod tests {
         );
         assert!(md.contains("| policy | GPU-h | vs fixed-peak |"), "{md}");
         let _ = run;
+    }
+
+    #[test]
+    fn dynamo_load_thresholds_follow_the_targets_and_the_profile() {
+        use planner_core::interpolation::PerformanceCurves;
+        let profile = Profile::builtin("h100-llama3.3-70b-tp4").unwrap();
+        let curves = PerformanceModel::new(&profile).unwrap();
+        let longest = curves.max_profiled_isl().unwrap();
+        let per_s = curves.prefill_thpt_per_gpu(longest) * 4.0;
+        let tight = DynamoLoadThresholds::for_run(&curves, 4, &SlaTargets::new(500.0, 50.0), 3000.0);
+        let loose = DynamoLoadThresholds::for_run(&curves, 4, &SlaTargets::new(2000.0, 50.0), 3000.0);
+        // What one engine prefills in the TTFT target; scale down at a tenth of it.
+        assert_eq!(tight.prefill_scale_up_queue_tokens, (per_s * 0.5).round() as u64);
+        assert_eq!(loose.prefill_scale_up_queue_tokens, (per_s * 2.0).round() as u64);
+        assert_eq!(
+            tight.prefill_scale_down_queue_tokens,
+            tight.prefill_scale_up_queue_tokens / 10
+        );
+        // The KV use of the best decode point meeting the ITL target; down at half of it. A
+        // tighter ITL target scales decode earlier.
+        let best = curves.decode_best_point(50.0, 3000.0).kv_usage * 100.0;
+        assert!(
+            (tight.decode_scale_up_kv_rate - best).abs() < 0.051,
+            "{tight:?} {best}"
+        );
+        assert!(
+            (tight.decode_scale_down_kv_rate * 2.0 - tight.decode_scale_up_kv_rate).abs() < 0.11,
+            "{tight:?}"
+        );
+        let strict = DynamoLoadThresholds::for_run(&curves, 4, &SlaTargets::new(500.0, 15.0), 3000.0);
+        assert!(
+            strict.decode_scale_up_kv_rate < tight.decode_scale_up_kv_rate,
+            "{strict:?} {tight:?}"
+        );
     }
 
     #[test]
