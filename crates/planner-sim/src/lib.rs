@@ -18,6 +18,23 @@ use std::path::Path;
 
 use planner_core::profile::{Profile, ProfileError};
 
+/// How a trace is replayed as load; `dynamo-bed` and `synthetic-frontend` take the same flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LoadArgs {
+    /// Initial rate scale (each request becomes k requests).
+    #[arg(long, default_value_t = 1.0)]
+    pub rate_scale: f64,
+    /// Trace seconds per wall-clock second.
+    #[arg(long, default_value_t = 1.0)]
+    pub speedup: f64,
+    /// Arrival jitter of rate-scaled copies (trace seconds).
+    #[arg(long, default_value_t = 1.0)]
+    pub jitter_s: f64,
+    /// Start the trace again when it ends.
+    #[arg(long = "loop")]
+    pub looping: bool,
+}
+
 /// Reads an upstream profile directory from the file system (NPZ layout first, then JSON).
 pub fn profile_from_dir(dir: &Path) -> Result<Profile, ProfileError> {
     Profile::from_dir_files(&dir.display().to_string(), |relative| {

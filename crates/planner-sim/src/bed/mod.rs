@@ -52,6 +52,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::{
+    LoadArgs,
     frontend::pod_ready,
     sim::trace::{self, Arrivals},
 };
@@ -136,18 +137,8 @@ pub struct DynamoBedArgs {
     /// Request trace to send (Azure 2023 CSV or Mooncake JSONL); none: no load.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
-    /// Initial rate scale (each request becomes k requests).
-    #[arg(long, default_value_t = 1.0)]
-    rate_scale: f64,
-    /// Trace seconds per wall-clock second.
-    #[arg(long, default_value_t = 1.0)]
-    speedup: f64,
-    /// Arrival jitter of rate-scaled copies (trace seconds).
-    #[arg(long, default_value_t = 1.0)]
-    jitter_s: f64,
-    /// Start the trace again when it ends.
-    #[arg(long = "loop")]
-    looping: bool,
+    #[command(flatten)]
+    load: LoadArgs,
     /// Most requests outstanding at once; later ones are dropped (and counted).
     #[arg(long, default_value_t = 2000)]
     max_in_flight: u64,
@@ -331,7 +322,7 @@ pub async fn run(args: DynamoBedArgs) -> Result<(), BedError> {
     // Inputs: settings, work directory, profile tables, trace.
     for (flag, value) in [
         ("--speedup-ratio", args.speedup_ratio),
-        ("--speedup", args.speedup),
+        ("--speedup", args.load.speedup),
         ("--poll-interval-s", args.poll_interval_s),
     ] {
         if !(value.is_finite() && value > 0.0) {
@@ -344,7 +335,7 @@ pub async fn run(args: DynamoBedArgs) -> Result<(), BedError> {
         ("--engine-startup-s", args.engine_startup_s),
         ("--stop-grace-s", args.stop_grace_s),
         ("--request-timeout-s", args.request_timeout_s),
-        ("--rate-scale", args.rate_scale),
+        ("--rate-scale", args.load.rate_scale),
     ] {
         if !(value.is_finite() && value >= 0.0) {
             return Err(BedError::Input(format!(
@@ -377,8 +368,8 @@ pub async fn run(args: DynamoBedArgs) -> Result<(), BedError> {
     let arrivals = match &args.trace {
         Some(path) => Some(Arrivals::new(
             trace::load(path).map_err(|e| BedError::Input(e.to_string()))?,
-            args.jitter_s,
-            args.looping,
+            args.load.jitter_s,
+            args.load.looping,
         )),
         None => None,
     };
@@ -412,7 +403,7 @@ pub async fn run(args: DynamoBedArgs) -> Result<(), BedError> {
     let selector = format!("{LABEL_GRAPH}={}", args.dgd);
 
     // Status and control.
-    let rate_scale = Arc::new(AtomicU64::new(args.rate_scale.to_bits()));
+    let rate_scale = Arc::new(AtomicU64::new(args.load.rate_scale.to_bits()));
     let stats = Arc::new(LoadStats::new());
     let status = Arc::new(Mutex::new(BedStatus {
         processes: Vec::new(),
@@ -424,7 +415,7 @@ pub async fn run(args: DynamoBedArgs) -> Result<(), BedError> {
         cpu_s: 0.0,
         peak_rss_bytes: 0,
         load: stats.status(),
-        rate_scale: args.rate_scale,
+        rate_scale: args.load.rate_scale,
     }));
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -455,7 +446,7 @@ pub async fn run(args: DynamoBedArgs) -> Result<(), BedError> {
             arrivals,
             LoadSettings {
                 model: args.model.clone(),
-                speedup: args.speedup,
+                speedup: args.load.speedup,
                 max_in_flight: args.max_in_flight.max(1),
                 timeout: Duration::from_secs_f64(args.request_timeout_s.max(1.0)),
             },

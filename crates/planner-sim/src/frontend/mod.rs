@@ -51,7 +51,7 @@ use planner_core::{
     profile::{Profile, builtin_names},
 };
 
-use crate::sim::trace;
+use crate::{LoadArgs, sim::trace};
 
 use self::{metrics::FrontendMetrics, replay::Replay};
 
@@ -72,18 +72,8 @@ pub struct SyntheticFrontendArgs {
     /// Model name in the `model` label (as registered; the frontend keeps its case).
     #[arg(long, default_value = "synthetic-model")]
     model: String,
-    /// Initial rate scale (each request becomes k requests).
-    #[arg(long, default_value_t = 1.0)]
-    rate_scale: f64,
-    /// Trace seconds per wall-clock second.
-    #[arg(long, default_value_t = 1.0)]
-    speedup: f64,
-    /// Arrival jitter of rate-scaled copies (trace seconds).
-    #[arg(long, default_value_t = 1.0)]
-    jitter_s: f64,
-    /// Start the trace again when it ends.
-    #[arg(long = "loop")]
-    looping: bool,
+    #[command(flatten)]
+    load: LoadArgs,
     /// Model step (trace seconds).
     #[arg(long, default_value_t = 1.0)]
     step_s: f64,
@@ -260,7 +250,7 @@ pub async fn run(args: SyntheticFrontendArgs) -> Result<(), FrontendError> {
     let metrics = Arc::new(Mutex::new(
         FrontendMetrics::new(&args.model, spec.max_kv_tokens, args.kv_block_size).aggregated(args.aggregated),
     ));
-    let rate_scale = Arc::new(AtomicU64::new(args.rate_scale.max(0.0).to_bits()));
+    let rate_scale = Arc::new(AtomicU64::new(args.load.rate_scale.max(0.0).to_bits()));
 
     // Capacity: fixed, or Ready pods polled from the API server.
     let (workers_tx, workers_rx) = watch::channel(Workers::default());
@@ -364,12 +354,12 @@ pub async fn run(args: SyntheticFrontendArgs) -> Result<(), FrontendError> {
     } else {
         1.0
     };
-    let speedup = if args.speedup.is_finite() && args.speedup > 0.0 {
-        args.speedup
+    let speedup = if args.load.speedup.is_finite() && args.load.speedup > 0.0 {
+        args.load.speedup
     } else {
         1.0
     };
-    let mut replay = Replay::new(requests, args.jitter_s, args.looping, step)
+    let mut replay = Replay::new(requests, args.load.jitter_s, args.load.looping, step)
         .aggregated(args.aggregated.then(AggregatedEngine::default).as_ref());
     let latency = LatencyModel::new(&curves, spec);
     let mut ticker = tokio::time::interval(Duration::from_secs_f64((step / speedup).max(0.01)));
