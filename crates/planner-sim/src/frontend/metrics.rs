@@ -703,6 +703,16 @@ mod tests {
         );
     }
 
+    /// Two decode engines holding 640 KV tokens (usage 0.2), nothing queued or running.
+    fn two_engines() -> Snapshot {
+        Snapshot {
+            decode_engines: 2,
+            kv_tokens: 640.0,
+            kv_usage: 0.2,
+            ..Snapshot::default()
+        }
+    }
+
     #[test]
     fn an_aggregated_frontend_labels_its_stages_as_dynamos_does() {
         // Dynamo 1.6.1's frontend before aggregated mocker workers: `route` and `dispatch`
@@ -716,10 +726,7 @@ mod tests {
             prefill_active_tokens: vec![1000.0, 0.0],
             decode_queue: 1,
             decoding: 4,
-            decode_engines: 2,
-            kv_tokens: 640.0,
-            kv_usage: 0.2,
-            prefill_work_started_s: 0.0,
+            ..two_engines()
         };
         m.update(&snapshot, &[], &["w-0".into(), "w-1".into()]);
         let text = m.encode().unwrap();
@@ -753,10 +760,7 @@ mod tests {
             prefill_active_tokens: vec![3000.0, 0.0],
             decode_queue: 2,
             decoding: 3,
-            decode_engines: 2,
-            kv_tokens: 640.0,
-            kv_usage: 0.2,
-            prefill_work_started_s: 0.0,
+            ..two_engines()
         };
         let prefill = vec!["p-0".to_string(), "p-1".to_string()];
         let decode = vec!["d-0".to_string(), "d-1".to_string()];
