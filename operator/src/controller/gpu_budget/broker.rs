@@ -464,34 +464,19 @@ mod tests {
         let broker = Broker::default();
         let t0 = Instant::now();
         broker.ask("gpus", 16, &key("gone"), ask(5, (3, 1)), vec![3, 1], t0);
-        let (answer, _) = broker
-            .ask("gpus", 16, &key("stays"), ask(0, (3, 1)), vec![1, 1], t0)
-            .unwrap();
-        assert_eq!(answer.allowed, [1, 1]);
+        // What the member that stays is allowed when it asks at `at`.
+        let stays_allowed = |at| {
+            broker
+                .ask("gpus", 16, &key("stays"), ask(0, (3, 1)), vec![1, 1], at)
+                .unwrap()
+                .0
+                .allowed
+        };
+        assert_eq!(stays_allowed(t0), [1, 1]);
         // Within its timeout it keeps its place.
-        let (answer, _) = broker
-            .ask(
-                "gpus",
-                16,
-                &key("stays"),
-                ask(0, (3, 1)),
-                vec![1, 1],
-                t0 + Duration::from_secs(59),
-            )
-            .unwrap();
-        assert_eq!(answer.allowed, [1, 1]);
+        assert_eq!(stays_allowed(t0 + Duration::from_secs(59)), [1, 1]);
         // After it, its GPUs go to the other.
-        let (answer, _) = broker
-            .ask(
-                "gpus",
-                16,
-                &key("stays"),
-                ask(0, (3, 1)),
-                vec![1, 1],
-                t0 + Duration::from_secs(61),
-            )
-            .unwrap();
-        assert_eq!(answer.allowed, [3, 1]);
+        assert_eq!(stays_allowed(t0 + Duration::from_secs(61)), [3, 1]);
         let (view, _) = broker.view("gpus", t0 + Duration::from_secs(61)).unwrap();
         assert_eq!(view.members.len(), 1);
     }
