@@ -26,7 +26,7 @@ use planner_api::{
 use serde_json::{Value, json};
 
 use crate::{
-    bed::{Bed, write_trace},
+    bed::{Bed, finish, start_with_prometheus, write_trace},
     closed_loop::{post, start_synthetic_frontend, tempfile_dir},
     faults::condition,
     operator::start,
@@ -336,19 +336,8 @@ async fn an_aggregated_graph_of_real_engines_is_scaled_up_and_down() -> Result<(
         // engine's time on the bench profile.
         write_trace(&trace, 0.5, 600.0)?;
         let operator = start(&ns, &["--webhook-disabled"]).await?;
-        let started = async {
-            let bed = Bed::start(&ns, GRAPH, &trace, 1, &[]).await?;
-            let prometheus = Prometheus::start_with_config(&bed.prometheus_config).await?;
-            Ok::<_, e2e::Error>((bed, prometheus))
-        }
-        .await;
-        let (mut bed, prometheus) = match started {
-            Ok(started) => started,
-            Err(error) => {
-                let _ = operator.stop().await;
-                return Err(error);
-            }
-        };
+        let (operator, bed, prometheus) =
+            start_with_prometheus(&ns, GRAPH, &trace, &[], operator).await?;
         let outcome = async {
             policies
                 .create(&PostParams::default(), &policy_with(&prometheus.url, 1000.0)?)
@@ -414,15 +403,7 @@ async fn an_aggregated_graph_of_real_engines_is_scaled_up_and_down() -> Result<(
             operator.check_running()
         }
         .await;
-        let stopped = operator.stop().await;
-        if outcome.is_err() {
-            bed.keep_logs();
-        } else {
-            let _ = std::fs::remove_dir_all(&dir);
-        }
-        drop(prometheus);
-        drop(bed);
-        outcome.and(stopped)
+        finish(operator, bed, prometheus, &dir, outcome).await
     })
     .await
 }

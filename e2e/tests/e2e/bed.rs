@@ -19,6 +19,8 @@ use e2e::{Result, TestNamespace, repo_root, sim_binary};
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, MutexGuard};
 
+use crate::{operator::Operator, prometheus::Prometheus};
+
 /// The served model name and the profile that times the engines and that the policies plan with
 /// (as `make demo`: config/demo/).
 pub(crate) const MODEL: &str = "llama-3.1-8b";
@@ -84,6 +86,52 @@ pub(crate) fn graph(name: &str) -> Result<Value> {
 
 /// The release name of the chart whose PodMonitors the bed scrapes as.
 pub(crate) const RELEASE: &str = "e2e";
+
+/// Starts the bed for graph `dgd` (as [`Bed::start`], scraped every second) and a Prometheus
+/// with its configuration, beside `operator`, which renders the pods the bed plays. When either
+/// fails to start, stops the operator and returns the error.
+pub(crate) async fn start_with_prometheus(
+    ns: &TestNamespace,
+    dgd: &str,
+    trace: &Path,
+    extra: &[&str],
+    operator: Operator,
+) -> Result<(Operator, Bed, Prometheus)> {
+    let started = async {
+        let bed = Bed::start(ns, dgd, trace, 1, extra).await?;
+        let prometheus = Prometheus::start_with_config(&bed.prometheus_config).await?;
+        Ok::<_, e2e::Error>((bed, prometheus))
+    }
+    .await;
+    match started {
+        Ok((bed, prometheus)) => Ok((operator, bed, prometheus)),
+        Err(error) => {
+            let _ = operator.stop().await;
+            Err(error)
+        }
+    }
+}
+
+/// Ends a test of [`start_with_prometheus`]: stops the operator, keeps the bed's logs when the
+/// test failed and removes its scratch directory `dir` when it passed, stops Prometheus, then
+/// the bed. The test's result first, then the operator's stop.
+pub(crate) async fn finish(
+    operator: Operator,
+    mut bed: Bed,
+    prometheus: Prometheus,
+    dir: &Path,
+    outcome: Result<()>,
+) -> Result<()> {
+    let stopped = operator.stop().await;
+    if outcome.is_err() {
+        bed.keep_logs();
+    } else {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    drop(prometheus);
+    drop(bed);
+    outcome.and(stopped)
+}
 
 impl Bed {
     /// Starts the bed for graph `dgd` in the test's namespace, replaying `trace` in a loop from

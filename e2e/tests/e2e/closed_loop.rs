@@ -21,10 +21,9 @@ use planner_api::{DynamoGraphDeployment, KvUsageSource, PlannerPolicy};
 use serde_json::{Value, json};
 
 use crate::{
-    bed::{Bed, MODEL, PROFILE, RELEASE, graph, write_trace},
+    bed::{Bed, MODEL, PROFILE, RELEASE, finish, graph, start_with_prometheus, write_trace},
     faults::condition,
     operator::start,
-    prometheus::Prometheus,
 };
 
 const INTERVAL_S: u64 = 10;
@@ -188,21 +187,11 @@ async fn replicas_follow_the_load_and_missing_metrics_never_scale_down() -> Resu
         let policies: Api<PlannerPolicy> = ns.api();
         ns.accepts(&graph("llama")?).await?;
         let dir = tempfile_dir(&ns.name)?;
+        let trace_file = trace(&dir)?;
         // The operator first: it renders the pods the bed plays.
         let operator = start(&ns, &["--webhook-disabled"]).await?;
-        let started = async {
-            let bed = Bed::start(&ns, "llama", &trace(&dir)?, 1, &[]).await?;
-            let prometheus = Prometheus::start_with_config(&bed.prometheus_config).await?;
-            Ok::<_, e2e::Error>((bed, prometheus))
-        }
-        .await;
-        let (mut bed, mut prometheus) = match started {
-            Ok(started) => started,
-            Err(error) => {
-                let _ = operator.stop().await;
-                return Err(error);
-            }
-        };
+        let (operator, bed, mut prometheus) =
+            start_with_prometheus(&ns, "llama", &trace_file, &[], operator).await?;
         let outcome = async {
             policies
                 .create(&PostParams::default(), &policy(&prometheus.url)?)
@@ -344,14 +333,7 @@ async fn replicas_follow_the_load_and_missing_metrics_never_scale_down() -> Resu
             operator.check_running()
         }
         .await;
-        let stopped = operator.stop().await;
-        if outcome.is_err() {
-            bed.keep_logs();
-        } else {
-            let _ = std::fs::remove_dir_all(&dir);
-        }
-        drop(bed);
-        outcome.and(stopped)
+        finish(operator, bed, prometheus, &dir, outcome).await
     })
     .await
 }
@@ -389,22 +371,12 @@ async fn an_overload_is_scaled_out_of_and_no_pool_shrinks_while_a_backlog_remain
         let policies: Api<PlannerPolicy> = ns.api();
         ns.accepts(&graph("llama")?).await?;
         let dir = tempfile_dir(&ns.name)?;
+        let trace_file = trace(&dir)?;
         let operator = start(&ns, &["--webhook-disabled"]).await?;
         // Engines serve two seconds after their pod is Ready: the test is about how fast the
         // planner reacts, not how long an engine loads.
-        let started = async {
-            let bed = Bed::start(&ns, "llama", &trace(&dir)?, 1, &["--engine-startup-s", "2"]).await?;
-            let prometheus = Prometheus::start_with_config(&bed.prometheus_config).await?;
-            Ok::<_, e2e::Error>((bed, prometheus))
-        }
-        .await;
-        let (mut bed, prometheus) = match started {
-            Ok(started) => started,
-            Err(error) => {
-                let _ = operator.stop().await;
-                return Err(error);
-            }
-        };
+        let (operator, bed, prometheus) =
+            start_with_prometheus(&ns, "llama", &trace_file, &["--engine-startup-s", "2"], operator).await?;
         let outcome = async {
             policies
                 .create(&PostParams::default(), &policy(&prometheus.url)?)
@@ -532,14 +504,7 @@ async fn an_overload_is_scaled_out_of_and_no_pool_shrinks_while_a_backlog_remain
             operator.check_running()
         }
         .await;
-        let stopped = operator.stop().await;
-        if outcome.is_err() {
-            bed.keep_logs();
-        } else {
-            let _ = std::fs::remove_dir_all(&dir);
-        }
-        drop(bed);
-        outcome.and(stopped)
+        finish(operator, bed, prometheus, &dir, outcome).await
     })
     .await
 }
