@@ -20,17 +20,18 @@ use std::{
     time::Duration,
 };
 
-use e2e::{Result, TestNamespace, in_namespace, install_crds, poll_until, repo_root};
+use e2e::{Result, TestNamespace, in_namespace, install_crds, poll_until};
 use k8s_openapi::api::events::v1::Event;
 use kube::{
     Api,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
 use planner_api::{DynamoGraphDeployment, GpuBudget, PlannerPolicy};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::{
     closed_loop::{Frontend, post, start_synthetic_frontend},
+    dgd::{graph_value as graph, replicas},
     operator::start,
     prometheus::{Job, Prometheus},
 };
@@ -40,25 +41,6 @@ const INTERVAL_S: u64 = 10;
 /// its `maxReplicas`) fit; the burst's most (8 + 8) does not.
 const TOTAL_GPUS: i64 = 10;
 const WAIT: Duration = Duration::from_secs(240);
-
-/// The sample graph as `name`, without topology (no ClusterTopology needed).
-fn graph(name: &str) -> Result<Value> {
-    let mut value: Value = serde_yaml::from_str(&std::fs::read_to_string(
-        repo_root().join("config/samples/dgd-disagg.yaml"),
-    )?)?;
-    value["metadata"]["name"] = json!(name);
-    value["spec"]
-        .as_object_mut()
-        .ok_or("spec")?
-        .remove("topologyConstraint");
-    for component in value["spec"]["components"].as_array_mut().ok_or("components")? {
-        component
-            .as_object_mut()
-            .ok_or("component")?
-            .remove("kvCacheTransferTopology");
-    }
-    Ok(value)
-}
 
 fn budget(name: &str, namespace: &str) -> Result<GpuBudget> {
     Ok(serde_json::from_value(json!({
@@ -92,18 +74,6 @@ fn policy(name: &str, max_replicas: i32, budget: &str, prometheus: &str) -> Resu
             "budgetRef": {"name": budget}
         }
     }))?)
-}
-
-fn replicas(dgd: &DynamoGraphDeployment) -> (i32, i32) {
-    let of = |name: &str| {
-        dgd.spec
-            .components
-            .iter()
-            .find(|c| c.name == name)
-            .and_then(|c| c.replicas)
-            .unwrap_or(1)
-    };
-    (of("prefill"), of("decode"))
 }
 
 fn grant(policy: &PlannerPolicy) -> Option<(String, i64, String)> {

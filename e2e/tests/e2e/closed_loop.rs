@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 
 use crate::{
     bed::{Bed, MODEL, PROFILE, RELEASE, finish, graph, start_with_prometheus, write_trace},
+    dgd::replicas,
     faults::condition,
     operator::start,
 };
@@ -163,18 +164,6 @@ fn policy(prometheus: &str) -> Result<PlannerPolicy> {
             "metrics": {"prometheus": {"url": prometheus}, "modelName": MODEL}
         }
     }))?)
-}
-
-fn replicas(dgd: &DynamoGraphDeployment) -> (i32, i32) {
-    let of = |name: &str| {
-        dgd.spec
-            .components
-            .iter()
-            .find(|c| c.name == name)
-            .and_then(|c| c.replicas)
-            .unwrap_or(1)
-    };
-    (of("prefill"), of("decode"))
 }
 
 // Both tests run alone (`in_namespace_exclusive`): they measure the latency of real processes on

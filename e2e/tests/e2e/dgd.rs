@@ -28,6 +28,11 @@ const GRAPH_LABEL: &str = "nvidia.com/dynamo-graph-deployment-name";
 
 /// The disaggregated sample without its topology settings (those are the topology tests').
 pub(crate) fn graph(name: &str) -> Result<DynamoGraphDeployment> {
+    Ok(serde_json::from_value(graph_value(name)?)?)
+}
+
+/// [`graph`] as JSON, for creating it as the test wrote it.
+pub(crate) fn graph_value(name: &str) -> Result<Value> {
     let mut value: Value = serde_yaml::from_str(&std::fs::read_to_string(
         repo_root().join("config/samples/dgd-disagg.yaml"),
     )?)?;
@@ -42,7 +47,20 @@ pub(crate) fn graph(name: &str) -> Result<DynamoGraphDeployment> {
             .ok_or("component")?
             .remove("kvCacheTransferTopology");
     }
-    Ok(serde_json::from_value(value)?)
+    Ok(value)
+}
+
+/// The replicas of the sample's prefill and decode components (1 when unset).
+pub(crate) fn replicas(dgd: &DynamoGraphDeployment) -> (i32, i32) {
+    let of = |name: &str| {
+        dgd.spec
+            .components
+            .iter()
+            .find(|c| c.name == name)
+            .and_then(|c| c.replicas)
+            .unwrap_or(1)
+    };
+    (of("prefill"), of("decode"))
 }
 
 fn ready(dgd: &DynamoGraphDeployment) -> Option<&str> {
