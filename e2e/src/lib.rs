@@ -373,6 +373,12 @@ impl TestNamespace {
         Ok(())
     }
 
+    /// The Events (`events.k8s.io/v1`) in this namespace.
+    pub async fn events(&self) -> Result<Vec<k8s_openapi::api::events::v1::Event>> {
+        let events: Api<k8s_openapi::api::events::v1::Event> = self.api();
+        Ok(events.list(&ListParams::default()).await?.items)
+    }
+
     /// A typed API for this namespace.
     pub fn api<K>(&self) -> Api<K>
     where

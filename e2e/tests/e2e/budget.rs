@@ -21,7 +21,6 @@ use std::{
 };
 
 use e2e::{Result, TestNamespace, in_namespace, install_crds, poll_until};
-use k8s_openapi::api::events::v1::Event;
 use kube::{
     Api,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
@@ -83,11 +82,9 @@ fn grant(policy: &PlannerPolicy) -> Option<(String, i64, String)> {
 
 /// Notes of the Events with `reason` about `object`.
 async fn notes(ns: &TestNamespace, object: &str, reason: &str) -> Result<Vec<String>> {
-    let events: Api<Event> = ns.api();
-    Ok(events
-        .list(&ListParams::default())
+    Ok(ns
+        .events()
         .await?
-        .items
         .into_iter()
         .filter(|e| e.reason.as_deref() == Some(reason))
         .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(object))

@@ -19,7 +19,7 @@ use e2e::{Result, TestNamespace, http_get, in_namespace, install_crds, operator_
 use k8s_openapi::api::{apps::v1::Deployment, coordination::v1::Lease, events::v1::Event};
 use kube::{
     Api,
-    api::{ListParams, Patch, PatchParams, PostParams},
+    api::{Patch, PatchParams, PostParams},
 };
 use planner_api::DynamoGraphDeployment;
 use serde_json::{Value, json};
@@ -127,11 +127,9 @@ async fn decode_replicas(ns: &TestNamespace) -> Result<Option<i32>> {
 
 /// The Events a process published (by its reporting instance).
 async fn events_from(ns: &TestNamespace, identity: &str) -> Result<Vec<Event>> {
-    let events: Api<Event> = ns.api();
-    Ok(events
-        .list(&ListParams::default())
+    Ok(ns
+        .events()
         .await?
-        .items
         .into_iter()
         .filter(|e| e.reporting_instance.as_deref() == Some(identity))
         .collect())
