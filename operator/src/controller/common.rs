@@ -76,6 +76,23 @@ pub trait ReconcileError: StdError + 'static {
     fn category(&self) -> &'static str;
 }
 
+/// Why a reconcile failed, for controllers that fail on API errors only (problems with what
+/// they read are reported in status and conditions, and retried on a schedule).
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// A Kubernetes API call failed.
+    #[error(transparent)]
+    Kube(#[from] KubeError),
+}
+
+impl ReconcileError for ApiError {
+    fn category(&self) -> &'static str {
+        match self {
+            Self::Kube(_) => "kube_api",
+        }
+    }
+}
+
 /// Runs `reconcile` for one watched object inside a span, with the reconcile metrics. An object
 /// that cannot be parsed is reported (log, metric and `on_invalid`) and left until it changes,
 /// so one malformed object never stops the controller.

@@ -39,7 +39,7 @@ use tracing::{debug, warn};
 
 use planner_api::{GpuBudget, PlannerPolicy};
 
-use super::common::{self, KubeError, ReconcileError};
+use super::common;
 use crate::controller::planner_policy::PlannerContext;
 
 /// Name of this controller in metrics and logs.
@@ -167,20 +167,7 @@ impl Budgets {
 }
 
 /// Why a reconcile failed (API errors only).
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A Kubernetes API call failed.
-    #[error(transparent)]
-    Kube(#[from] KubeError),
-}
-
-impl ReconcileError for Error {
-    fn category(&self) -> &'static str {
-        match self {
-            Self::Kube(_) => "kube_api",
-        }
-    }
-}
+pub use super::common::ApiError as Error;
 
 /// Runs the GpuBudget controller until `shutdown` resolves. `namespace` is the operator's watch
 /// scope: scoped to one namespace, it writes the status of budgets its policies joined and

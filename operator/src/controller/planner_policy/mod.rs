@@ -38,7 +38,7 @@ use planner_core::{
 
 use super::{
     Context,
-    common::{self, KubeError, ReconcileError},
+    common::{self, KubeError},
     conditions::{self, DesiredCondition},
 };
 use crate::{
@@ -84,20 +84,7 @@ const STATE_BUILDS: usize = 4;
 
 /// Why a reconcile failed (API errors only; problems with the spec or target are reported in
 /// status and conditions, and retried on a schedule).
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A Kubernetes API call failed.
-    #[error(transparent)]
-    Kube(#[from] KubeError),
-}
-
-impl ReconcileError for Error {
-    fn category(&self) -> &'static str {
-        match self {
-            Self::Kube(_) => "kube_api",
-        }
-    }
-}
+pub use super::common::ApiError as Error;
 
 /// One policy's planner between reconciles.
 struct PolicyRuntime {
