@@ -379,6 +379,7 @@ async fn the_chart_installs_no_crd_in_groves_group() -> Result<()> {
         assert_eq!(
             names,
             [
+                "gpubudgets.planner.dynamo.io",
                 "plannerpolicies.planner.dynamo.io",
                 "dynamographdeployments.nvidia.com"
             ],

@@ -37,9 +37,9 @@ use e2e::{
 use k8s_openapi::{
     api::{
         apps::v1::Deployment,
-        core::v1::{Pod, Service, ServiceAccount},
+        core::v1::{Namespace, Pod, Service, ServiceAccount},
         events::v1::Event,
-        rbac::v1::{PolicyRule, Role, RoleBinding},
+        rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding},
     },
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
 };
@@ -247,9 +247,10 @@ fn policy(name: &str, target: &str, prometheus: &str, components: Option<(&str, 
     policy
 }
 
-/// A ServiceAccount bound to a Role with exactly the watched-namespace permissions `rbac.rs`
-/// lists for planner-only operation (no leader election, no webhook), and a client that acts as
-/// it. Planner-only needs no cluster-scoped permission, so none is granted.
+/// A ServiceAccount bound to exactly the permissions `rbac.rs` lists for planner-only operation
+/// (no leader election, no webhook), and a client that acts as it: the watched-namespace ones in a
+/// Role, the cluster-scoped ones (reading GpuBudgets and writing their status) in a ClusterRole
+/// owned by the test's namespace, so the garbage collector removes it with the namespace.
 async fn planner_only_client(ns: &TestNamespace) -> Result<Client> {
     let features = Features {
         dgd_controller: false,
@@ -260,20 +261,21 @@ async fn planner_only_client(ns: &TestNamespace) -> Result<Client> {
         token_secrets: false,
     };
     let mut rules = Vec::new();
+    let mut cluster_rules = Vec::new();
     for permission in rbac::required(features) {
-        if permission.scope != Scope::Watched {
-            return Err(format!(
-                "planner-only needs a {:?} permission: {permission:?}",
-                permission.scope
-            )
-            .into());
-        }
-        rules.push(PolicyRule {
+        let rule = PolicyRule {
             api_groups: Some(vec![permission.group.to_string()]),
             resources: Some(vec![permission.resource.to_string()]),
             verbs: permission.verbs.iter().map(|v| (*v).to_string()).collect(),
             ..PolicyRule::default()
-        });
+        };
+        match permission.scope {
+            Scope::Watched => rules.push(rule),
+            Scope::Cluster => cluster_rules.push(rule),
+            scope => {
+                return Err(format!("planner-only needs a {scope:?} permission: {permission:?}").into());
+            }
+        }
     }
     let name = "planner-only";
     let accounts: Api<ServiceAccount> = ns.api();
@@ -304,6 +306,39 @@ async fn planner_only_client(ns: &TestNamespace) -> Result<Client> {
             }))?,
         )
         .await?;
+    if !cluster_rules.is_empty() {
+        let namespace = Api::<Namespace>::all(ns.client.clone()).get(&ns.name).await?;
+        let owner = json!([{
+            "apiVersion": "v1", "kind": "Namespace", "name": ns.name,
+            "uid": namespace.metadata.uid.unwrap_or_default(),
+        }]);
+        let cluster_name = format!("{name}-{}", ns.name);
+        Api::<ClusterRole>::all(ns.client.clone())
+            .create(
+                &PostParams::default(),
+                &ClusterRole {
+                    metadata: serde_json::from_value(
+                        json!({"name": cluster_name, "ownerReferences": owner}),
+                    )?,
+                    rules: Some(cluster_rules),
+                    ..ClusterRole::default()
+                },
+            )
+            .await?;
+        Api::<ClusterRoleBinding>::all(ns.client.clone())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "metadata": {"name": cluster_name, "ownerReferences": owner},
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": cluster_name,
+                    },
+                    "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns.name}]
+                }))?,
+            )
+            .await?;
+    }
     service_account_client(&ns.client, &ns.name, name).await
 }
 
