@@ -14,7 +14,7 @@ use super::{
     size::Sizing,
     stats::quantile,
 };
-use crate::sla::Limit;
+use crate::sla::{Limit, Pool};
 
 /// The replicas a decision asks for, and why.
 #[derive(Clone, Debug, PartialEq)]
@@ -64,6 +64,7 @@ pub(super) fn hold(
         )
     };
     let (replicas, held) = window.stabilise(settings, now, desired, remembered, current, backlogged);
+    let (replicas, ramped) = ramp(ctx, replicas, (demand.serving, demand.decode_serving), current);
     let reason = if held && backlogged {
         ScaleReason::BacklogHold {
             backlog: demand.backlog,
@@ -84,24 +85,31 @@ pub(super) fn hold(
         desired,
         replicas: bounded.replicas,
         reason,
-        limits: bounded.limits,
+        limits: ramped.into_iter().chain(bounded.limits).collect(),
     }
 }
 
 /// Holds a scale-up made between intervals for `hold_s` (at most the window) and bounds it;
 /// `None` when the bounded replicas add nothing to `current` (never fewer). `now` is the
-/// planner clock.
+/// planner clock; `serving` the engines serving in each pool.
 pub(super) fn hold_scale_up(
     window: &mut Window,
     ctx: Context<'_>,
     now: f64,
     sizing: &Sizing,
+    serving: (f64, f64),
     current: (u32, u32),
     hold_s: f64,
     reason: ScaleReason,
 ) -> Option<Held> {
     let desired = (sizing.prefill.replicas, sizing.decode.replicas);
-    let bounded = ctx.bound((desired.0.max(current.0), desired.1.max(current.1)));
+    let (wanted, ramped) = ramp(
+        ctx,
+        (desired.0.max(current.0), desired.1.max(current.1)),
+        serving,
+        current,
+    );
+    let bounded = ctx.bound(wanted);
     let replicas = never_fewer(bounded.replicas, current, ctx.limits, ctx.aggregated.is_some())?;
     let span = ctx.settings.stabilisation.window_s.max(0.0);
     // It enters the window as if recommended `span − hold_s` earlier.
@@ -112,8 +120,43 @@ pub(super) fn hold_scale_up(
         desired,
         replicas,
         reason,
-        limits: bounded.limits,
+        limits: ramped.into_iter().chain(bounded.limits).collect(),
     })
+}
+
+/// `wanted` within what each pool may grow to at a long delay ([`super::config::ScaleUp`])
+/// from its engines `serving`, and the limits that cut it. `current` is the replicas asked for:
+/// never fewer.
+fn ramp(
+    ctx: Context<'_>,
+    wanted: (u32, u32),
+    serving: (f64, f64),
+    current: (u32, u32),
+) -> ((u32, u32), Vec<Limit>) {
+    let settings = ctx.settings;
+    if !settings.is_long_delay(ctx.interval_s) {
+        return (wanted, Vec::new());
+    }
+    let mut limits = Vec::new();
+    let mut limit =
+        |pool: Pool, needed: u32, serving: f64, current: u32| match settings.scale_up.limit(serving, current)
+        {
+            Some(allowed) if needed > allowed => {
+                limits.push(Limit::ScaleUpRate {
+                    pool,
+                    needed,
+                    allowed,
+                    serving,
+                });
+                allowed
+            }
+            _ => needed,
+        };
+    let replicas = (
+        limit(Pool::Prefill, wanted.0, serving.0, current.0),
+        limit(Pool::Decode, wanted.1, serving.1, current.1),
+    );
+    (replicas, limits)
 }
 
 /// `bounded` raised to `current` in a pool where it is lower (a scale-up between intervals

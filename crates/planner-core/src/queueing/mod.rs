@@ -36,7 +36,7 @@ use self::{
     size::Sizer,
 };
 pub use self::{
-    config::{Burstiness, DecodeKv, FastPath, Margins, QueueingConfig, Stabilisation},
+    config::{Burstiness, DecodeKv, FastPath, Margins, QueueingConfig, ScaleUp, Stabilisation},
     fast::FastSignals,
     plan::{QueueingPlan, ScaleReason},
 };
@@ -87,7 +87,7 @@ impl QueueingState {
     ) -> Decided {
         let interval_s = ctx.interval_s.max(1e-3);
         // 1. Learn.
-        let seen = self.learned.read(curves, observation, current.0);
+        let seen = self.learned.read(curves, observation, current);
         let kv = KvLearning {
             intervals,
             settled: self.window.decode_settled_by(self.clock_s - interval_s),
@@ -161,6 +161,7 @@ impl QueueingState {
             ctx,
             now,
             &sizing,
+            (demand.serving, demand.decode_serving),
             current,
             trigger.hold_s(settings),
             trigger.reason(),

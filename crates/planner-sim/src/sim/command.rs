@@ -72,6 +72,12 @@ pub struct SimulateArgs {
     /// The `sla-*` policies plan with the delay they measure on their replicas.
     #[arg(long = "scale-up-delay-s", value_name = "S", default_value = "60")]
     scale_up_delays_s: Vec<f64>,
+    /// Tell the `sla-*` policies each run's scale-up delay as the one to expect until they
+    /// measure one (a PlannerPolicy's `spec.behavior.expectedScaleUpDelay`: a user knows
+    /// roughly how long the model takes to load); they plan with the measured delay once there
+    /// is one.
+    #[arg(long)]
+    expect_scale_up_delay: bool,
     /// TTFT target (ms).
     #[arg(long, default_value_t = 500.0)]
     ttft_ms: f64,
@@ -502,6 +508,7 @@ pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
         let config = SimConfig {
             sla: job.sla,
             scale_up_delay_s: delay_s,
+            expected_scale_up_delay_s: args.expect_scale_up_delay.then_some(delay_s),
             ..base_config.clone()
         };
         let results = compare(&requests, &latency, &config, &specs, inner_jobs);
