@@ -76,8 +76,12 @@ pub struct SimulateArgs {
     /// measure one (a PlannerPolicy's `spec.behavior.expectedScaleUpDelay`: a user knows
     /// roughly how long the model takes to load); they plan with the measured delay once there
     /// is one.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "expected_scale_up_delay_s")]
     expect_scale_up_delay: bool,
+    /// The scale-up delay the `sla-*` policies expect until they measure one, the same for
+    /// every run (s; `spec.behavior.expectedScaleUpDelay`).
+    #[arg(long = "expected-scale-up-delay-s", value_name = "S")]
+    expected_scale_up_delay_s: Option<f64>,
     /// TTFT target (ms).
     #[arg(long, default_value_t = 500.0)]
     ttft_ms: f64,
@@ -479,6 +483,14 @@ pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
             "--scale-up-delay-s must be a number of seconds >= 0, not {bad}"
         )));
     }
+    if let Some(bad) = args
+        .expected_scale_up_delay_s
+        .filter(|d| !(d.is_finite() && *d >= 0.0))
+    {
+        return Err(SimulateError::Input(format!(
+            "--expected-scale-up-delay-s must be a number of seconds >= 0, not {bad}"
+        )));
+    }
     let base_config = SimConfig {
         queueing,
         interval_s: args.interval_s,
@@ -508,7 +520,9 @@ pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
         let config = SimConfig {
             sla: job.sla,
             scale_up_delay_s: delay_s,
-            expected_scale_up_delay_s: args.expect_scale_up_delay.then_some(delay_s),
+            expected_scale_up_delay_s: args
+                .expected_scale_up_delay_s
+                .or(args.expect_scale_up_delay.then_some(delay_s)),
             ..base_config.clone()
         };
         let results = compare(&requests, &latency, &config, &specs, inner_jobs);
