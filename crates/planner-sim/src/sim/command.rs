@@ -714,9 +714,22 @@ fn render_report(
     let other_delays = if others.is_empty() {
         String::new()
     } else {
+        let told = match (args.expected_scale_up_delay_s, args.expect_scale_up_delay) {
+            (Some(expected), _) => {
+                format!(
+                    "told to expect {expected} s until they measure one (`--expected-scale-up-delay-s`), "
+                )
+            }
+            (None, true) => {
+                "told to expect each run's delay until they measure one (`--expect-scale-up-delay`: a \
+                 PlannerPolicy's `spec.behavior.expectedScaleUpDelay`), "
+                    .to_string()
+            }
+            (None, false) => String::new(),
+        };
         format!(
-            "; the overview and the scorecard are repeated below at {} (the `sla-*` policies plan with the \
-             delay they measure on their replicas, as the operator does on a cluster)",
+            "; the overview and the scorecard are repeated below at {} (the `sla-*` policies, {told}plan with \
+             the delay they measure on their replicas, as the operator does on a cluster)",
             others.join(" and ")
         )
     };
