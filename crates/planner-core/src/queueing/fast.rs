@@ -135,13 +135,18 @@ impl Trigger {
                     settings.bounded_burstiness(b).max(self.basis.burstiness)
                 }),
             serving: self.serving,
-            decode_serving: self.basis.decode_serving.unwrap_or(f64::NAN),
+            decode_serving: self.serving().1,
             backlog: self.backlog,
             growth: growth(rate, service.mean_s, self.serving, settings.scale_up_delay_s),
             isl: self.basis.isl,
             osl: self.basis.osl,
             kv_scale: self.basis.kv_scale,
         }
+    }
+
+    /// Engines serving (prefill now, decode as of the last interval; NaN when unknown).
+    pub fn serving(&self) -> (f64, f64) {
+        (self.serving, self.basis.decode_serving.unwrap_or(f64::NAN))
     }
 
     /// How long the scale-up is held (s).

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::{
     config::{Context, QueueingConfig},
     demand::{Demand, backlogged},
+    fast::Trigger,
     plan::ScaleReason,
     size::Sizing,
     stats::quantile,
@@ -89,26 +90,25 @@ pub(super) fn hold(
     }
 }
 
-/// Holds a scale-up made between intervals for `hold_s` (at most the window) and bounds it;
-/// `None` when the bounded replicas add nothing to `current` (never fewer). `now` is the
-/// planner clock; `serving` the engines serving in each pool.
+/// Holds a scale-up the fast path's `trigger` made between intervals for its hold time (at most
+/// the window) and bounds it; `None` when the bounded replicas add nothing to `current` (never
+/// fewer). `now` is the planner clock.
 pub(super) fn hold_scale_up(
     window: &mut Window,
     ctx: Context<'_>,
     now: f64,
     sizing: &Sizing,
-    serving: (f64, f64),
     current: (u32, u32),
-    hold_s: f64,
-    reason: ScaleReason,
+    trigger: &Trigger,
 ) -> Option<Held> {
     let desired = (sizing.prefill.replicas, sizing.decode.replicas);
     let (wanted, ramped) = ramp(
         ctx,
         (desired.0.max(current.0), desired.1.max(current.1)),
-        serving,
+        trigger.serving(),
         current,
     );
+    let hold_s = trigger.hold_s(ctx.settings);
     let bounded = ctx.bound(wanted);
     let replicas = never_fewer(bounded.replicas, current, ctx.limits, ctx.aggregated.is_some())?;
     let span = ctx.settings.stabilisation.window_s.max(0.0);
@@ -119,7 +119,7 @@ pub(super) fn hold_scale_up(
     Some(Held {
         desired,
         replicas,
-        reason,
+        reason: trigger.reason(),
         limits: ramped.into_iter().chain(bounded.limits).collect(),
     })
 }

@@ -156,16 +156,7 @@ impl QueueingState {
         let sizing = Sizer::new(curves, ctx, interval_s).size(&demand);
         // 5. Hold: up only.
         let now = self.clock_s + signals.elapsed_s.max(0.0);
-        let held = hold::hold_scale_up(
-            &mut self.window,
-            ctx,
-            now,
-            &sizing,
-            (demand.serving, demand.decode_serving),
-            current,
-            trigger.hold_s(settings),
-            trigger.reason(),
-        )?;
+        let held = hold::hold_scale_up(&mut self.window, ctx, now, &sizing, current, &trigger)?;
         let no_margin = Multipliers {
             forecast: 1.0,
             service: 1.0,

@@ -381,7 +381,7 @@ fn the_sla_policy_plans_with_the_expected_delay_until_it_measures_one() {
     assert_eq!(policy.measured_delay(), Some(std::time::Duration::from_secs(180)));
     assert_eq!(policy.config().queueing.scale_up_delay_s, 180.0);
     // Without an expectation, the default until the first measurement.
-    let mut policy = queueing_policy(&SimConfig {
+    let policy = queueing_policy(&SimConfig {
         expected_scale_up_delay_s: None,
         ..config
     });
