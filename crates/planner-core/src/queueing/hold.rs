@@ -1,7 +1,8 @@
 //! Stage 5, **hold**: what the recommendations of the last stabilisation window allow. A pool
-//! scales up at once; it scales down only to a quantile of the window's recommendations, and
-//! not at all while a backlog remains; a scale-up between intervals is held for a while. The
-//! window and the time the decode pool last settled are written here only.
+//! scales up at once (at a long scale-up delay, to at most a multiple of its engines serving);
+//! it scales down only to a quantile of the window's recommendations, and not at all while a
+//! backlog remains; a scale-up between intervals is held for a while. The window and the time
+//! the decode pool last settled are written here only.
 
 use std::collections::VecDeque;
 

@@ -8,7 +8,8 @@
 //! 3. [`demand`]: the forecast raised by its margins to the rates planned for, and the backlog;
 //! 4. [`size`]: the fewest engines per pool that meet the targets for that demand;
 //! 5. [`hold`]: the stabilisation window and the backlog hold (the one writer of the window),
-//!    then the bounds and the GPU budget ([`crate::sla::Limits::apply`]).
+//!    the growth limit at long delays, then the bounds and the GPU budget
+//!    ([`crate::sla::Limits::apply`]).
 //!
 //! Between intervals the [`fast`] path decides whether to act and at what rate, then reuses
 //! stages 3 to 5. [`config`] holds the settings, [`plan`] what a decision reports and [`stats`]
