@@ -23,6 +23,16 @@ pub fn planned_delay(
     set.or(measured).or(expected).unwrap_or(DEFAULT_SCALE_UP_DELAY)
 }
 
+/// Whether [`planned_delay`] is only [`DEFAULT_SCALE_UP_DELAY`]: nothing set, measured or
+/// expected.
+pub fn delay_is_assumed(
+    set: Option<Duration>,
+    measured: Option<Duration>,
+    expected: Option<Duration>,
+) -> bool {
+    set.or(measured).or(expected).is_none()
+}
+
 /// Measures the scale-up delay: from asking for more replicas of a pool to that pool serving
 /// them. Each scale-up is timed on its own, so scale-ups that follow each other while earlier
 /// ones start each measure their own delay (not the time until the last of them serves).

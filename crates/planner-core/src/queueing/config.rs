@@ -56,6 +56,10 @@ pub struct QueueingConfig {
     /// Time from asking for a replica to it serving (s): how far ahead to plan
     /// (`spec.behavior.scaleUpDelay`, else measured by the operator).
     pub scale_up_delay_s: f64,
+    /// Whether `scale_up_delay_s` is only the built-in assumption (nothing set, measured or
+    /// expected). A pool's growth is limited at a long delay ([`ScaleUp`]) only once the delay
+    /// is known: an assumed one against a short interval would slow every first scale-up.
+    pub scale_up_delay_assumed: bool,
     /// How far above its forecast each pool plans.
     pub margins: Margins,
     /// How bursty arrivals are planned to be.
@@ -299,6 +303,7 @@ impl Default for QueueingConfig {
             itl_percentile: None,
             // The operator's assumption until it has measured one, and the simulator's.
             scale_up_delay_s: 60.0,
+            scale_up_delay_assumed: false,
             margins: Margins::default(),
             burstiness: Burstiness::default(),
             decode_kv: DecodeKv::default(),

@@ -135,7 +135,7 @@ fn ramp(
     current: (u32, u32),
 ) -> ((u32, u32), Vec<Limit>) {
     let settings = ctx.settings;
-    if !settings.is_long_delay(ctx.interval_s) {
+    if !settings.is_long_delay(ctx.interval_s) || settings.scale_up_delay_assumed {
         return (wanted, Vec::new());
     }
     let mut limits = Vec::new();

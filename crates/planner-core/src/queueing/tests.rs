@@ -755,6 +755,41 @@ fn an_aggregated_pool_reads_the_decode_steps_its_prompts_share_as_service_not_bu
 }
 
 #[test]
+fn an_assumed_delay_does_not_limit_a_pools_growth() {
+    // A 10 s interval and the built-in 60 s delay, nothing measured or expected yet: the delay
+    // is long against the interval, but only assumed, so the first surge is not held to 1.3
+    // times the engines serving.
+    let mut config = queueing_config();
+    config.interval_s = 10.0;
+    config.predictor.interval_seconds = 10.0;
+    config.queueing.scale_up_delay_s = 60.0;
+    let surge = |assumed: bool| {
+        let mut config = config.clone();
+        config.queueing.scale_up_delay_assumed = assumed;
+        let mut planner = SlaPlanner::new(&config);
+        for _ in 0..3 {
+            tick(&mut planner, &config, seen(100.0, 0.0, 2.0), (2, 2));
+        }
+        tick(&mut planner, &config, seen(1000.0, 0.0, 2.0), (2, 2))
+            .queueing()
+            .cloned()
+            .unwrap()
+    };
+    let known = surge(false);
+    assert_eq!(known.replicas.0, 3, "{known:?}");
+    let assumed = surge(true);
+    assert!(assumed.replicas.0 > 3, "{assumed:?}");
+    assert!(
+        !assumed
+            .limits
+            .iter()
+            .any(|l| matches!(l, crate::sla::Limit::ScaleUpRate { .. })),
+        "{:?}",
+        assumed.limits
+    );
+}
+
+#[test]
 fn at_a_long_delay_a_pool_grows_to_a_multiple_of_its_engines_serving() {
     // Replicas serve 300 s after they are asked for: five intervals.
     let mut config = queueing_config();

@@ -9,7 +9,7 @@ use planner_core::{
     load::{LoadConfig, LoadPlanner},
     predictor::{PredictorConfig, PredictorKind},
     sla::{self, Corrections},
-    startup::{DEFAULT_SCALE_UP_DELAY, StartupTracker, planned_delay},
+    startup::{DEFAULT_SCALE_UP_DELAY, StartupTracker, delay_is_assumed, planned_delay},
     state::{FastSignals, IntervalMetrics, QueueingConfig, SlaModel, SlaPlanner, SlaPlannerConfig},
 };
 
@@ -245,6 +245,8 @@ impl SlaPolicy {
     fn refresh_delay(&mut self) {
         self.config.queueing.scale_up_delay_s =
             planned_delay(None, self.startup.delay(), self.expected).as_secs_f64();
+        self.config.queueing.scale_up_delay_assumed =
+            delay_is_assumed(None, self.startup.delay(), self.expected);
     }
 
     /// The planner's configuration.

@@ -8,7 +8,7 @@ use planner_core::{
     load::LoadConfig,
     predictor::{self, KalmanConfig, PredictorConfig},
     sla::{Limits, SlaTargets},
-    startup::planned_delay,
+    startup::{delay_is_assumed, planned_delay},
     state::{self, FastPath, QueueingConfig, SlaPlannerConfig, Stabilisation},
 };
 
@@ -71,6 +71,11 @@ pub fn sla_config(
                 validated.expected_scale_up_delay,
             )
             .as_secs_f64(),
+            scale_up_delay_assumed: delay_is_assumed(
+                validated.scale_up_delay,
+                measured_delay,
+                validated.expected_scale_up_delay,
+            ),
             stabilisation: Stabilisation {
                 window_s: validated.stabilization.as_secs_f64(),
                 ..Stabilisation::default()
@@ -174,11 +179,13 @@ mod tests {
         assert_eq!(config.predictor.kind, predictor::PredictorKind::Arima);
         assert_eq!(config.model, state::SlaModel::Queueing);
         assert_eq!(config.queueing.scale_up_delay_s, 60.0);
+        assert!(config.queueing.scale_up_delay_assumed);
         assert_eq!(config.queueing.stabilisation.window_s, 300.0);
         assert_eq!(config.queueing.fast_path.period_s, 10.0);
         // A measured delay is used unless the spec sets one.
         let measured = sla_config(&spec, &validated, Some(Duration::from_secs(95)));
         assert_eq!(measured.queueing.scale_up_delay_s, 95.0);
+        assert!(!measured.queueing.scale_up_delay_assumed);
         // The delay the spec says to expect stands in until one is measured.
         let mut expecting = spec.clone();
         expecting.behavior.expected_scale_up_delay = Some("5m".into());
@@ -186,6 +193,7 @@ mod tests {
             validation::validate(&expecting, "llm", Some(&dgd()), &validation::Tenancy::default()).unwrap();
         let config = sla_config(&expecting, &validated_expecting, None);
         assert_eq!(config.queueing.scale_up_delay_s, 300.0);
+        assert!(!config.queueing.scale_up_delay_assumed);
         let config = sla_config(&expecting, &validated_expecting, Some(Duration::from_secs(95)));
         assert_eq!(config.queueing.scale_up_delay_s, 95.0);
         let load_spec = policy("load").spec;
