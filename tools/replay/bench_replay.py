@@ -74,6 +74,10 @@ BUDGET_HORIZON_S = 300.0
 # How long, after a budget cut, the workers above it may still be billed (s): until the
 # planner's next interval check (60 s) and their draining.
 BUDGET_COMMITTED_S = 90.0
+# Share of the GPU-hours kept back for workers that drain for longer: a prefill worker cut while
+# the router has queued prompts on it is billed until it has prefilled them all (in the replay
+# before this reserve, up to 1.5 % of the run's GPU-hours, on Mooncake conversation k=4).
+BUDGET_DRAIN_RESERVE = 0.02
 
 
 class BridgeError(RuntimeError):
@@ -203,11 +207,13 @@ class GpuHourBudget:
     budget (`maxGpuBudget`) is one engine per pool plus the whole engines that what is left of
     the GPU-hours beyond that minimum to the run's end pays for over `BUDGET_HORIZON_S`, less
     what the workers held above the minimum will be billed before a cut takes effect
-    (`BUDGET_COMMITTED_S`). So a policy that saves GPUs in calm spells may spend them on a
-    burst, and over the run it holds about as many GPU-hours as `total_gpu_s`."""
+    (`BUDGET_COMMITTED_S`), and less `BUDGET_DRAIN_RESERVE` of them. So a policy that saves GPUs
+    in calm spells may spend them on a burst, and over the run it holds about as many GPU-hours
+    as `total_gpu_s`."""
 
     def __init__(self, total_gpu_s, end_s, gpus):
         self.total = total_gpu_s
+        self.spendable = total_gpu_s * (1.0 - BUDGET_DRAIN_RESERVE)
         self.end_s = end_s
         self.gpus = gpus
         self.minimum = sum(gpus)
@@ -223,7 +229,7 @@ class GpuHourBudget:
         self.held = sum(w * g for w, g in zip(workers, self.gpus))
         left_s = max(self.end_s - now_s, 0.0)
         committed = max(self.held - self.minimum, 0) * min(BUDGET_COMMITTED_S, left_s)
-        slack = self.total - self.used - self.minimum * left_s - committed
+        slack = self.spendable - self.used - self.minimum * left_s - committed
         engine = max(self.gpus)
         extra = math.floor(max(slack, 0.0) / BUDGET_HORIZON_S / engine) * engine
         # What is held now stays affordable while the slack covers its commitment.

@@ -69,9 +69,9 @@ class CappedBudget(unittest.TestCase):
 
 class GpuHourBudgetPacing(unittest.TestCase):
     def test_savings_buy_a_burst_and_the_run_stays_within_its_gpu_hours(self):
-        # Dynamo's mean of 9 GPUs over an hour: 3600 GPU-seconds beyond one 4-GPU engine per
-        # pool. The budget starts at 8 + 3 engines (3600 / 300 s / 4, less nothing held).
-        budget = bench_replay.GpuHourBudget(9 * 3600.0, 3600.0, [4, 4])
+        # Dynamo's mean of 9 GPUs over an hour, less the drain reserve: 3600 GPU-seconds beyond
+        # one 4-GPU engine per pool. The budget starts at 8 + 3 engines (3600 / 300 s / 4).
+        budget = bench_replay.GpuHourBudget(9 * 3600.0 / 0.98, 3600.0, [4, 4])
         self.assertEqual(budget.update(0.0, [1, 1]), 8 + 12)
         # The policy holds 1P/1D for 30 minutes: nothing spent beyond the minimum.
         self.assertEqual(budget.update(1800.0, [1, 1]), 8 + 12)
