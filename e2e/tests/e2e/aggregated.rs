@@ -61,10 +61,15 @@ async fn scrape(ns: &TestNamespace, frontend: &str) -> Result<Prometheus> {
 }
 
 fn graph() -> Result<Value> {
+    graph_named(GRAPH)
+}
+
+/// The aggregated sample named `name`, as JSON.
+pub(crate) fn graph_named(name: &str) -> Result<Value> {
     let mut value: Value = serde_yaml::from_str(&std::fs::read_to_string(
         repo_root().join("config/samples/dgd-agg.yaml"),
     )?)?;
-    value["metadata"]["name"] = json!(GRAPH);
+    value["metadata"]["name"] = json!(name);
     Ok(value)
 }
 

@@ -5,6 +5,9 @@
 //! together must ask for no more GPUs than the budget's total, and each grant is explained in
 //! both statuses and by Events (`GrantCut`, `GrantRestored`).
 //!
+//! The burst graph is disaggregated; the steady one is disaggregated too, or aggregated (one
+//! `type: worker` pool that prefills and decodes, charged to the budget once).
+//!
 //! - Full mode: this operator renders the DGDs; each frontend serves with the Ready pods of its
 //!   graph.
 //! - Planner only (`--dgd-controller=false`), beside NVIDIA's operator: the test plays NVIDIA's
@@ -26,9 +29,10 @@ use kube::{
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
 use planner_api::{DynamoGraphDeployment, GpuBudget, PlannerPolicy};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::{
+    aggregated::graph_named as aggregated_graph,
     closed_loop::{Frontend, post, start_synthetic_frontend},
     dgd::{graph_value as graph, replicas},
     operator::start,
@@ -36,9 +40,67 @@ use crate::{
 };
 
 const INTERVAL_S: u64 = 10;
-/// GPUs shared, one per replica: the two floors (1 + 1 each) and the steady graph's most (3 + 3,
-/// its `maxReplicas`) fit; the burst's most (8 + 8) does not.
+/// GPUs shared, one per replica: the two floors (1 + 1 each, or 1 for an aggregated steady
+/// graph) and the steady graph's most (3 + 3, or 3, its `maxReplicas`) fit; the burst's most
+/// (8 + 8) does not.
 const TOTAL_GPUS: i64 = 10;
+
+/// The shape of the steady graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Steady {
+    /// Prefill and decode pools (the disaggregated sample).
+    Disaggregated,
+    /// One aggregated worker pool (the aggregated sample), its one pool charged once.
+    Aggregated,
+}
+
+impl Steady {
+    fn graph(self) -> Result<Value> {
+        match self {
+            Self::Disaggregated => graph("steady"),
+            Self::Aggregated => aggregated_graph("steady"),
+        }
+    }
+
+    /// GPUs of its floor: `minReplicas` (1) of each pool, one GPU a replica.
+    fn floor_gpus(self) -> i32 {
+        match self {
+            Self::Disaggregated => 2,
+            Self::Aggregated => 1,
+        }
+    }
+}
+
+/// GPUs a graph asks for: each component's replicas (1 when unset) times the `nvidia.com/gpu`
+/// limits of its pod (the frontend has none).
+fn gpus(dgd: &DynamoGraphDeployment) -> i32 {
+    dgd.spec
+        .components
+        .iter()
+        .map(|component| {
+            let per_replica: i32 = component
+                .pod_template
+                .as_ref()
+                .and_then(|t| t.spec.as_ref())
+                .map_or(0, |spec| {
+                    spec.containers
+                        .iter()
+                        .filter_map(|c| {
+                            c.resources
+                                .as_ref()?
+                                .limits
+                                .as_ref()?
+                                .get("nvidia.com/gpu")?
+                                .0
+                                .parse::<i32>()
+                                .ok()
+                        })
+                        .sum()
+                });
+            component.replicas.unwrap_or(1) * per_replica
+        })
+        .sum()
+}
 const WAIT: Duration = Duration::from_secs(240);
 
 fn budget(name: &str, namespace: &str) -> Result<GpuBudget> {
@@ -125,14 +187,7 @@ impl Watch {
                 while !stop.load(Ordering::Relaxed) {
                     // One list: both graphs at the same resourceVersion.
                     if let Ok(list) = dgds.list(&ListParams::default()).await {
-                        let gpus: i32 = list
-                            .items
-                            .iter()
-                            .map(|dgd| {
-                                let (p, d) = replicas(dgd);
-                                p + d
-                            })
-                            .sum();
+                        let gpus: i32 = list.items.iter().map(gpus).sum();
                         peak.fetch_max(u64::try_from(gpus).unwrap_or(0), Ordering::Relaxed);
                     }
                     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -149,42 +204,45 @@ impl Watch {
     }
 }
 
-async fn scenario(ns: &TestNamespace, planner_only: bool) -> Result<()> {
+async fn scenario(ns: &TestNamespace, steady: Steady, planner_only: bool) -> Result<()> {
     install_crds(&ns.client).await?;
     let budgets: Api<GpuBudget> = Api::all(ns.client.clone());
     let budget_name = format!("{}-gpus", ns.name);
     budgets
         .create(&PostParams::default(), &budget(&budget_name, &ns.name)?)
         .await?;
-    let outcome = run(ns, &budget_name, planner_only).await;
+    let outcome = run(ns, &budget_name, steady, planner_only).await;
     let _ = budgets.delete(&budget_name, &DeleteParams::default()).await;
     outcome
 }
 
-async fn run(ns: &TestNamespace, budget_name: &str, planner_only: bool) -> Result<()> {
+async fn run(ns: &TestNamespace, budget_name: &str, steady: Steady, planner_only: bool) -> Result<()> {
     let dgds: Api<DynamoGraphDeployment> = ns.api();
     let policies: Api<PlannerPolicy> = ns.api();
     let budgets: Api<GpuBudget> = Api::all(ns.client.clone());
-    for name in ["burst", "steady"] {
-        ns.accepts(&graph(name)?).await?;
+    for (name, manifest) in [("burst", graph("burst")?), ("steady", steady.graph()?)] {
+        ns.accepts(&manifest).await?;
         if planner_only {
             nvidia_ready(ns, name).await?;
         }
     }
     // Each graph's frontend: the burst one at the trace's rate, the steady one at four times it.
-    let frontend = |name: &str| -> Result<Frontend> {
-        let args: Vec<String> = if planner_only {
+    let frontend = |name: &str, aggregated: bool| -> Result<Frontend> {
+        let mut args: Vec<String> = if planner_only {
             ["--prefill", "8", "--decode", "8"].map(String::from).to_vec()
         } else {
             ["--dgd", name, "--namespace", &ns.name]
                 .map(String::from)
                 .to_vec()
         };
+        if aggregated {
+            args.push("--aggregated".into());
+        }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         start_synthetic_frontend(&args)
     };
-    let burst_frontend = frontend("burst")?;
-    let steady_frontend = frontend("steady")?;
+    let burst_frontend = frontend("burst", false)?;
+    let steady_frontend = frontend("steady", steady == Steady::Aggregated)?;
     let (burst_ns, steady_ns) = (format!("{}-burst", ns.name), format!("{}-steady", ns.name));
     let job = |name: &str, frontend: &Frontend, dynamo_namespace: &str| Job {
         name: format!("{name}-frontend"),
@@ -192,14 +250,25 @@ async fn run(ns: &TestNamespace, budget_name: &str, planner_only: bool) -> Resul
         path: "/metrics",
         labels: vec![("dynamo_namespace".into(), dynamo_namespace.into())],
     };
-    let prometheus = Prometheus::start_jobs(
-        &[
-            job("burst", &burst_frontend, &burst_ns),
-            job("steady", &steady_frontend, &steady_ns),
-        ],
-        1,
-    )
-    .await?;
+    let mut jobs = vec![
+        job("burst", &burst_frontend, &burst_ns),
+        job("steady", &steady_frontend, &steady_ns),
+    ];
+    if steady == Steady::Aggregated {
+        // Its aggregated engines' KV gauges, as the chart's PodMonitors scrape `type: worker`
+        // pods.
+        jobs.push(Job {
+            name: "steady-worker".into(),
+            targets: vec![steady_frontend.control.clone()],
+            path: "/engine/metrics",
+            labels: vec![
+                ("dynamo_namespace".into(), steady_ns.clone()),
+                ("dynamo_component_type".into(), "worker".into()),
+            ],
+        });
+    }
+    let prometheus = Prometheus::start_jobs(&jobs, 1).await?;
+    let floor = steady.floor_gpus();
     let mut flags = vec!["--webhook-disabled"];
     if planner_only {
         flags.push("--dgd-controller=false");
@@ -223,24 +292,37 @@ async fn run(ns: &TestNamespace, budget_name: &str, planner_only: bool) -> Resul
         }
         // 1. The steady graph grows above its floor, granted all it asks for.
         poll_until("the steady graph to grow above its floor", WAIT, || async {
-            let (p, d) = replicas(&dgds.get("steady").await?);
+            let grown = gpus(&dgds.get("steady").await?) > floor;
             let policy = policies.get("steady").await?;
-            Ok(p + d >= 3 && grant(&policy).is_some_and(|(reason, _, _)| reason == "Full"))
+            Ok(grown && grant(&policy).is_some_and(|(reason, _, _)| reason == "Full"))
         })
         .await?;
-        let before = replicas(&dgds.get("steady").await?);
         eprintln!(
-            "steady at {before:?}, burst at {:?}",
+            "steady at {} GPUs, burst at {:?}",
+            gpus(&dgds.get("steady").await?),
             replicas(&dgds.get("burst").await?)
         );
+        // The budget charges the steady graph the GPUs its pools ask for (an aggregated graph's
+        // one pool once), its floor included.
+        poll_until(
+            "the budget to charge the steady graph what it holds",
+            WAIT,
+            || async {
+                let held = i64::from(gpus(&dgds.get("steady").await?));
+                let status = budgets.get(budget_name).await?.status;
+                let row = status.and_then(|s| s.members.into_iter().find(|m| m.name == "steady"));
+                Ok(row.is_some_and(|r| r.held_gpus == held && r.floor_gpus == i64::from(floor)))
+            },
+        )
+        .await?;
 
         // 2. The burst: forty times the traffic on the higher-priority graph. The steady graph
         // yields down to its floor and the burst takes the rest.
         post(&burst_frontend.control, "/control/rate-scale/40").await?;
         poll_until("the steady graph to yield to its floor", WAIT, || async {
-            let steady = replicas(&dgds.get("steady").await?);
+            let steady = gpus(&dgds.get("steady").await?);
             let burst = replicas(&dgds.get("burst").await?);
-            Ok(steady == (1, 1) && burst.0 + burst.1 > 2)
+            Ok(steady == floor && burst.0 + burst.1 > 2)
         })
         .await?;
         let peak_burst = replicas(&dgds.get("burst").await?);
@@ -251,7 +333,7 @@ async fn run(ns: &TestNamespace, budget_name: &str, planner_only: bool) -> Resul
         .await?;
         let (reason, granted, message) = grant(&policies.get("steady").await?).ok_or("no grant")?;
         eprintln!("steady: {reason}, {granted} GPUs: {message}");
-        assert_eq!(granted, 2, "the floor of 1 + 1 one-GPU replicas");
+        assert_eq!(granted, i64::from(floor), "the steady graph's floor, {steady:?}");
         let limited = policies.get("steady").await?;
         let limited = crate::faults::condition(&limited, "ScalingLimited").ok_or("no ScalingLimited")?;
         assert_eq!(limited.0, "True", "{limited:?}");
@@ -280,14 +362,14 @@ async fn run(ns: &TestNamespace, budget_name: &str, planner_only: bool) -> Resul
         // 3. The burst ends: the steady graph gets its GPUs back.
         post(&burst_frontend.control, "/control/rate-scale/0").await?;
         poll_until("the steady graph to get its GPUs back", WAIT, || async {
-            let (p, d) = replicas(&dgds.get("steady").await?);
+            let grown = gpus(&dgds.get("steady").await?) > floor;
             let policy = policies.get("steady").await?;
-            Ok(p + d >= 3 && grant(&policy).is_some_and(|(reason, _, _)| reason == "Full"))
+            Ok(grown && grant(&policy).is_some_and(|(reason, _, _)| reason == "Full"))
         })
         .await?;
         eprintln!(
-            "steady back at {:?}, burst at {:?}",
-            replicas(&dgds.get("steady").await?),
+            "steady back at {} GPUs, burst at {:?}",
+            gpus(&dgds.get("steady").await?),
             replicas(&dgds.get("burst").await?)
         );
         let restored = notes(ns, "steady", "GrantRestored").await?;
@@ -320,14 +402,32 @@ async fn run(ns: &TestNamespace, budget_name: &str, planner_only: bool) -> Resul
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_takes_the_shared_budget_and_gives_it_back() -> Result<()> {
-    in_namespace("budget", |ns| async move { scenario(&ns, false).await }).await
+    in_namespace("budget", |ns| async move {
+        scenario(&ns, Steady::Disaggregated, false).await
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_takes_the_shared_budget_and_gives_it_back_beside_nvidias_operator() -> Result<()> {
-    in_namespace(
-        "budget-planner-only",
-        |ns| async move { scenario(&ns, true).await },
-    )
+    in_namespace("budget-planner-only", |ns| async move {
+        scenario(&ns, Steady::Disaggregated, true).await
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_takes_the_shared_budget_from_an_aggregated_graph_and_gives_it_back() -> Result<()> {
+    in_namespace("budget-agg", |ns| async move {
+        scenario(&ns, Steady::Aggregated, false).await
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_takes_the_shared_budget_from_an_aggregated_graph_beside_nvidias_operator() -> Result<()> {
+    in_namespace("budget-agg-planner-only", |ns| async move {
+        scenario(&ns, Steady::Aggregated, true).await
+    })
     .await
 }

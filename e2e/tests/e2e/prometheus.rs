@@ -181,6 +181,27 @@ impl Prometheus {
         }
     }
 
+    /// Freezes Prometheus (SIGSTOP): no scrapes until `resume`, so that what happens meanwhile
+    /// reaches it in one scrape, whatever the machine's load.
+    pub fn pause(&self) -> Result<()> {
+        self.signal(rustix::process::Signal::STOP)
+    }
+
+    /// Lets a paused Prometheus scrape again (SIGCONT).
+    pub fn resume(&self) -> Result<()> {
+        self.signal(rustix::process::Signal::CONT)
+    }
+
+    fn signal(&self, signal: rustix::process::Signal) -> Result<()> {
+        let pid = self
+            .child
+            .as_ref()
+            .and_then(|child| rustix::process::Pid::from_raw(child.id() as i32))
+            .ok_or("Prometheus is not running")?;
+        rustix::process::kill_process(pid, signal)
+            .map_err(|e| format!("cannot signal Prometheus: {e}").into())
+    }
+
     /// Starts it again on the same port and data.
     pub async fn restart(&mut self) -> Result<()> {
         self.spawn()?;

@@ -163,10 +163,15 @@ async fn a_default_frontend_and_its_engines_give_every_signal_the_planners_read(
     );
     assert!(client.awaiting_traffic(&bed.dynamo_namespace, None).await?);
 
-    // Its first three requests: counted, though their series start with them.
-    assert_eq!(dynamo::replay(&bed.frontend_addr, &load(3, 40, 8, 0.0)).await, 0);
-    // Judged over a few scrapes of the finished counter, as an interval's read is: over one,
-    // the earlier read extrapolates from a first scrape that caught part of the requests.
+    // Its first three requests: counted, though their series start with them. Prometheus is
+    // frozen while they run, so that its first sample of the new series holds all three, as it
+    // does whenever a graph's first requests start and finish between two scrapes (a scrape in
+    // between, which a loaded machine makes likely, lets `increase` see part of them).
+    prometheus.pause()?;
+    let sent = dynamo::replay(&bed.frontend_addr, &load(3, 40, 8, 0.0)).await;
+    prometheus.resume()?;
+    assert_eq!(sent, 0, "requests failed");
+    // Judged over a few scrapes of the finished counter, as an interval's read is.
     prometheus.scraped_since(jobs(&bed).len(), unix_now(), 4).await?;
     let (first, _) = observed(&client, &bed, 30).await?;
     assert_eq!(first.num_req, 3.0, "{first:?}");
@@ -242,42 +247,45 @@ async fn requests_waiting_for_decode_are_not_a_prefill_backlog() -> Result<()> {
     scraped(&client, &bed).await?;
     let addr = bed.frontend_addr.clone();
     let load = tokio::spawn(async move { dynamo::replay(&addr, &load(16, 1000, 150, 0.3)).await });
-    // While requests wait for decode, the frontend's deprecated queued gauge counts them; the
-    // prefill stages do not.
-    poll_until("requests waiting for decode", Duration::from_secs(60), || {
-        let bed = &bed;
-        async move {
-            let text = bed.frontend_metrics().await?;
-            Ok(dynamo::sample(&text, "dynamo_frontend_queued_requests", &[]).is_some_and(|q| q >= 7.0))
-        }
-    })
-    .await?;
-    // Judged from Prometheus once it has scraped that state and the decode engine's KV usage.
-    prometheus.scraped_since(jobs(&bed).len(), unix_now(), 1).await?;
-    let observation = observed_from_engines(&client, &bed, 10, |_| true).await?;
-    // The earlier read: the deprecated `queued_requests`, requests without a first token.
-    let queued_gauge = value(
-        &client,
-        &format!(
-            "sum(dynamo_frontend_queued_requests{{dynamo_namespace=\"{}\"}})",
-            bed.dynamo_namespace
-        ),
+    // While requests wait for decode, the frontend's deprecated queued gauge counts them (the
+    // earlier read: requests without a first token); the prefill stages do not. Judged from
+    // Prometheus, in one read of the gauge, the stages and the decode engine's KV usage, at a
+    // moment when the decode cache is full and several requests wait for it: once the prompts
+    // have all arrived the prefill engine has none left, whatever the machine's load. The
+    // earlier read, which counted the queued gauge, never shows that moment.
+    let last = std::cell::Cell::new(None);
+    let waiting_for_decode = poll_until(
+        "queued requests waiting for decode, none for prefill",
+        Duration::from_secs(60),
+        || {
+            let (client, bed, last) = (&client, &bed, &last);
+            async move {
+                let (observation, kv_source) = observed(client, bed, 10).await?;
+                let queued = value(
+                    client,
+                    &format!(
+                        "sum(dynamo_frontend_queued_requests{{dynamo_namespace=\"{}\"}})",
+                        bed.dynamo_namespace
+                    ),
+                )
+                .await?;
+                let reading = format!(
+                    "queued_requests {queued:?}, prefill pending {:?}, KV peak {:?} from {kv_source:?}",
+                    observation.queued, observation.decode_kv_usage_peak
+                );
+                eprintln!("{reading}");
+                last.set(Some(reading));
+                Ok(kv_source == Some(KvUsageSource::Engines)
+                    && observation.decode_kv_usage_peak.is_some_and(|peak| peak >= 0.7)
+                    && queued.is_some_and(|q| q >= 5.0)
+                    && observation.queued.is_some_and(|pending| pending <= 1.0))
+            }
+        },
     )
-    .await?
-    .ok_or("no queued_requests")?;
-    let pending = observation.queued.ok_or("no prefill stage gauges")?;
-    // The prefill engine (one request in service) has no backlog; the queued gauge would have
-    // said one of several requests.
-    assert!(queued_gauge >= 5.0, "queued_requests {queued_gauge}");
-    assert!(
-        pending <= 2.0,
-        "prefill pending {pending}, queued_requests {queued_gauge}"
-    );
-    // The decode cache is what is full, and the planner sees it, from the engine.
-    assert!(
-        observation.decode_kv_usage_peak.is_some_and(|peak| peak >= 0.7),
-        "{observation:?}"
-    );
+    .await;
+    if let Err(e) = waiting_for_decode {
+        return Err(format!("{e}; last read: {}", last.take().unwrap_or_default()).into());
+    }
     assert_eq!(load.await?, 0, "requests failed");
     Ok(())
 }

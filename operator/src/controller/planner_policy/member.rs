@@ -161,10 +161,18 @@ pub fn granted(
     let waiting = allowed.0 < granted.0 || allowed.1 < granted.1;
     let mut limit = grant.limit(answer.total);
     if waiting {
-        let note = format!(
-            "; prefill {} and decode {} now, {} and {} once other members release the GPUs they still hold",
-            target.0, target.1, granted.0, granted.1
-        );
+        // An aggregated graph runs its one pool's grant as both halves of the target.
+        let note = if aggregated {
+            format!(
+                "; workers {} now, {} once other members release the GPUs they still hold",
+                target.0, granted.0
+            )
+        } else {
+            format!(
+                "; prefill {} and decode {} now, {} and {} once other members release the GPUs they still hold",
+                target.0, target.1, granted.0, granted.1
+            )
+        };
         explanation.push_str(&note);
         limit.push_str(&note);
     }
@@ -385,9 +393,10 @@ mod tests {
         one.allowed.truncate(1);
         let (d, _) = granted(decision(Some((4, 4))), &membership(), &one, (1, 1), 1, true);
         assert_eq!(d.target, Some((2, 2)));
-        assert!(d.message.ends_with(
-            "prefill 2 and decode 2 now, 3 and 3 once other members release the GPUs they still hold"
-        ));
+        assert!(
+            d.message
+                .ends_with("workers 2 now, 3 once other members release the GPUs they still hold")
+        );
     }
 
     #[test]
