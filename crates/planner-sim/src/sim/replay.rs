@@ -1044,11 +1044,11 @@ fn per_interval_met(c: &OverviewCell) -> String {
 }
 
 /// What the strict scorecard leaves out: what each policy pays per interval it meets, and
-/// the scored policy held to Dynamo's default mode's GPUs through its own GPU budget.
+/// the scored policy held to Dynamo's default mode's GPU-hours through its own GPU budget.
 fn same_gpus(overview: &Overview) -> String {
     let dynamo = BASELINES[0];
     let mut md = format!(
-        "## At the same GPUs: `{CAPPED}` against `{dynamo}`\n\nA policy that saves GPU-hours by missing the SLA \
+        "## At the same GPU-hours: `{CAPPED}` against `{dynamo}`\n\nA policy that saves GPU-hours by missing the SLA \
          loses nothing in the strict rule above. Here, per run: each policy's **GPU-hours per interval meeting the \
          SLA**, and `{CAPPED}`, the same default policy held to the GPU-hours `{dynamo}` spent on that run: its GPU \
          budget (`maxGpuBudget`) is set every second to one engine per pool plus the whole engines that what is \
@@ -1112,7 +1112,7 @@ fn same_gpus(overview: &Overview) -> String {
     let _ = writeln!(
         md,
         "\nAs many intervals as `{dynamo}` (Dynamo's planner as shipped) for no more GPU-hours: `{SCORED}` on {} of \
-         {runs} runs ({}); held to `{dynamo}`'s GPUs, `{CAPPED}` on {} ({}).\n",
+         {runs} runs ({}); held to `{dynamo}`'s GPU-hours, `{CAPPED}` on {} ({}).\n",
         meets.len(),
         list(&meets),
         capped_wins.len(),
@@ -1377,7 +1377,7 @@ mod tests {
             "{md}"
         );
         assert!(
-            md.contains("`sla-arima` on 0 of 1 runs (none); held to `dynamo-throughput`'s GPUs, `sla-arima-capped` on 1 (t k=1)."),
+            md.contains("`sla-arima` on 0 of 1 runs (none); held to `dynamo-throughput`'s GPU-hours, `sla-arima-capped` on 1 (t k=1)."),
             "{md}"
         );
         assert!(
