@@ -76,17 +76,18 @@ demo:
 
 ## bench: scaling-quality benchmark (release build): every policy on the traces in ../shared/data/traces/
 ##        (bench/suite.json) with the h100-llama3.3-70b-tp4 profile at k=1 and k=4, with replicas serving
-##        60 s, 180 s and 300 s after they are asked for, then the same runs with one pool of aggregated engines
+##        60 s, 180 s and 300 s after they are asked for (the sla-* policies told to expect that delay until they
+##        measure it), then the same runs with one pool of aggregated engines
 ##        (its own section); writes bench/results.md and bench/figures/.
 ##        `cargo bench -p planner-sim --bench simulator` times a one-hour replay.
 bench:
 	$(CARGO) run --release --locked -p planner-sim -- simulate --suite bench/suite.json \
 		--profile h100-llama3.3-70b-tp4 --rate-scale 1 --rate-scale 4 \
-		--scale-up-delay-s 60 --scale-up-delay-s 180 --scale-up-delay-s 300 \
+		--scale-up-delay-s 60 --scale-up-delay-s 180 --scale-up-delay-s 300 --expect-scale-up-delay \
 		--out bench/figures --report bench/results.md
 	$(CARGO) run --release --locked -p planner-sim -- simulate --suite bench/suite.json \
 		--profile h100-llama3.3-70b-tp4 --rate-scale 1 --rate-scale 4 --aggregated \
-		--scale-up-delay-s 60 --scale-up-delay-s 180 --scale-up-delay-s 300 \
+		--scale-up-delay-s 60 --scale-up-delay-s 180 --scale-up-delay-s 300 --expect-scale-up-delay \
 		--policy sla-arima --policy load-based --policy hpa --policy fixed-peak \
 		--out bench/figures --report bench/results.md --append-report
 

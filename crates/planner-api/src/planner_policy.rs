@@ -274,12 +274,23 @@ impl fmt::Display for SlaModel {
 pub struct Behavior {
     /// Time from asking for a replica to it serving (a Go duration, at most `1h`): how far
     /// ahead the planner sizes. When not set, it is measured from each scale-up to the target's
-    /// replicas serving (averaged with the previous measurement; `60s` until the first).
+    /// replicas serving (averaged with the previous measurement; `expectedScaleUpDelay` until
+    /// the first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
     #[x_kube(validation = Rule::new("!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('1h')")
         .message("spec.behavior.scaleUpDelay must be at most 1h"))]
     pub scale_up_delay: Option<String>,
+    /// The scale-up delay to assume until one is measured, when `scaleUpDelay` is not set (a
+    /// Go duration, at most `1h`; default `60s`): how long the model roughly takes to
+    /// schedule, pull and load. Past about one and a half adjustment intervals it also turns on
+    /// the long-delay rules from the first interval (a pool grows at most to 1.3 times its
+    /// engines serving while its replicas start), before any scale-up has been measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
+    #[x_kube(validation = Rule::new("!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('1h')")
+        .message("spec.behavior.expectedScaleUpDelay must be at most 1h"))]
+    pub expected_scale_up_delay: Option<String>,
     /// Scale-down stabilisation window (a Go duration, at most `1h`; default `300s`, as the
     /// HorizontalPodAutoscaler). A pool scales down only to the 0.8 quantile, rounded up, of the
     /// replicas recommended within the window (the HorizontalPodAutoscaler keeps the highest:
@@ -306,6 +317,7 @@ impl Default for Behavior {
     fn default() -> Self {
         Self {
             scale_up_delay: None,
+            expected_scale_up_delay: None,
             scale_down_stabilization: default_stabilization(),
             fast_check_period: default_fast_check_period(),
         }

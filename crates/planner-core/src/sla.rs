@@ -357,6 +357,18 @@ pub enum Limit {
         /// GPUs the minimum replicas of both pools need.
         minimum_gpus: u64,
     },
+    /// At a long scale-up delay, the pool grows at most to a multiple of its engines serving
+    /// while the replicas asked for start (the queueing model's `scale_up` settings).
+    ScaleUpRate {
+        /// Pool.
+        pool: Pool,
+        /// Replicas the load needed.
+        needed: u32,
+        /// Replicas allowed.
+        allowed: u32,
+        /// Engines serving.
+        serving: f64,
+    },
 }
 
 impl std::fmt::Display for Limit {
@@ -380,6 +392,15 @@ impl std::fmt::Display for Limit {
             Self::BudgetBelowMinimum { budget, minimum_gpus } => write!(
                 f,
                 "the GPU budget of {budget} is below the {minimum_gpus} GPUs the minimum replicas need: zero replicas"
+            ),
+            Self::ScaleUpRate {
+                pool,
+                needed,
+                allowed,
+                serving,
+            } => write!(
+                f,
+                "{pool} needed {needed} replicas, held at {allowed} while {serving:.1} serve (a long scale-up delay)"
             ),
         }
     }

@@ -12,6 +12,17 @@ use std::{collections::VecDeque, time::Duration};
 /// starts in about a minute; the first measurement replaces it.
 pub const DEFAULT_SCALE_UP_DELAY: Duration = Duration::from_secs(60);
 
+/// The scale-up delay a planner plans with: the one the policy sets, else the one measured,
+/// else the one the policy says to expect until there is a measurement (a user who knows how
+/// long the model takes to load), else [`DEFAULT_SCALE_UP_DELAY`].
+pub fn planned_delay(
+    set: Option<Duration>,
+    measured: Option<Duration>,
+    expected: Option<Duration>,
+) -> Duration {
+    set.or(measured).or(expected).unwrap_or(DEFAULT_SCALE_UP_DELAY)
+}
+
 /// Measures the scale-up delay: from asking for more replicas of a pool to that pool serving
 /// them. Each scale-up is timed on its own, so scale-ups that follow each other while earlier
 /// ones start each measure their own delay (not the time until the last of them serves).
@@ -89,6 +100,14 @@ mod tests {
 
     fn s(seconds: u64) -> Duration {
         Duration::from_secs(seconds)
+    }
+
+    #[test]
+    fn the_planned_delay_is_the_set_one_then_the_measured_then_the_expected() {
+        assert_eq!(planned_delay(None, None, None), DEFAULT_SCALE_UP_DELAY);
+        assert_eq!(planned_delay(None, None, Some(s(300))), s(300));
+        assert_eq!(planned_delay(None, Some(s(200)), Some(s(300))), s(200));
+        assert_eq!(planned_delay(Some(s(90)), Some(s(200)), Some(s(300))), s(90));
     }
 
     #[test]

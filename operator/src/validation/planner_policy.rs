@@ -538,6 +538,14 @@ fn check_behavior(spec: &PlannerPolicySpec, errors: &mut Vec<PolicyError>) {
             "0s to 1h",
         );
     }
+    if let Some(delay) = &behavior.expected_scale_up_delay {
+        check(
+            "spec.behavior.expectedScaleUpDelay",
+            delay,
+            |d| d <= MAX_BEHAVIOR_WINDOW,
+            "0s to 1h",
+        );
+    }
     check(
         "spec.behavior.scaleDownStabilization",
         &behavior.scale_down_stabilization,
@@ -775,6 +783,8 @@ pub struct ValidatedPolicy {
     pub decision_timeout: Duration,
     /// `spec.behavior.scaleUpDelay`, when set (else it is measured).
     pub scale_up_delay: Option<Duration>,
+    /// `spec.behavior.expectedScaleUpDelay`, when set: the delay assumed until one is measured.
+    pub expected_scale_up_delay: Option<Duration>,
     /// `spec.behavior.scaleDownStabilization`.
     pub stabilization: Duration,
     /// `spec.behavior.fastCheckPeriod` (zero: off).
@@ -998,6 +1008,11 @@ pub fn validate(
             .scale_up_delay
             .as_deref()
             .map(|d| duration(d, Duration::from_secs(60))),
+        expected_scale_up_delay: spec
+            .behavior
+            .expected_scale_up_delay
+            .as_deref()
+            .map(|d| duration(d, Duration::from_secs(60))),
         stabilization: duration(&spec.behavior.scale_down_stabilization, Duration::from_secs(300)),
         fast_check_period: duration(&spec.behavior.fast_check_period, Duration::from_secs(10)),
     })
@@ -1155,6 +1170,27 @@ mod tests {
         let fields: Vec<String> = validate_spec(&spec).iter().map(ToString::to_string).collect();
         assert!(fields[0].starts_with("spec.adjustmentInterval: \"3 minutes\" is not a duration"));
         assert!(fields[1].starts_with("spec.connector.decisionTimeout: \"forever\" is not a duration"));
+    }
+
+    #[test]
+    fn the_expected_scale_up_delay_is_a_duration_of_at_most_an_hour() {
+        let mut spec = policy("plannerpolicy-sla.yaml");
+        spec.behavior.expected_scale_up_delay = Some("4m".into());
+        assert_eq!(validate_spec(&spec), []);
+        spec.behavior.expected_scale_up_delay = Some("2h".into());
+        let errors: Vec<String> = validate_spec(&spec).iter().map(ToString::to_string).collect();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with("spec.behavior.expectedScaleUpDelay"),
+            "{errors:?}"
+        );
+        assert!(errors[0].contains("0s to 1h"), "{errors:?}");
+        spec.behavior.expected_scale_up_delay = Some("slow".into());
+        let errors: Vec<String> = validate_spec(&spec).iter().map(ToString::to_string).collect();
+        assert!(
+            errors[0].starts_with("spec.behavior.expectedScaleUpDelay: \"slow\" is not a duration"),
+            "{errors:?}"
+        );
     }
 
     #[test]

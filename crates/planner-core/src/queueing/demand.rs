@@ -26,6 +26,8 @@ pub(super) struct Demand {
     pub burstiness: f64,
     /// Prefill engines serving.
     pub serving: f64,
+    /// Decode engines serving.
+    pub decode_serving: f64,
     /// Requests waiting beyond those being prefilled.
     pub backlog: f64,
     /// Requests expected to queue up before a replica asked for now serves.
@@ -145,6 +147,7 @@ pub(super) fn plan(
         burstiness: settings
             .bounded_burstiness(learned.burstiness_at(settings, rate).unwrap_or(MIN_BURSTINESS)),
         serving: seen.serving,
+        decode_serving: seen.decode_serving,
         backlog: seen.backlog,
         growth: growth(
             rate,

@@ -61,6 +61,10 @@ pub(super) struct FastBasis {
     pub osl: LengthMoments,
     /// Measured over modelled KV tokens per running request.
     pub kv_scale: f64,
+    /// Decode engines serving in the interval, when known (the fast path reads no decode
+    /// signal).
+    #[serde(default)]
+    pub decode_serving: Option<f64>,
 }
 
 impl FastBasis {
@@ -73,6 +77,7 @@ impl FastBasis {
             isl: demand.isl,
             osl: demand.osl,
             kv_scale: demand.kv_scale,
+            decode_serving: Some(demand.decode_serving),
         }
     }
 }
@@ -130,12 +135,18 @@ impl Trigger {
                     settings.bounded_burstiness(b).max(self.basis.burstiness)
                 }),
             serving: self.serving,
+            decode_serving: self.serving().1,
             backlog: self.backlog,
             growth: growth(rate, service.mean_s, self.serving, settings.scale_up_delay_s),
             isl: self.basis.isl,
             osl: self.basis.osl,
             kv_scale: self.basis.kv_scale,
         }
+    }
+
+    /// Engines serving (prefill now, decode as of the last interval; NaN when unknown).
+    pub fn serving(&self) -> (f64, f64) {
+        (self.serving, self.basis.decode_serving.unwrap_or(f64::NAN))
     }
 
     /// How long the scale-up is held (s).
@@ -259,6 +270,7 @@ impl FastState {
             isl,
             osl,
             kv_scale: 1.0,
+            decode_serving: None,
         })
     }
 }

@@ -1,7 +1,8 @@
 //! Stage 5, **hold**: what the recommendations of the last stabilisation window allow. A pool
-//! scales up at once; it scales down only to a quantile of the window's recommendations, and
-//! not at all while a backlog remains; a scale-up between intervals is held for a while. The
-//! window and the time the decode pool last settled are written here only.
+//! scales up at once (at a long scale-up delay, to at most a multiple of its engines serving);
+//! it scales down only to a quantile of the window's recommendations, and not at all while a
+//! backlog remains; a scale-up between intervals is held for a while. The window and the time
+//! the decode pool last settled are written here only.
 
 use std::collections::VecDeque;
 
@@ -10,11 +11,12 @@ use serde::{Deserialize, Serialize};
 use super::{
     config::{Context, QueueingConfig},
     demand::{Demand, backlogged},
+    fast::Trigger,
     plan::ScaleReason,
     size::Sizing,
     stats::quantile,
 };
-use crate::sla::Limit;
+use crate::sla::{Limit, Pool};
 
 /// The replicas a decision asks for, and why.
 #[derive(Clone, Debug, PartialEq)]
@@ -64,6 +66,7 @@ pub(super) fn hold(
         )
     };
     let (replicas, held) = window.stabilise(settings, now, desired, remembered, current, backlogged);
+    let (replicas, ramped) = ramp(ctx, replicas, (demand.serving, demand.decode_serving), current);
     let reason = if held && backlogged {
         ScaleReason::BacklogHold {
             backlog: demand.backlog,
@@ -84,24 +87,30 @@ pub(super) fn hold(
         desired,
         replicas: bounded.replicas,
         reason,
-        limits: bounded.limits,
+        limits: ramped.into_iter().chain(bounded.limits).collect(),
     }
 }
 
-/// Holds a scale-up made between intervals for `hold_s` (at most the window) and bounds it;
-/// `None` when the bounded replicas add nothing to `current` (never fewer). `now` is the
-/// planner clock.
+/// Holds a scale-up the fast path's `trigger` made between intervals for its hold time (at most
+/// the window) and bounds it; `None` when the bounded replicas add nothing to `current` (never
+/// fewer). `now` is the planner clock.
 pub(super) fn hold_scale_up(
     window: &mut Window,
     ctx: Context<'_>,
     now: f64,
     sizing: &Sizing,
     current: (u32, u32),
-    hold_s: f64,
-    reason: ScaleReason,
+    trigger: &Trigger,
 ) -> Option<Held> {
     let desired = (sizing.prefill.replicas, sizing.decode.replicas);
-    let bounded = ctx.bound((desired.0.max(current.0), desired.1.max(current.1)));
+    let (wanted, ramped) = ramp(
+        ctx,
+        (desired.0.max(current.0), desired.1.max(current.1)),
+        trigger.serving(),
+        current,
+    );
+    let hold_s = trigger.hold_s(ctx.settings);
+    let bounded = ctx.bound(wanted);
     let replicas = never_fewer(bounded.replicas, current, ctx.limits, ctx.aggregated.is_some())?;
     let span = ctx.settings.stabilisation.window_s.max(0.0);
     // It enters the window as if recommended `span − hold_s` earlier.
@@ -111,9 +120,44 @@ pub(super) fn hold_scale_up(
     Some(Held {
         desired,
         replicas,
-        reason,
-        limits: bounded.limits,
+        reason: trigger.reason(),
+        limits: ramped.into_iter().chain(bounded.limits).collect(),
     })
+}
+
+/// `wanted` within what each pool may grow to at a long delay ([`super::config::ScaleUp`])
+/// from its engines `serving`, and the limits that cut it. `current` is the replicas asked for:
+/// never fewer.
+fn ramp(
+    ctx: Context<'_>,
+    wanted: (u32, u32),
+    serving: (f64, f64),
+    current: (u32, u32),
+) -> ((u32, u32), Vec<Limit>) {
+    let settings = ctx.settings;
+    if !settings.is_long_delay(ctx.interval_s) {
+        return (wanted, Vec::new());
+    }
+    let mut limits = Vec::new();
+    let mut limit =
+        |pool: Pool, needed: u32, serving: f64, current: u32| match settings.scale_up.limit(serving, current)
+        {
+            Some(allowed) if needed > allowed => {
+                limits.push(Limit::ScaleUpRate {
+                    pool,
+                    needed,
+                    allowed,
+                    serving,
+                });
+                allowed
+            }
+            _ => needed,
+        };
+    let replicas = (
+        limit(Pool::Prefill, wanted.0, serving.0, current.0),
+        limit(Pool::Decode, wanted.1, serving.1, current.1),
+    );
+    (replicas, limits)
 }
 
 /// `bounded` raised to `current` in a pool where it is lower (a scale-up between intervals

@@ -68,6 +68,8 @@ pub(super) struct Interval {
     pub service: Option<ServiceMoments>,
     /// Prefill engines serving (the replicas asked for, when not reported).
     pub serving: f64,
+    /// Decode engines serving (the replicas asked for, when not reported).
+    pub decode_serving: f64,
     /// Requests waiting beyond those being prefilled, at its end.
     pub backlog: f64,
 }
@@ -125,12 +127,12 @@ fn blend(old: Option<LengthMoments>, new: LengthMoments) -> LengthMoments {
 
 impl Learned {
     /// Reads an interval's observation: its arrivals, length mixes and backlog. `asked` is the
-    /// prefill replicas asked for (the serving engines when none are reported).
+    /// replicas asked for, prefill and decode (the serving engines when none are reported).
     pub fn read(
         &mut self,
         curves: &impl PerformanceCurves,
         observation: &Observation,
-        asked: u32,
+        asked: (u32, u32),
     ) -> Interval {
         let arrivals = self.arrivals(observation);
         self.last_inflight = observation.inflight.filter(|v| v.is_finite());
@@ -152,7 +154,11 @@ impl Learned {
         let serving = observation
             .prefill_engines
             .filter(|c| c.is_finite())
-            .unwrap_or(f64::from(asked));
+            .unwrap_or(f64::from(asked.0));
+        let decode_serving = observation
+            .decode_engines
+            .filter(|c| c.is_finite())
+            .unwrap_or(f64::from(asked.1));
         Interval {
             arrivals,
             isl,
@@ -160,6 +166,7 @@ impl Learned {
             // The prefill time of the measured mix: used by the errors and the burstiness.
             service: isl.map(|moments| sizing::prefill_service(curves, &moments)),
             serving,
+            decode_serving,
             backlog: observation
                 .queued
                 .map_or(0.0, |queued| (queued - serving).max(0.0)),

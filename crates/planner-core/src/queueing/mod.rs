@@ -8,7 +8,8 @@
 //! 3. [`demand`]: the forecast raised by its margins to the rates planned for, and the backlog;
 //! 4. [`size`]: the fewest engines per pool that meet the targets for that demand;
 //! 5. [`hold`]: the stabilisation window and the backlog hold (the one writer of the window),
-//!    then the bounds and the GPU budget ([`crate::sla::Limits::apply`]).
+//!    the growth limit at long delays, then the bounds and the GPU budget
+//!    ([`crate::sla::Limits::apply`]).
 //!
 //! Between intervals the [`fast`] path decides whether to act and at what rate, then reuses
 //! stages 3 to 5. [`config`] holds the settings, [`plan`] what a decision reports and [`stats`]
@@ -36,7 +37,7 @@ use self::{
     size::Sizer,
 };
 pub use self::{
-    config::{Burstiness, DecodeKv, FastPath, Margins, QueueingConfig, Stabilisation},
+    config::{Burstiness, DecodeKv, FastPath, Margins, QueueingConfig, ScaleUp, Stabilisation},
     fast::FastSignals,
     plan::{QueueingPlan, ScaleReason},
 };
@@ -87,7 +88,7 @@ impl QueueingState {
     ) -> Decided {
         let interval_s = ctx.interval_s.max(1e-3);
         // 1. Learn.
-        let seen = self.learned.read(curves, observation, current.0);
+        let seen = self.learned.read(curves, observation, current);
         let kv = KvLearning {
             intervals,
             settled: self.window.decode_settled_by(self.clock_s - interval_s),
@@ -156,15 +157,7 @@ impl QueueingState {
         let sizing = Sizer::new(curves, ctx, interval_s).size(&demand);
         // 5. Hold: up only.
         let now = self.clock_s + signals.elapsed_s.max(0.0);
-        let held = hold::hold_scale_up(
-            &mut self.window,
-            ctx,
-            now,
-            &sizing,
-            current,
-            trigger.hold_s(settings),
-            trigger.reason(),
-        )?;
+        let held = hold::hold_scale_up(&mut self.window, ctx, now, &sizing, current, &trigger)?;
         let no_margin = Multipliers {
             forecast: 1.0,
             service: 1.0,

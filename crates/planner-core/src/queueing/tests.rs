@@ -212,7 +212,8 @@ fn a_backlog_scale_up_is_stabilised_when_replicas_serve_after_the_next_interval(
     }
     let drain = tick(&mut planner, &config, seen(600.0, 3000.0, 2.0), (2, 2));
     let high = drain.queueing().cloned().unwrap().replicas;
-    assert!(high.0 > 4, "{high:?}");
+    // (Up to 1.3 times the 2 engines serving: `scale_up.long_delay_factor`.)
+    assert!(high.0 > 2, "{high:?}");
     // Drained: what draining asked for stays within the window, as a recommendation of the
     // arrivals would (at a 60 s delay it is released at once).
     let after = tick(&mut planner, &config, seen(600.0, 0.0, f64::from(high.0)), high);
@@ -751,4 +752,98 @@ fn an_aggregated_pool_reads_the_decode_steps_its_prompts_share_as_service_not_bu
     });
     assert!(split > 1.0, "{split}");
     assert!(aggregated < split, "{aggregated} vs {split}");
+}
+
+#[test]
+fn at_a_long_delay_a_pool_grows_to_a_multiple_of_its_engines_serving() {
+    // Replicas serve 300 s after they are asked for: five intervals.
+    let mut config = queueing_config();
+    config.queueing.scale_up_delay_s = 300.0;
+    let factor = config.queueing.scale_up.long_delay_factor;
+    assert_eq!(factor, 1.3);
+    let mut planner = SlaPlanner::new(&config);
+    for _ in 0..3 {
+        tick(&mut planner, &config, seen(600.0, 0.0, 2.0), (2, 2));
+    }
+    // Ten times the arrivals on the 2 prefill engines serving: the load asks for more, the
+    // pool is asked for ceil(2 x 1.3) = 3, and the plan says why.
+    let surge = tick(&mut planner, &config, seen(6000.0, 0.0, 2.0), (2, 2));
+    let plan = surge.queueing().cloned().unwrap();
+    assert!(plan.desired.0 > 4, "{plan:?}");
+    assert_eq!(plan.replicas.0, 3, "{plan:?}");
+    assert!(
+        plan.limits.iter().any(|l| matches!(
+            l,
+            crate::sla::Limit::ScaleUpRate {
+                pool: crate::sla::Pool::Prefill,
+                allowed: 3,
+                ..
+            }
+        )),
+        "{:?}",
+        plan.limits
+    );
+    assert!(
+        surge.explanation().contains("held at 3"),
+        "{}",
+        surge.explanation()
+    );
+    // Still 2 serving: the asks do not compound while the replicas start.
+    let decode = plan.replicas.1;
+    let waiting = tick(&mut planner, &config, seen(6000.0, 0.0, 2.0), (3, decode));
+    assert_eq!(waiting.target().map(|t| t.0), Some(3));
+    // Between intervals too.
+    let mut fast = None;
+    for i in 0..3 {
+        let busy = FastSignals {
+            queued: Some(500.0),
+            ..window(10.0 + 10.0 * f64::from(i), 1000.0, 2)
+        };
+        fast = fast.or(planner.fast_check(&config, &model(), &busy, (3, decode)));
+    }
+    assert!(fast.and_then(|f| f.target()).is_none_or(|t| t.0 == 3));
+    // Once they serve, the next step: ceil(3 x 1.3) = 4.
+    let served = tick(&mut planner, &config, seen(6000.0, 0.0, 3.0), (3, decode));
+    assert_eq!(served.target().map(|t| t.0), Some(4));
+
+    // At a 60 s delay, or without the limit, the same surge is asked for at once.
+    for config in [
+        queueing_config(),
+        SlaPlannerConfig {
+            queueing: QueueingConfig {
+                scale_up: ScaleUp {
+                    long_delay_factor: 1.0,
+                },
+                ..config.queueing.clone()
+            },
+            ..config.clone()
+        },
+    ] {
+        let mut planner = SlaPlanner::new(&config);
+        for _ in 0..3 {
+            tick(&mut planner, &config, seen(600.0, 0.0, 2.0), (2, 2));
+        }
+        let surge = tick(&mut planner, &config, seen(6000.0, 0.0, 2.0), (2, 2));
+        let plan = surge.queueing().cloned().unwrap();
+        assert_eq!(plan.replicas.0, plan.desired.0, "{plan:?}");
+    }
+}
+
+#[test]
+fn the_scale_up_limit_never_takes_replicas_away_and_lets_an_idle_pool_start() {
+    let limit = ScaleUp::default();
+    assert_eq!(limit.limit(10.0, 4), Some(13));
+    // Never fewer than asked for.
+    assert_eq!(limit.limit(2.0, 8), Some(8));
+    // A pool with nothing serving may still ask for one.
+    assert_eq!(limit.limit(0.0, 0), Some(1));
+    // Unknown engines, or a factor of 1 or less: no limit.
+    assert_eq!(limit.limit(f64::NAN, 4), None);
+    assert_eq!(
+        ScaleUp {
+            long_delay_factor: 1.0
+        }
+        .limit(10.0, 4),
+        None
+    );
 }

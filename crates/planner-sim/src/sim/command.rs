@@ -72,6 +72,16 @@ pub struct SimulateArgs {
     /// The `sla-*` policies plan with the delay they measure on their replicas.
     #[arg(long = "scale-up-delay-s", value_name = "S", default_value = "60")]
     scale_up_delays_s: Vec<f64>,
+    /// Tell the `sla-*` policies each run's scale-up delay as the one to expect until they
+    /// measure one (a PlannerPolicy's `spec.behavior.expectedScaleUpDelay`: a user knows
+    /// roughly how long the model takes to load); they plan with the measured delay once there
+    /// is one.
+    #[arg(long, conflicts_with = "expected_scale_up_delay_s")]
+    expect_scale_up_delay: bool,
+    /// The scale-up delay the `sla-*` policies expect until they measure one, the same for
+    /// every run (s; `spec.behavior.expectedScaleUpDelay`).
+    #[arg(long = "expected-scale-up-delay-s", value_name = "S")]
+    expected_scale_up_delay_s: Option<f64>,
     /// TTFT target (ms).
     #[arg(long, default_value_t = 500.0)]
     ttft_ms: f64,
@@ -473,6 +483,14 @@ pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
             "--scale-up-delay-s must be a number of seconds >= 0, not {bad}"
         )));
     }
+    if let Some(bad) = args
+        .expected_scale_up_delay_s
+        .filter(|d| !(d.is_finite() && *d >= 0.0))
+    {
+        return Err(SimulateError::Input(format!(
+            "--expected-scale-up-delay-s must be a number of seconds >= 0, not {bad}"
+        )));
+    }
     let base_config = SimConfig {
         queueing,
         interval_s: args.interval_s,
@@ -502,6 +520,9 @@ pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
         let config = SimConfig {
             sla: job.sla,
             scale_up_delay_s: delay_s,
+            expected_scale_up_delay_s: args
+                .expected_scale_up_delay_s
+                .or(args.expect_scale_up_delay.then_some(delay_s)),
             ..base_config.clone()
         };
         let results = compare(&requests, &latency, &config, &specs, inner_jobs);
@@ -693,9 +714,22 @@ fn render_report(
     let other_delays = if others.is_empty() {
         String::new()
     } else {
+        let told = match (args.expected_scale_up_delay_s, args.expect_scale_up_delay) {
+            (Some(expected), _) => {
+                format!(
+                    "told to expect {expected} s until they measure one (`--expected-scale-up-delay-s`), "
+                )
+            }
+            (None, true) => {
+                "told to expect each run's delay until they measure one (`--expect-scale-up-delay`: a \
+                 PlannerPolicy's `spec.behavior.expectedScaleUpDelay`), "
+                    .to_string()
+            }
+            (None, false) => String::new(),
+        };
         format!(
-            "; the overview and the scorecard are repeated below at {} (the `sla-*` policies plan with the \
-             delay they measure on their replicas, as the operator does on a cluster)",
+            "; the overview and the scorecard are repeated below at {} (the `sla-*` policies, {told}plan with \
+             the delay they measure on their replicas, as the operator does on a cluster)",
             others.join(" and ")
         )
     };

@@ -9,7 +9,7 @@ use planner_core::{
     load::{LoadConfig, LoadPlanner},
     predictor::{PredictorConfig, PredictorKind},
     sla::{self, Corrections},
-    startup::{DEFAULT_SCALE_UP_DELAY, StartupTracker},
+    startup::{DEFAULT_SCALE_UP_DELAY, StartupTracker, planned_delay},
     state::{FastSignals, IntervalMetrics, QueueingConfig, SlaModel, SlaPlanner, SlaPlannerConfig},
 };
 
@@ -169,6 +169,8 @@ pub struct SlaPolicy {
     config: SlaPlannerConfig,
     planner: SlaPlanner,
     startup: StartupTracker,
+    /// The scale-up delay to assume until one is measured.
+    expected: Option<Duration>,
     /// The replicas asked for when last told.
     asked: Option<(u32, u32)>,
 }
@@ -205,7 +207,13 @@ impl SlaPolicy {
             },
             aggregated: sim.aggregated,
         };
-        Self::with_config(config)
+        let mut policy = Self::with_config(config);
+        policy.expected = sim
+            .expected_scale_up_delay_s
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(Duration::from_secs_f64);
+        policy.refresh_delay();
+        policy
     }
 
     /// A cold-started planner with the given configuration.
@@ -222,6 +230,7 @@ impl SlaPolicy {
             planner: SlaPlanner::new(&config),
             config,
             startup: StartupTracker::default(),
+            expected: None,
             asked: None,
         }
     }
@@ -231,10 +240,11 @@ impl SlaPolicy {
         self.startup.delay()
     }
 
-    /// The measured delay (else the default) into the planner's settings, as the operator
-    /// refreshes them before each decision.
+    /// The measured delay (else the one expected, else the default) into the planner's
+    /// settings, as the operator refreshes them before each decision.
     fn refresh_delay(&mut self) {
-        self.config.queueing.scale_up_delay_s = self.startup.delay_or_default().as_secs_f64();
+        self.config.queueing.scale_up_delay_s =
+            planned_delay(None, self.startup.delay(), self.expected).as_secs_f64();
     }
 
     /// The planner's configuration.

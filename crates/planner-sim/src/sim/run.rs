@@ -50,6 +50,9 @@ pub struct SimConfig {
     /// Settings of the SLA planner's queueing model (its scale-up delay is the one the policy
     /// measures on its replicas, as the operator does: not `scale_up_delay_s`).
     pub queueing: QueueingConfig,
+    /// The scale-up delay the `sla-*` policies assume until they have measured one (a
+    /// PlannerPolicy's `spec.behavior.expectedScaleUpDelay`); `None`: the operator's default.
+    pub expected_scale_up_delay_s: Option<f64>,
     /// `Some` for one pool of aggregated engines: every decision's pools become that pool
     /// (the larger of the two), charged once, at the decode engine's GPUs.
     pub aggregated: Option<AggregatedEngine>,
@@ -71,6 +74,7 @@ impl Default for SimConfig {
             },
             drain_limit_s: 1800.0,
             queueing: QueueingConfig::default(),
+            expected_scale_up_delay_s: None,
             aggregated: None,
         }
     }

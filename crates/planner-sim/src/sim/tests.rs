@@ -367,6 +367,28 @@ fn the_sla_policy_plans_with_the_scale_up_delay_it_measures() {
 }
 
 #[test]
+fn the_sla_policy_plans_with_the_expected_delay_until_it_measures_one() {
+    let mut requests = constant(2.0, 0.0, 300.0);
+    requests.extend(constant(25.0, 300.0, 900.0));
+    let config = SimConfig {
+        scale_up_delay_s: 180.0,
+        expected_scale_up_delay_s: Some(300.0),
+        ..config()
+    };
+    let mut policy = queueing_policy(&config);
+    assert_eq!(policy.config().queueing.scale_up_delay_s, 300.0);
+    run(&requests, &model(), &config, &mut policy, Some((1, 1)));
+    assert_eq!(policy.measured_delay(), Some(std::time::Duration::from_secs(180)));
+    assert_eq!(policy.config().queueing.scale_up_delay_s, 180.0);
+    // Without an expectation, the default until the first measurement.
+    let policy = queueing_policy(&SimConfig {
+        expected_scale_up_delay_s: None,
+        ..config
+    });
+    assert_eq!(policy.config().queueing.scale_up_delay_s, 60.0);
+}
+
+#[test]
 fn queueing_planner_counts_arrivals_not_completions() {
     // The step of `a_step_up_shows_as_ttft_growth_and_the_oracle_sizes_for_it`: upstream's formulas stay put (they count
     // completions, capped by capacity); the queueing model sees the arrivals and scales.

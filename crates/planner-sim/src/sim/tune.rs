@@ -63,6 +63,10 @@ pub struct TuneArgs {
     /// default the simulator's 60 s). The planner measures it, as in `simulate`.
     #[arg(long = "scale-up-delay-s", value_name = "S")]
     scale_up_delays_s: Vec<f64>,
+    /// Tell the planner each run's scale-up delay as the one to expect until it measures one
+    /// (as `simulate --expect-scale-up-delay`).
+    #[arg(long)]
+    expect_scale_up_delay: bool,
     /// Settings drawn at random from the grid before hill climbing (each costs one simulation
     /// of every run).
     #[arg(long, default_value_t = 48)]
@@ -137,6 +141,10 @@ pub const SPACE: &[Knob] = &[
     knob("fast_path.surge_hold_s", &[0.0, 30.0, 60.0, 120.0, 300.0]),
     // Used at long scale-up delays only: a search at 60 s cannot tell its values apart.
     knob("decode_kv.long_delay_sigmas", &[1.5, 1.75, 2.0, 2.5]),
+    knob(
+        "scale_up.long_delay_factor",
+        &[1.2, 1.25, 1.3, 1.33, 1.4, 1.5, 2.0],
+    ),
 ];
 
 /// A point of the grid: one value index per knob.
@@ -342,6 +350,7 @@ pub fn tune(args: &TuneArgs) -> Result<String, SimulateError> {
                 sla: *sla,
                 requests: requests.clone(),
                 scale_up_delay_s: delay_s,
+                expected_scale_up_delay_s: args.expect_scale_up_delay.then_some(delay_s),
             })
         })
         .collect();
@@ -358,6 +367,10 @@ pub fn tune(args: &TuneArgs) -> Result<String, SimulateError> {
         args.scale_up_delays_s
             .iter()
             .map(|d| format!("--scale-up-delay-s {d} "))
+            .chain(
+                args.expect_scale_up_delay
+                    .then(|| "--expect-scale-up-delay ".to_string())
+            )
             .collect::<String>(),
         args.knobs
             .iter()
@@ -397,6 +410,8 @@ pub struct TuneRun {
     pub requests: Vec<Request>,
     /// Seconds from asking for a replica to it serving.
     pub scale_up_delay_s: f64,
+    /// The delay the planner expects until it measures one (`None`: the default).
+    pub expected_scale_up_delay_s: Option<f64>,
 }
 
 /// The search on `runs`, with `config`'s interval and limits.
@@ -417,10 +432,12 @@ pub fn search<C: PerformanceCurves + Sync>(
             sla,
             requests,
             scale_up_delay_s,
+            expected_scale_up_delay_s,
         } = tune_run;
         let config = SimConfig {
             sla: *sla,
             scale_up_delay_s: *scale_up_delay_s,
+            expected_scale_up_delay_s: *expected_scale_up_delay_s,
             ..config.clone()
         };
         let oracle = run(requests, latency, &config, &mut Oracle, None);
@@ -900,6 +917,7 @@ mod tests {
             sla: SlaTargets::new(500.0, 50.0),
             requests,
             scale_up_delay_s: 60.0,
+            expected_scale_up_delay_s: None,
         }];
         let procedure = Procedure {
             space: &space,

@@ -8,6 +8,7 @@ use planner_core::{
     load::LoadConfig,
     predictor::{self, KalmanConfig, PredictorConfig},
     sla::{Limits, SlaTargets},
+    startup::planned_delay,
     state::{self, FastPath, QueueingConfig, SlaPlannerConfig, Stabilisation},
 };
 
@@ -64,11 +65,12 @@ pub fn sla_config(
         queueing: QueueingConfig {
             ttft_percentile: spec.sla.ttft_percentile,
             itl_percentile: spec.sla.itl_percentile,
-            scale_up_delay_s: validated
-                .scale_up_delay
-                .or(measured_delay)
-                .unwrap_or(DEFAULT_SCALE_UP_DELAY)
-                .as_secs_f64(),
+            scale_up_delay_s: planned_delay(
+                validated.scale_up_delay,
+                measured_delay,
+                validated.expected_scale_up_delay,
+            )
+            .as_secs_f64(),
             stabilisation: Stabilisation {
                 window_s: validated.stabilization.as_secs_f64(),
                 ..Stabilisation::default()
@@ -177,6 +179,15 @@ mod tests {
         // A measured delay is used unless the spec sets one.
         let measured = sla_config(&spec, &validated, Some(Duration::from_secs(95)));
         assert_eq!(measured.queueing.scale_up_delay_s, 95.0);
+        // The delay the spec says to expect stands in until one is measured.
+        let mut expecting = spec.clone();
+        expecting.behavior.expected_scale_up_delay = Some("5m".into());
+        let validated_expecting =
+            validation::validate(&expecting, "llm", Some(&dgd()), &validation::Tenancy::default()).unwrap();
+        let config = sla_config(&expecting, &validated_expecting, None);
+        assert_eq!(config.queueing.scale_up_delay_s, 300.0);
+        let config = sla_config(&expecting, &validated_expecting, Some(Duration::from_secs(95)));
+        assert_eq!(config.queueing.scale_up_delay_s, 95.0);
         let load_spec = policy("load").spec;
         let load = load_config(
             &load_spec,

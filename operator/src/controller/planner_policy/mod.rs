@@ -33,7 +33,10 @@ use tracing::{info, warn};
 
 use planner_api::{ConnectorKind, PlannerMode, PlannerPolicy, PoolReplicas};
 use planner_core::{
-    interpolation::PerformanceModel, load::LoadPlanner, startup::StartupTracker, state::SlaPlanner,
+    interpolation::PerformanceModel,
+    load::LoadPlanner,
+    startup::{StartupTracker, planned_delay},
+    state::SlaPlanner,
 };
 
 use super::{
@@ -613,7 +616,12 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
             let actuation = match policy.spec.connector.kind {
                 ConnectorKind::Kubernetes => {
                     let ready = actuate::is_ready(dgd, request.components, &adapters);
-                    let gate = ready_gate(&policy.spec, ready, &runtime.startup, asked, wanted, now);
+                    let delay = planned_delay(
+                        validated.scale_up_delay,
+                        runtime.startup.delay(),
+                        validated.expected_scale_up_delay,
+                    );
+                    let gate = ready_gate(&policy.spec, ready, (&runtime.startup, delay), asked, wanted, now);
                     KubernetesConnector {
                         client: client.clone(),
                         adapters,
@@ -755,11 +763,12 @@ fn next_wake(runtime: &PolicyRuntime, interval: Duration) -> Action {
 /// holds every change until the target is Ready; here a scale-down always goes through (a
 /// scale-up that can never schedule must not pin the replicas up), and with the queueing model,
 /// which counts the replicas still starting, so does a scale-up, unless the last one has not
-/// come up within twice the scale-up delay.
+/// come up within twice the scale-up delay the planner plans with (`delay`: the one set, else
+/// measured, else expected).
 fn ready_gate(
     spec: &planner_api::PlannerPolicySpec,
     ready: bool,
-    startup: &Startup,
+    (startup, delay): (&Startup, Duration),
     asked: (u32, u32),
     wanted: (u32, u32),
     now: Instant,
@@ -768,7 +777,6 @@ fn ready_gate(
         return Gate::Open;
     }
     let queueing = spec.sla.model == planner_api::SlaModel::Queueing && spec.mode != PlannerMode::Load;
-    let delay = startup.delay().unwrap_or(config::DEFAULT_SCALE_UP_DELAY);
     if queueing && !startup.stuck(now, 2 * delay) {
         Gate::Open
     } else {
@@ -1180,5 +1188,36 @@ mod tests {
         };
         startup.observe(all, start + Duration::from_secs(80));
         assert_eq!(startup.delay(), Some(Duration::from_secs(80)));
+    }
+
+    #[test]
+    fn a_scale_up_is_stuck_only_after_twice_the_delay_planned_with() {
+        let spec: planner_api::PlannerPolicySpec =
+            serde_yaml::from_str("targetRef: {name: llm}\nsla: {ttftMs: 500, itlMs: 50}\n").unwrap();
+        let mut startup = Startup::default();
+        let start = startup.origin + Duration::from_secs(5);
+        startup.scaled((1, 1), (3, 1), start);
+        let later = start + Duration::from_secs(200);
+        // Expecting 5 minutes, a scale-up not up after 200 s is not stuck: more may be asked
+        // for before the target is Ready.
+        let gate = ready_gate(
+            &spec,
+            false,
+            (&startup, Duration::from_secs(300)),
+            (3, 1),
+            (4, 1),
+            later,
+        );
+        assert!(matches!(gate, Gate::Open));
+        // With the 60 s default it is.
+        let gate = ready_gate(
+            &spec,
+            false,
+            (&startup, Duration::from_secs(60)),
+            (3, 1),
+            (4, 1),
+            later,
+        );
+        assert!(matches!(gate, Gate::Closed));
     }
 }

@@ -83,8 +83,10 @@ pub fn scaling_limited(limits: &[Limit]) -> DesiredCondition {
             .any(|l| matches!(l, Limit::GpuBudget { .. } | Limit::BudgetBelowMinimum { .. }))
         {
             "GpuBudget"
-        } else {
+        } else if limits.iter().any(|l| matches!(l, Limit::MaxReplicas { .. })) {
             "MaxReplicas"
+        } else {
+            "ScaleUpRate"
         };
         DesiredCondition::met(SCALING_LIMITED, reason, limiting.join("; "))
     }
@@ -267,5 +269,13 @@ mod tests {
             max: 4,
         }]);
         assert_eq!(max.reason, "MaxReplicas");
+        let rate = scaling_limited(&[Limit::ScaleUpRate {
+            pool: Pool::Prefill,
+            needed: 9,
+            allowed: 3,
+            serving: 2.0,
+        }]);
+        assert_eq!((rate.status, rate.reason.as_str()), ("True", "ScaleUpRate"));
+        assert!(rate.message.contains("held at 3"), "{}", rate.message);
     }
 }
