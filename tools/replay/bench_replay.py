@@ -7,11 +7,15 @@ Dynamo's mocker engines and router (`dynamo._core.run_mocker_trace_replay`), onc
 - `sla-arima`, `hpa`: this project's policies, asked every second through `planner-sim bridge`
   (`BridgePolicy`: the replay's tick snapshot becomes one JSON sample, the bridge answers the
   replicas);
-- `sla-arima-capped`: `sla-arima` with its GPU budget set to the mean GPUs `dynamo-throughput`
-  held on the same run (its result must be there: it runs after `dynamo-throughput`);
+- `sla-arima-capped`: `sla-arima` held to the GPU-hours `dynamo-throughput` spent on the same
+  run (its result must be there: it runs after `dynamo-throughput`), through a GPU budget the
+  harness sets every second from what is left of them (`GpuHourBudget`);
 - `dynamo-throughput`, `dynamo-latency`, `dynamo-load`: Dynamo's own planner in the modes that
   run without AISimulate (`load` with the manifest's thresholds for the run), in the loop as
   Dynamo's replay runs it;
+- `oracle-schedule`: the simulator's oracle's replicas interval by interval, each interval's
+  asked for a start-up delay ahead (`OracleSchedule`): what meeting the SLA costs in these
+  engines;
 - `fixed-peak`: the manifest's fixed pool, without a scaling policy.
 
 Writes `<results>/<run>/<policy>.json` (per request: arrival, lengths, TTFT, mean ITL; the
@@ -47,6 +51,7 @@ POLICIES = (
     "dynamo-latency",
     "dynamo-load",
     "sla-arima-capped",
+    "oracle-schedule",
     "fixed-peak",
 )
 # The bridge's policy for each bridged one.
@@ -63,6 +68,16 @@ GAUGE_MS = 200.0
 # seconds with nothing in flight. A request still unfinished then counts as missing the SLA in
 # its arrival's interval.
 END_GRACE_MS = 600_000.0
+# `sla-arima-capped` may spend its GPU-hours beyond one engine per pool at a rate that lasts
+# this long (s): a scale-down waits for the planner's 300 s stabilisation window.
+BUDGET_HORIZON_S = 300.0
+# How long, after a budget cut, the workers above it may still be billed (s): until the
+# planner's next interval check (60 s) and their draining.
+BUDGET_COMMITTED_S = 90.0
+# Share of the GPU-hours kept back for workers that drain for longer: a prefill worker cut while
+# the router has queued prompts on it is billed until it has prefilled them all (in the replay
+# before this reserve, up to 1.5 % of the run's GPU-hours, on Mooncake conversation k=4).
+BUDGET_DRAIN_RESERVE = 0.02
 
 
 class BridgeError(RuntimeError):
@@ -81,8 +96,9 @@ class BridgePolicy:
     come from the trace, as a frontend sees each prompt on arrival.
     """
 
-    def __init__(self, command, arrivals):
+    def __init__(self, command, arrivals, budget=None):
         self.command = command
+        self.budget = budget
         self.end_ms = (arrivals[-1][0] if arrivals else 0.0) + END_GRACE_MS
         self.proc = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
@@ -163,6 +179,8 @@ class BridgePolicy:
         if self.busy:
             sample["prefill_busy"] = sum(self.busy) / len(self.busy)
             self.busy = []
+        if self.budget is not None:
+            sample["max_gpu_budget"] = self.budget.update(now / 1000.0, held_workers(snapshot))
         return sample
 
     def close(self):
@@ -171,6 +189,85 @@ class BridgePolicy:
         code = self.proc.wait()
         if code != 0:
             raise BridgeError(f"{' '.join(self.command)} exited with {code}")
+
+
+def held_workers(snapshot):
+    """Workers billed now per pool (active, starting and draining), as the report bills them."""
+    held = []
+    for pool in ("prefill", "decode"):
+        count = snapshot.get(f"active_{pool}_count", 0)
+        count += len(snapshot.get(f"starting_{pool}_ids") or [])
+        count += len(snapshot.get(f"draining_{pool}_ids") or [])
+        held.append(count)
+    return held
+
+
+class GpuHourBudget:
+    """A GPU-hour budget over the run, spent as the policy chooses: at each sample, the GPU
+    budget (`maxGpuBudget`) is one engine per pool plus the whole engines that what is left of
+    the GPU-hours beyond that minimum to the run's end pays for over `BUDGET_HORIZON_S`, less
+    what the workers held above the minimum will be billed before a cut takes effect
+    (`BUDGET_COMMITTED_S`), and less `BUDGET_DRAIN_RESERVE` of them. So a policy that saves GPUs
+    in calm spells may spend them on a burst, and over the run it holds about as many GPU-hours
+    as `total_gpu_s`."""
+
+    def __init__(self, total_gpu_s, end_s, gpus):
+        self.total = total_gpu_s
+        self.spendable = total_gpu_s * (1.0 - BUDGET_DRAIN_RESERVE)
+        self.end_s = end_s
+        self.gpus = gpus
+        self.minimum = sum(gpus)
+        self.used = 0.0
+        self.last_s = 0.0
+        self.held = None
+
+    def update(self, now_s, workers):
+        """The budget (GPUs) from `now_s`, with `workers` (prefill, decode) billed now."""
+        if self.held is not None and now_s > self.last_s:
+            self.used += self.held * (min(now_s, self.end_s) - min(self.last_s, self.end_s))
+        self.last_s = max(self.last_s, now_s)
+        self.held = sum(w * g for w, g in zip(workers, self.gpus))
+        left_s = max(self.end_s - now_s, 0.0)
+        committed = max(self.held - self.minimum, 0) * min(BUDGET_COMMITTED_S, left_s)
+        slack = self.spendable - self.used - self.minimum * left_s - committed
+        engine = max(self.gpus)
+        extra = math.floor(max(slack, 0.0) / BUDGET_HORIZON_S / engine) * engine
+        # What is held now stays affordable while the slack covers its commitment.
+        if slack >= 0:
+            extra = max(extra, self.held - self.minimum)
+        return int(self.minimum + extra)
+
+
+class OracleSchedule:
+    """The simulator's oracle's replicas as a `scaling_policy`: at every second, the larger of
+    the current interval's replicas and those of the interval a start-up delay ahead, so that
+    each interval's workers serve when it begins and are released when it ends."""
+
+    def __init__(self, schedule, interval_s, startup_s, end_ms):
+        self.schedule = schedule
+        self.interval_s = interval_s
+        self.startup_s = startup_s
+        self.end_ms = end_ms
+
+    def initial_tick_ms(self):
+        return SAMPLE_MS
+
+    def target(self, now_s):
+        def at(t):
+            i = min(max(int(t // self.interval_s), 0), len(self.schedule) - 1)
+            return self.schedule[i]
+
+        now, ahead = at(now_s), at(now_s + self.startup_s)
+        return [max(now[0], ahead[0]), max(now[1], ahead[1])]
+
+    def on_tick(self, snapshot):
+        now = float(snapshot["now_ms"])
+        prefill, decode = self.target(now / 1000.0)
+        return {
+            "target_prefill": prefill,
+            "target_decode": decode,
+            "next_tick_ms": now + SAMPLE_MS if now < self.end_ms else None,
+        }
 
 
 class Bounded:
@@ -257,15 +354,15 @@ def mean_gpus(result, manifest, run):
 
 
 def capped_budget(directory, manifest, run):
-    """`sla-arima-capped`'s GPU budget: `dynamo-throughput`'s mean GPUs on the run, rounded
-    down, and at least one engine of each pool; `None` without its result."""
+    """`sla-arima-capped`'s GPU-hour budget: the GPU-seconds `dynamo-throughput` was billed
+    over the run's intervals; `None` without its result."""
     path = os.path.join(directory, f"{CAPPED_AGAINST}.json")
     try:
         with open(path) as f:
             result = json.load(f)
     except FileNotFoundError:
         return None
-    return max(int(math.floor(mean_gpus(result, manifest, run))), sum(manifest["gpus"]))
+    return mean_gpus(result, manifest, run) * run["intervals"] * manifest["interval_s"]
 
 
 def read_arrivals(path):
@@ -310,13 +407,15 @@ def replay(manifest, base, run, policy, args, directory):
             "--interval-s",
             str(manifest["interval_s"]),
         ]
+        budget = None
         if policy == "sla-arima-capped":
-            command += ["--max-gpu-budget", str(capped_budget(directory, manifest, run))]
+            total = capped_budget(directory, manifest, run)
+            budget = GpuHourBudget(total, run["intervals"] * manifest["interval_s"], manifest["gpus"])
         if args.bridge_log:
             os.makedirs(args.bridge_log, exist_ok=True)
             stem = run["file"].removesuffix(".jsonl")
             command += ["--log", os.path.join(args.bridge_log, f"{stem}-{policy}.jsonl")]
-        bridge = BridgePolicy(command, read_arrivals(trace))
+        bridge = BridgePolicy(command, read_arrivals(trace), budget)
         try:
             native = run_mocker_trace_replay(
                 [trace],
@@ -328,6 +427,8 @@ def replay(manifest, base, run, policy, args, directory):
         finally:
             bridge.close()
         description = " ".join(os.path.basename(c) if i == 0 else c for i, c in enumerate(command))
+        if budget is not None:
+            description += f" (GPU budget set every second from {budget.total / 3600.0:.2f} GPU-hours over the run)"
     elif policy in DYNAMO_MODES:
         config = dynamo_planner_config(manifest, run, DYNAMO_MODES[policy])
         with planner_replay_adapter(
@@ -341,6 +442,16 @@ def replay(manifest, base, run, policy, args, directory):
             end_ms = (arrivals[-1][0] if arrivals else 0.0) + END_GRACE_MS
             native = run_mocker_trace_replay([trace], scaling_policy=Bounded(adapter, end_ms), **common)
         description = "Dynamo planner " + json.dumps(config, sort_keys=True)
+    elif policy == "oracle-schedule":
+        arrivals = read_arrivals(trace)
+        end_ms = (arrivals[-1][0] if arrivals else 0.0) + END_GRACE_MS
+        schedule = run["oracle_schedule"]
+        native = run_mocker_trace_replay(
+            [trace],
+            scaling_policy=OracleSchedule(schedule, manifest["interval_s"], args.startup_s, end_ms),
+            **common,
+        )
+        description = f"the simulator's oracle's replicas per interval, asked {args.startup_s:g} s ahead"
     elif policy == "fixed-peak":
         native = run_mocker_trace_replay([trace], scaling_policy=None, **common)
         description = f"fixed pool {initial[0]}P/{initial[1]}D"

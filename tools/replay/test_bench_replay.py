@@ -67,6 +67,52 @@ class CappedBudget(unittest.TestCase):
         )
 
 
+class GpuHourBudgetPacing(unittest.TestCase):
+    def test_savings_buy_a_burst_and_the_run_stays_within_its_gpu_hours(self):
+        # Dynamo's mean of 9 GPUs over an hour, less the drain reserve: 3600 GPU-seconds beyond
+        # one 4-GPU engine per pool. The budget starts at 8 + 3 engines (3600 / 300 s / 4).
+        budget = bench_replay.GpuHourBudget(9 * 3600.0 / 0.98, 3600.0, [4, 4])
+        self.assertEqual(budget.update(0.0, [1, 1]), 8 + 12)
+        # The policy holds 1P/1D for 30 minutes: nothing spent beyond the minimum.
+        self.assertEqual(budget.update(1800.0, [1, 1]), 8 + 12)
+        # Then a burst at 4P/1D: each second bills 12 GPUs more than the minimum; the budget
+        # stays while the slack covers them and drops to the minimum once it does not.
+        held, used_above = [1, 1], 0.0
+        t, budgets = 1800.0, []
+        while t < 3600.0:
+            b = budget.update(t, held)
+            budgets.append(b)
+            # The planner follows the budget a minute late (its next interval check).
+            if int(t) % 60 == 0:
+                held = [max(1, min(4, (b - 4) // 4)), 1]
+            used_above += (sum(h * 4 for h in held) - 8) * 1.0
+            t += 1.0
+        self.assertEqual(max(budgets), 20)
+        self.assertEqual(budgets[-1], 8)
+        self.assertLessEqual(used_above, 3600.0)
+        self.assertGreater(used_above, 3600.0 * 0.5)
+
+    def test_a_policy_already_over_its_gpu_hours_gets_the_minimum(self):
+        budget = bench_replay.GpuHourBudget(8 * 3600.0, 3600.0, [4, 4])
+        budget.update(0.0, [3, 1])
+        self.assertEqual(budget.update(60.0, [3, 1]), 8)
+
+
+class OracleScheduleTargets(unittest.TestCase):
+    def test_each_interval_is_asked_a_start_up_delay_ahead_and_released_at_its_end(self):
+        policy = bench_replay.OracleSchedule([[1, 1], [1, 1], [3, 2], [1, 1]], 60.0, 60.0, 1e9)
+        self.assertEqual(policy.target(30.0), [1, 1])
+        # Interval 2 needs 3P/2D: asked from 60 s, serving by 120 s.
+        self.assertEqual(policy.target(60.0), [3, 2])
+        self.assertEqual(policy.target(150.0), [3, 2])
+        # Released when interval 2 ends; past the schedule, its last interval holds.
+        self.assertEqual(policy.target(180.0), [1, 1])
+        self.assertEqual(policy.target(9000.0), [1, 1])
+        answer = policy.on_tick({"now_ms": 61_000.0})
+        self.assertEqual((answer["target_prefill"], answer["target_decode"]), (3, 2))
+        self.assertEqual(answer["next_tick_ms"], 62_000.0)
+
+
 class DynamoConfig(unittest.TestCase):
     manifest = {"gpus": [4, 4]}
     run_ = {

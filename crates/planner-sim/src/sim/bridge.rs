@@ -145,6 +145,10 @@ pub struct Sample {
     /// Share of the serving prefill engines busy in the window (0..1): the HPA's utilisation.
     #[serde(default)]
     pub prefill_busy: Option<f64>,
+    /// GPU budget of both pools from now on, replacing `--max-gpu-budget` (as an operator
+    /// rereads `maxGpuBudget` before each decision); absent: unchanged.
+    #[serde(default)]
+    pub max_gpu_budget: Option<u32>,
 }
 
 /// The answer to one sample.
@@ -275,6 +279,8 @@ struct BridgeLoop {
     busy_samples: f64,
     /// The replicas the policy was last told about (asked, serving).
     told: Option<((u32, u32), (u32, u32))>,
+    /// The GPU budget the policy was last given.
+    budget: Option<u32>,
     /// Where every check is logged (`--log`).
     log: Option<std::io::BufWriter<std::fs::File>>,
 }
@@ -309,6 +315,7 @@ impl BridgeLoop {
             busy_sum: 0.0,
             busy_samples: 0.0,
             told: None,
+            budget: config.limits.max_gpu_budget,
             log: None,
         }
     }
@@ -338,6 +345,10 @@ impl BridgeLoop {
         ];
         if let Some((name, value)) = counters.iter().find(|(_, v)| !(v.is_finite() && *v >= 0.0)) {
             return Err(format!("{name} must be a count or sum >= 0, not {value}"));
+        }
+        if let Some(budget) = sample.max_gpu_budget.filter(|b| Some(*b) != self.budget) {
+            policy.gpu_budget_changed(Some(budget));
+            self.budget = Some(budget);
         }
         let asked = (sample.asked[0], sample.asked[1]);
         let serving = (sample.serving[0], sample.serving[1]);
@@ -556,6 +567,7 @@ mod tests {
             queued: Some(queued),
             decode_kv_usage: Some(0.3),
             prefill_busy: Some(1.0),
+            max_gpu_budget: None,
         }
     }
 
@@ -606,6 +618,33 @@ mod tests {
             .find_map(|a| a.prefill)
             .expect("a scale-out within the overloaded minute");
         assert!(out >= 6, "{out}: {answers:?}");
+    }
+
+    #[test]
+    fn a_gpu_budget_in_a_sample_bounds_the_next_decisions() {
+        // The overload of the test above, with and without a budget of 16 GPUs (four 4-GPU
+        // engines) from the overloaded minute on.
+        let mut samples: Vec<Sample> = (1..=180)
+            .map(|t| second(f64::from(t), 1.0, (2, 1), 900.0, 0.0))
+            .collect();
+        samples.extend(
+            (181..=240).map(|t| second(f64::from(t), 8.0, (2, 1), 20_000.0, f64::from(t - 180) * 6.0)),
+        );
+        let gpus = |answers: &[Answer]| {
+            answers[180..]
+                .iter()
+                .filter(|a| a.prefill.is_some() || a.decode.is_some())
+                .map(|a| 4 * (a.prefill.unwrap_or(2) + a.decode.unwrap_or(1)))
+                .collect::<Vec<u32>>()
+        };
+        let free = gpus(&run("sla-arima", &samples));
+        assert!(free.iter().any(|g| *g > 16), "{free:?}");
+        samples[180].max_gpu_budget = Some(16);
+        let capped = gpus(&run("sla-arima", &samples));
+        assert!(
+            !capped.is_empty() && capped.iter().all(|g| *g <= 16),
+            "{capped:?}"
+        );
     }
 
     #[test]

@@ -305,6 +305,9 @@ impl<C: PerformanceCurves> Policy<C> for SlaPolicy {
         self.asked = Some(asked);
         self.startup.observe(serving, now);
     }
+    fn gpu_budget_changed(&mut self, budget: Option<u32>) {
+        self.config.limits.max_gpu_budget = budget;
+    }
 }
 
 /// The SLA planner's replica formulas with the actual load of the next interval and neutral

@@ -204,6 +204,9 @@ pub trait Policy<C> {
     /// replicas came up): what a controller watching the target sees, as the operator's
     /// reconcile does on a DGD status change.
     fn replicas_changed(&mut self, _now_s: f64, _asked: (u32, u32), _serving: (u32, u32)) {}
+    /// The GPU budget of both pools changed (`None`: no budget), as an operator rereads
+    /// `maxGpuBudget` before each decision; policies without a budget ignore it.
+    fn gpu_budget_changed(&mut self, _budget: Option<u32>) {}
 }
 
 /// One reporting interval of a run.
