@@ -282,10 +282,11 @@ pub struct Behavior {
         .message("spec.behavior.scaleUpDelay must be at most 1h"))]
     pub scale_up_delay: Option<String>,
     /// The scale-up delay to assume until one is measured, when `scaleUpDelay` is not set (a
-    /// Go duration, at most `1h`; default `60s`): how long the model roughly takes to
-    /// schedule, pull and load. Past about one and a half adjustment intervals it also turns on
-    /// the long-delay rules from the first interval (a pool grows at most to 1.3 times its
-    /// engines serving while its replicas start), before any scale-up has been measured.
+    /// Go duration, at most `1h`; unset, 60 s is assumed): how long the model roughly takes
+    /// to schedule, pull and load. Past about one and a half adjustment intervals it also turns
+    /// on the long-delay rules from the first interval (a pool grows at most to 1.3 times its
+    /// engines serving while its replicas start, which the assumed 60 s never does), before any
+    /// scale-up has been measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
     #[x_kube(validation = Rule::new("!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('1h')")
