@@ -1047,6 +1047,7 @@ impl FastSnapshot {
             inflight: of(&self.inflight),
             queued: pending.or_else(|| of(&self.queued)),
             prefill_engines: 0.0,
+            decode_engines: None,
             isl: f64::NAN,
             isl_second_moment: None,
             osl: f64::NAN,

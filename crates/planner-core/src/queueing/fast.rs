@@ -36,6 +36,9 @@ pub struct FastSignals {
     pub queued: Option<f64>,
     /// Prefill engines ready now.
     pub prefill_engines: f64,
+    /// Decode engines ready now, when known (else those of the last interval stand in).
+    #[serde(default)]
+    pub decode_engines: Option<f64>,
     /// Mean ISL since the last decision (NaN without first tokens).
     pub isl: f64,
     /// `E[ISL²]` since the last decision.
@@ -61,8 +64,8 @@ pub(super) struct FastBasis {
     pub osl: LengthMoments,
     /// Measured over modelled KV tokens per running request.
     pub kv_scale: f64,
-    /// Decode engines serving in the interval, when known (the fast path reads no decode
-    /// signal).
+    /// Decode engines serving in the interval, when known (they stand in when a check's
+    /// signals carry no decode count).
     #[serde(default)]
     pub decode_serving: Option<f64>,
 }
@@ -110,6 +113,8 @@ pub(super) struct Trigger {
     pub basis: FastBasis,
     /// Prefill engines serving.
     pub serving: f64,
+    /// Decode engines serving (NaN when unknown).
+    pub decode_serving: f64,
     /// Requests waiting beyond those being prefilled.
     pub backlog: f64,
 }
@@ -135,7 +140,7 @@ impl Trigger {
                     settings.bounded_burstiness(b).max(self.basis.burstiness)
                 }),
             serving: self.serving,
-            decode_serving: self.serving().1,
+            decode_serving: self.decode_serving,
             backlog: self.backlog,
             growth: growth(rate, service.mean_s, self.serving, settings.scale_up_delay_s),
             isl: self.basis.isl,
@@ -144,9 +149,9 @@ impl Trigger {
         }
     }
 
-    /// Engines serving (prefill now, decode as of the last interval; NaN when unknown).
+    /// Engines serving, prefill and decode (NaN when unknown).
     pub fn serving(&self) -> (f64, f64) {
-        (self.serving, self.basis.decode_serving.unwrap_or(f64::NAN))
+        (self.serving, self.decode_serving)
     }
 
     /// How long the scale-up is held (s).
@@ -213,6 +218,13 @@ impl FastState {
         };
         let queued = signals.queued.filter(|v| v.is_finite()).unwrap_or(0.0);
         let serving = signals.prefill_engines.max(0.0);
+        // Decode engines ready now, else those of the last interval: a pool's growth is limited
+        // from what serves it as at the interval tick, the first check's included.
+        let decode_serving = signals
+            .decode_engines
+            .filter(|v| v.is_finite())
+            .or(basis.decode_serving)
+            .map_or(f64::NAN, |v| v.max(0.0));
         let backlog = (queued - serving).max(0.0);
         let service = basis.service;
         if service.mean_s.is_nan() || service.mean_s <= 0.0 {
@@ -247,6 +259,7 @@ impl FastState {
             drain_s,
             basis,
             serving,
+            decode_serving,
             backlog,
         })
     }

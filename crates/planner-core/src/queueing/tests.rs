@@ -405,6 +405,7 @@ fn a_surge_the_pool_can_absorb_does_not_scale() {
         inflight: Some(20.0),
         queued: Some(1.0),
         prefill_engines: 8.0,
+        decode_engines: None,
         isl: 3000.0,
         isl_second_moment: None,
         osl: 300.0,
@@ -433,6 +434,7 @@ fn fast_check_scales_up_on_overload_never_down() {
         inflight: Some(20.0),
         queued: Some(1.0),
         prefill_engines: 2.0,
+        decode_engines: None,
         isl: 3000.0,
         isl_second_moment: None,
         osl: 300.0,
@@ -545,6 +547,7 @@ fn window(elapsed_s: f64, arrivals: f64, engines: u32) -> FastSignals {
         inflight: Some(20.0),
         queued: Some(0.0),
         prefill_engines: f64::from(engines),
+        decode_engines: None,
         isl: 3000.0,
         isl_second_moment: None,
         osl: 300.0,
@@ -632,6 +635,7 @@ fn a_backlog_the_engines_clear_within_the_target_puts_nothing_at_risk() {
     let with_waiting = |waiting: f64| FastSignals {
         queued: Some(2.0 + waiting),
         prefill_engines: 2.0,
+        decode_engines: None,
         ..window(10.0, 500.0, 2)
     };
     // Fewer waiting than the engines clear within the 500 ms target: no action.
@@ -871,6 +875,46 @@ fn at_a_long_delay_a_pool_grows_to_a_multiple_of_its_engines_serving() {
         let plan = surge.queueing().cloned().unwrap();
         assert_eq!(plan.replicas.0, plan.desired.0, "{plan:?}");
     }
+}
+
+#[test]
+fn before_the_first_interval_the_fast_path_grows_decode_from_its_engines_serving() {
+    // A planner that has not yet decided an interval, replicas serving 300 s after they are
+    // asked for, and a surge on 2 prefill engines and 1 decode engine from the first check.
+    let mut config = queueing_config();
+    config.queueing.scale_up_delay_s = 300.0;
+    let surge = |decode_engines| {
+        let mut planner = SlaPlanner::new(&config);
+        let mut fast = None;
+        for i in 0..3 {
+            let busy = FastSignals {
+                decode_engines,
+                ..window(10.0 + 10.0 * f64::from(i), 1000.0, 2)
+            };
+            fast = fast.or(planner.fast_check(&config, &model(), &busy, (2, 1)));
+        }
+        fast.and_then(|f| f.queueing().cloned()).unwrap()
+    };
+    // Decode is asked for at most ceil(1 x 1.3) = 2, as at an interval tick, and the plan says
+    // why.
+    let plan = surge(Some(1.0));
+    assert!(plan.desired.1 > 2, "{plan:?}");
+    assert_eq!(plan.replicas.1, 2, "{plan:?}");
+    assert!(
+        plan.limits.iter().any(|l| matches!(
+            l,
+            crate::sla::Limit::ScaleUpRate {
+                pool: crate::sla::Pool::Decode,
+                allowed: 2,
+                ..
+            }
+        )),
+        "{:?}",
+        plan.limits
+    );
+    // Without a decode count (and no interval's to stand in), decode is not limited.
+    let unknown = surge(None);
+    assert_eq!(unknown.replicas.1, unknown.desired.1, "{unknown:?}");
 }
 
 #[test]

@@ -429,6 +429,7 @@ impl BridgeLoop {
                 inflight: sample.inflight,
                 queued: sample.queued,
                 prefill_engines: f64::from(serving.0),
+                decode_engines: Some(f64::from(serving.1)),
             };
             self.fast_arrivals = 0.0;
             self.fast_completions = 0.0;

@@ -775,6 +775,7 @@ impl<'r, 'm, C: PerformanceCurves> Replay<'r, 'm, C> {
                 inflight: Some(self.cluster.in_flight() as f64),
                 queued: Some(self.cluster.prefill_pending_count() as f64),
                 prefill_engines: f64::from(self.cluster.prefill_engines()),
+                decode_engines: Some(f64::from(self.cluster.decode_engines())),
             };
             self.fast_arrivals = 0.0;
             self.fast_completions = 0.0;

@@ -748,6 +748,7 @@ mod tests {
             inflight: Some(2.0),
             queued: Some(0.0),
             prefill_engines: 2.0,
+            decode_engines: Some(1.0),
             isl: f64::NAN,
             isl_second_moment: None,
             osl: f64::NAN,

@@ -230,6 +230,7 @@ pub async fn fast_signals(
         };
         if let Some(mut signals) = snapshot.signals(&filter) {
             signals.prefill_engines = f64::from(query.prefill_engines);
+            signals.decode_engines = Some(f64::from(query.decode_engines));
             return Some(signals);
         }
         if window_s >= longest_s {
