@@ -140,7 +140,7 @@ pub const SPACE: &[Knob] = &[
     knob("fast_path.backlog_hold_s", &[30.0, 60.0, 90.0, 120.0]),
     knob("fast_path.surge_hold_s", &[0.0, 30.0, 60.0, 120.0, 300.0]),
     // Used at long scale-up delays only: a search at 60 s cannot tell its values apart.
-    knob("decode_kv.long_delay_sigmas", &[1.5, 1.75, 2.0, 2.5]),
+    knob("decode_kv.long_delay_sigmas", &[1.5, 1.75, 2.0, 2.25, 2.5]),
     knob(
         "scale_up.long_delay_factor",
         &[1.2, 1.25, 1.3, 1.33, 1.4, 1.5, 2.0],
