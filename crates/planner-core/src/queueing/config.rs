@@ -182,7 +182,7 @@ impl Default for DecodeKv {
             // Tuned at 180 s and 300 s with the delay expected (`planner-sim tune
             // --scale-up-delay-s 180 --scale-up-delay-s 300 --expect-scale-up-delay`): 2.25
             // beats hpa on 11 of the 16 runs; 2.5 on 11 for 0.009x more; 1.5, 1.75 and 2 on 10
-            // (Mooncake conversation k=4 at 300 s one interval short).
+            // (2: Mooncake conversation k=4 at 300 s one interval short).
             long_delay_sigmas: 2.25,
             // 0.9 costs 2 runs of the bar; 1 (no room for admission) loses 2 runs to hpa.
             fill: 0.95,

@@ -635,7 +635,6 @@ fn a_backlog_the_engines_clear_within_the_target_puts_nothing_at_risk() {
     let with_waiting = |waiting: f64| FastSignals {
         queued: Some(2.0 + waiting),
         prefill_engines: 2.0,
-        decode_engines: None,
         ..window(10.0, 500.0, 2)
     };
     // Fewer waiting than the engines clear within the 500 ms target: no action.
