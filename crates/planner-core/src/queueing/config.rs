@@ -376,6 +376,15 @@ pub(super) const DECODE_BOUND_KV_USAGE: f64 = 0.9;
 /// prompts can fill it for seconds in an interval whose mean is low).
 pub(super) const DECODE_FULL_KV_USAGE: f64 = 0.99;
 
+// First-token overhead.
+
+/// First-token overheads kept (their median is the one planned with): recent calm intervals.
+pub(super) const OVERHEAD_SAMPLES: usize = 10;
+/// Largest share of the TTFT target an interval's overhead is learned at: beyond it, a calm
+/// interval's slow first tokens are read as a burst, not as a constant the target cannot
+/// absorb.
+pub(super) const MAX_OVERHEAD_SHARE: f64 = 0.25;
+
 // Decode KV.
 
 /// KV-usage ratios kept (their median corrects the decode model).

@@ -4,7 +4,9 @@
 //! - the prompt and output length mixes (smoothed);
 //! - the forecast errors of the work the last two ticks forecast for it (prefill seconds, the
 //!   mean prefill time, decode KV demand);
-//! - the arrival burstiness that explains its TTFT, with the rate it was learned at;
+//! - the first-token overhead its TTFT shows beyond the prefill model, when calm;
+//! - the arrival burstiness that explains its TTFT beyond that overhead, with the rate it was
+//!   learned at;
 //! - the ratio of the decode pool's measured KV usage to what the model says it holds.
 
 use std::collections::VecDeque;
@@ -14,8 +16,8 @@ use serde::{Deserialize, Serialize};
 use super::{
     config::{
         Context, DECODE_BOUND_KV_USAGE, DECODE_FULL_KV_USAGE, FORECAST_HORIZONS, KV_LEARN_AFTER,
-        KV_LEARN_MAX_USAGE, KV_RATIO_SAMPLES, MAX_KV_SCALE, QueueingConfig, UNKNOWN_LENGTH_SCV,
-        WHOLE_ENGINES,
+        KV_LEARN_MAX_USAGE, KV_RATIO_SAMPLES, MAX_KV_SCALE, MAX_OVERHEAD_SHARE, OVERHEAD_SAMPLES,
+        QueueingConfig, UNKNOWN_LENGTH_SCV, WHOLE_ENGINES,
     },
     stats::{log_error, median, push_bounded, quantile},
 };
@@ -95,6 +97,8 @@ pub(super) struct Learned {
     burstiness: VecDeque<f64>,
     /// The arrival rate each of `burstiness` was learned at (req/s), newest last.
     burstiness_rates: VecDeque<f64>,
+    /// First-token overheads (s) calm intervals showed, newest last.
+    overheads: VecDeque<f64>,
     /// Prompt-length moments (smoothed).
     isl: Option<LengthMoments>,
     /// Output-length moments (smoothed).
@@ -215,7 +219,12 @@ impl Learned {
                 }
                 None => service,
             };
-            self.learn_burstiness(observation, rate, service, settings);
+            // Aggregated engines give the first token at the end of the prefill step.
+            let overhead_cap_s = match ctx.aggregated {
+                Some(_) => None,
+                None => Some(ctx.sla.ttft_ms / 1000.0 * MAX_OVERHEAD_SHARE),
+            };
+            self.learn_burstiness(observation, rate, service, settings, overhead_cap_s);
             self.isl = Some(blend(self.isl, moments));
         }
         if let Some(moments) = seen.osl {
@@ -255,8 +264,10 @@ impl Learned {
         }
     }
 
-    /// Arrival burstiness: when the interval began without a backlog and the prefill engines
-    /// did not change, the TTFT beyond the M/G/c wait is burst wait. `rate` is the interval's
+    /// First-token overhead and arrival burstiness: when the interval began without a backlog
+    /// and the prefill engines did not change, a calm interval's TTFT beyond the M/G/c model
+    /// with Poisson arrivals is the overhead, up to `overhead_cap_s` (none: not learned), and
+    /// the TTFT beyond the overhead and the M/G/c wait is burst wait. `rate` is the interval's
     /// arrival rate.
     fn learn_burstiness(
         &mut self,
@@ -264,6 +275,7 @@ impl Learned {
         rate: f64,
         service: ServiceMoments,
         settings: &QueueingConfig,
+        overhead_cap_s: Option<f64>,
     ) {
         let serving = observation.prefill_engines.filter(|c| c.is_finite() && *c >= 1.0);
         let backlog_now = observation
@@ -287,12 +299,15 @@ impl Learned {
         if !unchanged {
             return;
         }
-        if let Some(burstiness) = sizing::implied_burstiness(
-            &service,
-            rate,
-            engines.round() as u32,
-            observation.ttft_ms / 1000.0,
-        ) {
+        let engines = engines.round() as u32;
+        let ttft_s = observation.ttft_ms / 1000.0;
+        if let Some((cap, o)) = overhead_cap_s.zip(sizing::implied_overhead(&service, rate, engines, ttft_s))
+        {
+            push_bounded(&mut self.overheads, o.min(cap), OVERHEAD_SAMPLES);
+        }
+        if let Some(burstiness) =
+            sizing::implied_burstiness(&service, rate, engines, ttft_s, self.overhead_s())
+        {
             let kept = settings.burstiness.kept;
             push_bounded(&mut self.burstiness, burstiness, kept);
             push_bounded(&mut self.burstiness_rates, rate, kept);
@@ -379,6 +394,13 @@ impl Learned {
     /// Forecast errors known: prefill work, mean prefill time, decode KV demand.
     pub fn errors(&self) -> (&VecDeque<f64>, &VecDeque<f64>, &VecDeque<f64>) {
         (&self.errors, &self.service_errors, &self.decode_errors)
+    }
+
+    /// The first-token overhead (s) to plan with: the median of the recent calm intervals'
+    /// (from the first: burstiness learned meanwhile would take the overhead for bursts), 0
+    /// until one is known, never negative.
+    pub fn overhead_s(&self) -> f64 {
+        median(self.overheads.iter().copied()).map_or(0.0, |o| o.max(0.0))
     }
 
     /// The measured over modelled KV tokens per running request (the median of the recent
