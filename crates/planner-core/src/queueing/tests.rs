@@ -377,13 +377,15 @@ fn a_constant_first_token_overhead_is_learned_as_overhead_not_bursts() {
     // One engine would meet the target with that overhead; burstiness that explained the same
     // TTFT on two engines would not (its batch wait doubles on one).
     assert!(poisson(1) + overhead_s < 0.45, "{}", poisson(1));
+    // (Two decode steps of 50 ms: the first token's step and the one under way.)
     let calm = Observation {
         ttft_ms: (poisson(2) + overhead_s) * 1000.0,
+        itl_ms: 50.0,
         ..seen(rate * 60.0, 0.0, 2.0)
     };
     let mut planner = SlaPlanner::new(&config);
     let mut plan = None;
-    for _ in 0..8 {
+    for _ in 0..12 {
         plan = tick(&mut planner, &config, calm, (2, 2)).queueing().cloned();
     }
     let plan = plan.unwrap();
@@ -397,6 +399,20 @@ fn a_constant_first_token_overhead_is_learned_as_overhead_not_bursts() {
         "{predicted} {}",
         poisson(1)
     );
+    // An excess that swings from interval to interval (10 to 110 ms) is burst wait, however
+    // calm: no overhead, and the bursts are planned for.
+    let mut planner = SlaPlanner::new(&config);
+    let mut plan = None;
+    for i in 0..12 {
+        let swinging = Observation {
+            ttft_ms: (poisson(2) + if i % 2 == 0 { 0.01 } else { 0.11 }) * 1000.0,
+            ..calm
+        };
+        plan = tick(&mut planner, &config, swinging, (2, 2)).queueing().cloned();
+    }
+    let plan = plan.unwrap();
+    assert_eq!(plan.overhead_ms, 0.0, "{plan:?}");
+    assert!(plan.burstiness > 2.0, "{plan:?}");
 }
 
 #[test]
