@@ -127,7 +127,14 @@ impl QueueingState {
                 isl: demand.isl.mean,
                 osl: demand.osl.mean,
             },
-            plan: report(&demand, &sizing, forecast.requests, multipliers, held),
+            plan: report(
+                &demand,
+                &sizing,
+                forecast.requests,
+                multipliers,
+                held,
+                ctx.aggregated.is_some(),
+            ),
             fallbacks: forecast.fallbacks,
         }
     }
@@ -169,7 +176,14 @@ impl QueueingState {
                 isl: demand.isl.mean,
                 osl: demand.osl.mean,
             },
-            plan: report(&demand, &sizing, trigger.recent * interval_s, no_margin, held),
+            plan: report(
+                &demand,
+                &sizing,
+                trigger.recent * interval_s,
+                no_margin,
+                held,
+                ctx.aggregated.is_some(),
+            ),
             fallbacks: Vec::new(),
         })
     }
@@ -182,6 +196,7 @@ fn report(
     forecast_requests: f64,
     multipliers: Multipliers,
     held: hold::Held,
+    aggregated: bool,
 ) -> QueueingPlan {
     QueueingPlan {
         forecast_requests,
@@ -200,6 +215,7 @@ fn report(
         replicas: held.replicas,
         reason: held.reason,
         limits: held.limits,
+        aggregated,
     }
 }
 

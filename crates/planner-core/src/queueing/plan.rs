@@ -120,6 +120,9 @@ pub struct QueueingPlan {
     pub reason: ScaleReason,
     /// Bounds and budget that changed the result.
     pub limits: Vec<Limit>,
+    /// One aggregated worker pool, reported as both pools (its two replica counts are equal).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub aggregated: bool,
 }
 
 impl QueueingPlan {
@@ -133,20 +136,34 @@ impl QueueingPlan {
             sizing::Bound::KvCache => "KV cache",
             sizing::Bound::Maximum => "the maximum",
         };
-        let mut line = format!(
-            "{}: {:.2} req/s planned ({:.0} forecast x {:.2}, ISL {:.0}, OSL {:.0}): {} prefill ({}, TTFT {:.0} ms) and {} decode ({}) replicas",
+        let head = format!(
+            "{}: {:.2} req/s planned ({:.0} forecast x {:.2}, ISL {:.0}, OSL {:.0})",
             plan.reason,
             plan.planned_rate,
             plan.forecast_requests,
             plan.forecast_multiplier,
             plan.isl.mean,
             plan.osl.mean,
-            plan.replicas.0,
-            bound(plan.prefill_sizing.bound),
-            plan.prefill_sizing.ttft_ms,
-            plan.replicas.1,
-            bound(plan.decode_sizing.bound),
         );
+        let mut line = if plan.aggregated {
+            // One pool serves both phases: both sizings report its replicas.
+            format!(
+                "{head}: {} workers serving prefill and decode (prefill {}, TTFT {:.0} ms; decode {})",
+                plan.replicas.0,
+                bound(plan.prefill_sizing.bound),
+                plan.prefill_sizing.ttft_ms,
+                bound(plan.decode_sizing.bound),
+            )
+        } else {
+            format!(
+                "{head}: {} prefill ({}, TTFT {:.0} ms) and {} decode ({}) replicas",
+                plan.replicas.0,
+                bound(plan.prefill_sizing.bound),
+                plan.prefill_sizing.ttft_ms,
+                plan.replicas.1,
+                bound(plan.decode_sizing.bound),
+            )
+        };
         for limit in plan
             .limits
             .iter()

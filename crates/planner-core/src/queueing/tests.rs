@@ -754,6 +754,15 @@ fn an_aggregated_pool_is_sized_for_both_targets_and_reported_as_both_pools() {
     assert_eq!(a, b);
     assert!(a > plan.replicas.1, "{:?}", high.queueing());
     assert!(a >= p.max(d), "{a} vs {p}/{d}");
+    // Its message counts workers, not a prefill and a decode pool.
+    let line = high.explanation();
+    assert!(
+        line.contains(&format!("{a} workers serving prefill and decode")),
+        "{line}"
+    );
+    assert!(!line.contains("decode replicas"), "{line}");
+    let split_line = split.explanation();
+    assert!(split_line.contains(&format!("{p} prefill (")), "{split_line}");
 }
 
 #[test]
