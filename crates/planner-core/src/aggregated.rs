@@ -417,7 +417,7 @@ mod tests {
         );
         // An aggregated engine does both jobs: it needs at least as many engines as either
         // disaggregated pool, and fewer than both together here.
-        let prefill = size_prefill(&d.service, 20.0, 0.0, 60.0, 1.0, &t, 1, 64).replicas;
+        let prefill = size_prefill(&d.service, 20.0, 0.0, 60.0, 1.0, 0.0, &t, 1, 64).replicas;
         let decode = size_decode(&Linear, 20.0, &d.isl, &d.osl, &DecodeModel::default(), &t, 1, 64).replicas;
         assert!(c >= prefill.max(decode), "{c} vs {prefill}/{decode}");
         assert!(c <= prefill + decode + 1, "{c} vs {prefill}/{decode}");

@@ -10,10 +10,16 @@
 //! from the prompt-length mix, see [`prefill_service`]) and arrival burstiness `b`:
 //!
 //! ```text
-//! TTFT(c) = E[S] + Wq(c) + B(c)
+//! TTFT(c) = o + E[S] + Wq(c) + B(c)
 //! Wq(c)   = C(c, a) / (cμ − λ) · (b + cs²) / 2            (Allen–Cunneen, a = λ E[S])
 //! B(c)    = (b − 1) / 2 · E[S] / c                        (batch arrivals, M^X/G/c)
 //! ```
+//!
+//! `o` is the first-token overhead: the time from the end of a prompt's prefill to its first
+//! token at the client (in a disaggregated graph the KV transfer and the decode engine's first
+//! step). It does not depend on the prefill engines or their load, so more prefill engines
+//! cannot buy it back; read as burstiness it would (`B` at low load is a constant too). The
+//! planner learns it from calm intervals ([`implied_overhead`]).
 //!
 //! Real arrivals come in bursts (many requests within a second: chat front-ends, retries,
 //! bucketed timestamps, fan-out); with batches of mean size-bias `b = E[X²] / E[X]` a request
@@ -344,7 +350,8 @@ fn prefill_ttft_given(queue: &Queue, burstiness: f64, quantile: Option<f64>, c: 
 pub const SEARCH_LIMIT: u32 = 100_000;
 
 /// The fewest prefill engines in `[min, max]` meeting the TTFT target for `rate` requests/s
-/// plus `backlog` requests to clear within `drain_s`, arriving with burstiness `burstiness`.
+/// plus `backlog` requests to clear within `drain_s`, arriving with burstiness `burstiness`,
+/// each first token `overhead_s` after its prefill ends (the first-token overhead `o`).
 /// One pass over `c` (Erlang B is updated incrementally), so the cost is linear in the answer.
 #[allow(clippy::too_many_arguments)]
 pub fn size_prefill(
@@ -353,10 +360,16 @@ pub fn size_prefill(
     backlog: f64,
     drain_s: f64,
     burstiness: f64,
+    overhead_s: f64,
     targets: &LatencyTargets,
     min: u32,
     max: u32,
 ) -> PrefillSizing {
+    let overhead_s = if overhead_s.is_finite() {
+        overhead_s.max(0.0)
+    } else {
+        0.0
+    };
     let rate = if rate.is_finite() { rate.max(0.0) } else { 0.0 };
     let extra = if backlog.is_finite() && backlog > 0.0 && drain_s > 0.0 {
         backlog / drain_s
@@ -370,7 +383,8 @@ pub fn size_prefill(
         arrival_scv: burstiness,
     };
     let a = queue.offered_load();
-    let target_s = targets.ttft_ms / 1000.0;
+    // The prefill part of the TTFT meets what the overhead leaves of the target.
+    let target_s = targets.ttft_ms / 1000.0 - overhead_s;
     // A target the service time alone exceeds cannot be met: aim for a wait of a fifth of it.
     let target_s = if target_s > queue.mean_service_s {
         target_s
@@ -380,7 +394,7 @@ pub fn size_prefill(
     let max = max.max(min).min(SEARCH_LIMIT.max(min));
     let sizing = |replicas: u32, bound: Bound| PrefillSizing {
         replicas,
-        ttft_ms: prefill_ttft_s(&queue, burstiness, targets.ttft_quantile, replicas) * 1000.0,
+        ttft_ms: (overhead_s + prefill_ttft_s(&queue, burstiness, targets.ttft_quantile, replicas)) * 1000.0,
         service_ms: queue.mean_service_s * 1000.0,
         offered_load: a,
         bound,
@@ -660,11 +674,42 @@ pub fn size_decode(
     sizing(max, Bound::Maximum)
 }
 
+/// Highest prefill utilisation (offered load per engine) of an interval whose TTFT teaches the
+/// first-token overhead: at most half busy, the model's queueing wait with Poisson arrivals is
+/// a small part of the TTFT, so what it leaves unexplained is mostly the constant overhead.
+pub const OVERHEAD_MAX_UTILISATION: f64 = 0.5;
+
+/// The first-token overhead `o` an observed mean TTFT shows with `engines` engines at `rate`
+/// requests/s: the TTFT beyond the prefill model's with Poisson arrivals (`b` = 1). `None`
+/// unless the engines were at most [`OVERHEAD_MAX_UTILISATION`] busy; negative when the model
+/// overstates the wait.
+pub fn implied_overhead(service: &ServiceMoments, rate: f64, engines: u32, ttft_s: f64) -> Option<f64> {
+    let queue = Queue {
+        arrival_rate: rate,
+        mean_service_s: service.mean_s,
+        service_scv: service.scv,
+        arrival_scv: MIN_BURSTINESS,
+    };
+    let a = queue.offered_load();
+    let calm = a > 0.0 && engines > 0 && a <= OVERHEAD_MAX_UTILISATION * f64::from(engines);
+    if !calm || !ttft_s.is_finite() {
+        return None;
+    }
+    Some(ttft_s - prefill_ttft_s(&queue, MIN_BURSTINESS, None, engines))
+}
+
 /// The arrival burstiness `b` that explains an observed mean TTFT with `engines` engines at
-/// `rate` requests/s: the model's mean wait is linear in `b`, so it is solved for directly.
-/// `None` when the observation cannot tell (no load, an unstable queue, or a wait the model
-/// cannot attribute to arrivals); within [`MIN_BURSTINESS`] and [`MAX_BURSTINESS`].
-pub fn implied_burstiness(service: &ServiceMoments, rate: f64, engines: u32, ttft_s: f64) -> Option<f64> {
+/// `rate` requests/s, first tokens `overhead_s` after their prefill: the model's mean wait is
+/// linear in `b`, so it is solved for directly. `None` when the observation cannot tell (no
+/// load, an unstable queue, or a wait the model cannot attribute to arrivals); within
+/// [`MIN_BURSTINESS`] and [`MAX_BURSTINESS`].
+pub fn implied_burstiness(
+    service: &ServiceMoments,
+    rate: f64,
+    engines: u32,
+    ttft_s: f64,
+    overhead_s: f64,
+) -> Option<f64> {
     let queue = Queue {
         arrival_rate: rate,
         mean_service_s: service.mean_s,
@@ -676,7 +721,8 @@ pub fn implied_burstiness(service: &ServiceMoments, rate: f64, engines: u32, ttf
         return None;
     }
     let c = f64::from(engines);
-    let wait = (ttft_s - service.mean_s).max(0.0);
+    let overhead_s = if overhead_s.is_finite() { overhead_s } else { 0.0 };
+    let wait = (ttft_s - overhead_s.max(0.0) - service.mean_s).max(0.0);
     // Wq = alpha (b + cs²) + beta (b − 1): the queueing term and the batch wait.
     let alpha = erlang_c(engines, a) * service.mean_s / (c - a) / 2.0;
     let beta = service.mean_s / c / 2.0;
@@ -784,7 +830,17 @@ mod tests {
         };
         let poisson = MIN_BURSTINESS;
         // 20 req/s at 0.2 s: a = 4; M/M/c needs the wait within 300 ms.
-        let plan = size_prefill(&service, 20.0, 0.0, 60.0, poisson, &targets(500.0, 50.0), 1, 64);
+        let plan = size_prefill(
+            &service,
+            20.0,
+            0.0,
+            60.0,
+            poisson,
+            0.0,
+            &targets(500.0, 50.0),
+            1,
+            64,
+        );
         assert!(plan.replicas >= 5);
         assert!(plan.ttft_ms <= 500.0);
         let queue = Queue {
@@ -796,9 +852,19 @@ mod tests {
         assert!(prefill_ttft_s(&queue, poisson, None, plan.replicas - 1) > 0.5);
         assert_eq!(plan.bound, Bound::Ttft);
         // A backlog to drain and bursty arrivals both need more.
-        let drained = size_prefill(&service, 20.0, 600.0, 60.0, poisson, &targets(500.0, 50.0), 1, 64);
+        let drained = size_prefill(
+            &service,
+            20.0,
+            600.0,
+            60.0,
+            poisson,
+            0.0,
+            &targets(500.0, 50.0),
+            1,
+            64,
+        );
         assert!(drained.replicas >= plan.replicas + 2, "{drained:?}");
-        let burst = size_prefill(&service, 20.0, 0.0, 60.0, 5.0, &targets(500.0, 50.0), 1, 64);
+        let burst = size_prefill(&service, 20.0, 0.0, 60.0, 5.0, 0.0, &targets(500.0, 50.0), 1, 64);
         assert!(burst.replicas > plan.replicas);
         // The batch wait shrinks as 1 / c: with burstiness 5, 0.2 s · 4 / 2 / c on top of the
         // Allen–Cunneen wait at arrival SCV 5.
@@ -815,13 +881,34 @@ mod tests {
             ttft_quantile: Some(0.9),
             ..targets(500.0, 50.0)
         };
-        assert!(size_prefill(&service, 20.0, 0.0, 60.0, poisson, &p90, 1, 64).replicas >= plan.replicas);
+        assert!(size_prefill(&service, 20.0, 0.0, 60.0, poisson, 0.0, &p90, 1, 64).replicas >= plan.replicas);
         // No load: the minimum; the maximum caps.
         assert_eq!(
-            size_prefill(&service, 0.0, 0.0, 60.0, poisson, &targets(500.0, 50.0), 2, 64).replicas,
+            size_prefill(
+                &service,
+                0.0,
+                0.0,
+                60.0,
+                poisson,
+                0.0,
+                &targets(500.0, 50.0),
+                2,
+                64
+            )
+            .replicas,
             2
         );
-        let capped = size_prefill(&service, 1000.0, 0.0, 60.0, poisson, &targets(500.0, 50.0), 1, 8);
+        let capped = size_prefill(
+            &service,
+            1000.0,
+            0.0,
+            60.0,
+            poisson,
+            0.0,
+            &targets(500.0, 50.0),
+            1,
+            8,
+        );
         assert_eq!((capped.replicas, capped.bound), (8, Bound::Maximum));
     }
 
@@ -887,12 +974,15 @@ mod tests {
             arrival_scv: 3.0,
         };
         let ttft = prefill_ttft_s(&queue, 3.0, None, 4);
-        let b = implied_burstiness(&service, 10.0, 4, ttft).unwrap();
+        let b = implied_burstiness(&service, 10.0, 4, ttft, 0.0).unwrap();
         assert!((b - 3.0).abs() < 1e-9, "{b}");
-        assert_eq!(implied_burstiness(&service, 0.0, 4, 1.0), None);
-        assert_eq!(implied_burstiness(&service, 100.0, 4, 1.0), None);
+        assert_eq!(implied_burstiness(&service, 0.0, 4, 1.0, 0.0), None);
+        assert_eq!(implied_burstiness(&service, 100.0, 4, 1.0, 0.0), None);
         // Faster than the model with Poisson arrivals: no less than Poisson.
-        assert_eq!(implied_burstiness(&service, 10.0, 4, 0.2), Some(MIN_BURSTINESS));
+        assert_eq!(
+            implied_burstiness(&service, 10.0, 4, 0.2, 0.0),
+            Some(MIN_BURSTINESS)
+        );
     }
 
     #[test]

@@ -377,6 +377,26 @@ pub(super) const DECODE_BOUND_KV_USAGE: f64 = 0.9;
 /// prompts can fill it for seconds in an interval whose mean is low).
 pub(super) const DECODE_FULL_KV_USAGE: f64 = 0.99;
 
+// First-token overhead.
+
+/// First-token overheads kept: recent calm intervals.
+pub(super) const OVERHEAD_SAMPLES: usize = 10;
+/// Fewest calm intervals that show the overhead before it is planned with.
+pub(super) const MIN_OVERHEAD_SAMPLES: usize = 3;
+/// The kept overheads are a constant when their upper quartile is within this multiple of the
+/// lower: a burst only ever adds to an interval's TTFT, by as much as it happens to, while the
+/// overhead is in every interval's alike. Spread wider, the excess is burst wait and no
+/// overhead is planned.
+pub(super) const OVERHEAD_AGREEMENT: f64 = 2.0;
+/// Largest share of the TTFT target an interval's overhead is learned at: beyond it, a calm
+/// interval's slow first tokens are read as a burst, not as a constant the target cannot
+/// absorb.
+pub(super) const MAX_OVERHEAD_SHARE: f64 = 0.25;
+/// Largest overhead an interval teaches, in its mean ITLs: the first token is the decode
+/// engine's first step after the step under way (1.5 ITLs on average; Dynamo's mocker shows 1
+/// to 2); more is a burst's wait.
+pub(super) const MAX_OVERHEAD_ITLS: f64 = 2.5;
+
 // Decode KV.
 
 /// KV-usage ratios kept (their median corrects the decode model).

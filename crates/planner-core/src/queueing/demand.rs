@@ -24,6 +24,8 @@ pub(super) struct Demand {
     pub service: ServiceMoments,
     /// Arrival burstiness.
     pub burstiness: f64,
+    /// First-token overhead (s): from the end of a prefill to the first token.
+    pub overhead_s: f64,
     /// Prefill engines serving.
     pub serving: f64,
     /// Decode engines serving.
@@ -146,6 +148,7 @@ pub(super) fn plan(
         service: planned.service,
         burstiness: settings
             .bounded_burstiness(learned.burstiness_at(settings, rate).unwrap_or(MIN_BURSTINESS)),
+        overhead_s: learned.overhead_s(),
         serving: seen.serving,
         decode_serving: seen.decode_serving,
         backlog: seen.backlog,

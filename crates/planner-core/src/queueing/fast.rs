@@ -139,6 +139,7 @@ impl Trigger {
                 .map_or(self.basis.burstiness, |b| {
                     settings.bounded_burstiness(b).max(self.basis.burstiness)
                 }),
+            overhead_s: learned.overhead_s(),
             serving: self.serving,
             decode_serving: self.decode_serving,
             backlog: self.backlog,

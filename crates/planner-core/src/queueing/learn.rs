@@ -4,7 +4,9 @@
 //! - the prompt and output length mixes (smoothed);
 //! - the forecast errors of the work the last two ticks forecast for it (prefill seconds, the
 //!   mean prefill time, decode KV demand);
-//! - the arrival burstiness that explains its TTFT, with the rate it was learned at;
+//! - the first-token overhead its TTFT shows beyond the prefill model, when calm;
+//! - the arrival burstiness that explains its TTFT beyond that overhead, with the rate it was
+//!   learned at;
 //! - the ratio of the decode pool's measured KV usage to what the model says it holds.
 
 use std::collections::VecDeque;
@@ -14,7 +16,8 @@ use serde::{Deserialize, Serialize};
 use super::{
     config::{
         Context, DECODE_BOUND_KV_USAGE, DECODE_FULL_KV_USAGE, FORECAST_HORIZONS, KV_LEARN_AFTER,
-        KV_LEARN_MAX_USAGE, KV_RATIO_SAMPLES, MAX_KV_SCALE, QueueingConfig, UNKNOWN_LENGTH_SCV,
+        KV_LEARN_MAX_USAGE, KV_RATIO_SAMPLES, MAX_KV_SCALE, MAX_OVERHEAD_ITLS, MAX_OVERHEAD_SHARE,
+        MIN_OVERHEAD_SAMPLES, OVERHEAD_AGREEMENT, OVERHEAD_SAMPLES, QueueingConfig, UNKNOWN_LENGTH_SCV,
         WHOLE_ENGINES,
     },
     stats::{log_error, median, push_bounded, quantile},
@@ -95,6 +98,10 @@ pub(super) struct Learned {
     burstiness: VecDeque<f64>,
     /// The arrival rate each of `burstiness` was learned at (req/s), newest last.
     burstiness_rates: VecDeque<f64>,
+    /// First-token overheads calm intervals showed, in their mean ITLs, newest last.
+    overheads: VecDeque<f64>,
+    /// The last interval's mean ITL (s) and the largest overhead planned (s), once known.
+    overhead_basis: Option<(f64, f64)>,
     /// Prompt-length moments (smoothed).
     isl: Option<LengthMoments>,
     /// Output-length moments (smoothed).
@@ -215,7 +222,12 @@ impl Learned {
                 }
                 None => service,
             };
-            self.learn_burstiness(observation, rate, service, settings);
+            // Aggregated engines give the first token at the end of the prefill step.
+            let itl_s = observation.itl_ms / 1000.0;
+            if ctx.aggregated.is_none() && itl_s.is_finite() && itl_s > 0.0 {
+                self.overhead_basis = Some((itl_s, ctx.sla.ttft_ms / 1000.0 * MAX_OVERHEAD_SHARE));
+            }
+            self.learn_burstiness(observation, rate, service, settings, ctx.aggregated.is_none());
             self.isl = Some(blend(self.isl, moments));
         }
         if let Some(moments) = seen.osl {
@@ -255,15 +267,18 @@ impl Learned {
         }
     }
 
-    /// Arrival burstiness: when the interval began without a backlog and the prefill engines
-    /// did not change, the TTFT beyond the M/G/c wait is burst wait. `rate` is the interval's
-    /// arrival rate.
+    /// First-token overhead and arrival burstiness: when the interval began without a backlog
+    /// and the prefill engines did not change, a calm interval's TTFT beyond the M/G/c model
+    /// with Poisson arrivals is the overhead (in the interval's ITLs, when `overhead`; more
+    /// than [`MAX_OVERHEAD_ITLS`] is a burst's wait), and the TTFT beyond the overhead and the
+    /// M/G/c wait is burst wait. `rate` is the interval's arrival rate.
     fn learn_burstiness(
         &mut self,
         observation: &Observation,
         rate: f64,
         service: ServiceMoments,
         settings: &QueueingConfig,
+        overhead: bool,
     ) {
         let serving = observation.prefill_engines.filter(|c| c.is_finite() && *c >= 1.0);
         let backlog_now = observation
@@ -287,12 +302,20 @@ impl Learned {
         if !unchanged {
             return;
         }
-        if let Some(burstiness) = sizing::implied_burstiness(
-            &service,
-            rate,
-            engines.round() as u32,
-            observation.ttft_ms / 1000.0,
-        ) {
+        let engines = engines.round() as u32;
+        let ttft_s = observation.ttft_ms / 1000.0;
+        let itl_s = observation.itl_ms / 1000.0;
+        if let Some(o) = sizing::implied_overhead(&service, rate, engines, ttft_s)
+            .filter(|_| overhead && itl_s.is_finite() && itl_s > 0.0)
+        {
+            let itls = o / itl_s;
+            if itls <= MAX_OVERHEAD_ITLS {
+                push_bounded(&mut self.overheads, itls, OVERHEAD_SAMPLES);
+            }
+        }
+        if let Some(burstiness) =
+            sizing::implied_burstiness(&service, rate, engines, ttft_s, self.overhead_s())
+        {
             let kept = settings.burstiness.kept;
             push_bounded(&mut self.burstiness, burstiness, kept);
             push_bounded(&mut self.burstiness_rates, rate, kept);
@@ -379,6 +402,26 @@ impl Learned {
     /// Forecast errors known: prefill work, mean prefill time, decode KV demand.
     pub fn errors(&self) -> (&VecDeque<f64>, &VecDeque<f64>, &VecDeque<f64>) {
         (&self.errors, &self.service_errors, &self.decode_errors)
+    }
+
+    /// The first-token overhead (s) to plan with: the median of the recent calm intervals', in
+    /// ITLs, times the last interval's ITL (at most a share of the TTFT target), once
+    /// [`MIN_OVERHEAD_SAMPLES`] agree (their upper quartile within [`OVERHEAD_AGREEMENT`] times
+    /// the lower); else 0.
+    pub fn overhead_s(&self) -> f64 {
+        let Some((itl_s, cap_s)) = self.overhead_basis else {
+            return 0.0;
+        };
+        if self.overheads.len() < MIN_OVERHEAD_SAMPLES {
+            return 0.0;
+        }
+        let at = |q: f64| quantile(self.overheads.iter().copied(), q).unwrap_or(0.0);
+        let (low, high) = (at(0.25), at(0.75));
+        if low > 0.0 && high <= low * OVERHEAD_AGREEMENT {
+            (at(0.5) * itl_s).clamp(0.0, cap_s)
+        } else {
+            0.0
+        }
     }
 
     /// The measured over modelled KV tokens per running request (the median of the recent

@@ -205,6 +205,7 @@ fn report(
         decode_multiplier: multipliers.decode,
         planned_rate: demand.rate,
         burstiness: demand.burstiness,
+        overhead_ms: demand.overhead_s * 1000.0,
         backlog: demand.backlog,
         isl: demand.isl,
         osl: demand.osl,

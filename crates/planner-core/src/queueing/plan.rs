@@ -100,6 +100,8 @@ pub struct QueueingPlan {
     pub planned_rate: f64,
     /// Arrival burstiness planned for.
     pub burstiness: f64,
+    /// First-token overhead planned with (ms): from the end of a prefill to the first token.
+    pub overhead_ms: f64,
     /// Requests waiting beyond those being prefilled.
     pub backlog: f64,
     /// Prompt-length moments planned for.

@@ -135,6 +135,7 @@ impl<'a, C: PerformanceCurves> Sizer<'a, C> {
             backlog,
             self.interval_s,
             demand.burstiness,
+            demand.overhead_s,
             &self.targets,
             self.min,
             self.max,

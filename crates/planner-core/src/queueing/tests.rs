@@ -354,6 +354,68 @@ fn decode_provides_for_more_kv_demand_when_replicas_serve_intervals_later() {
 }
 
 #[test]
+fn a_constant_first_token_overhead_is_learned_as_overhead_not_bursts() {
+    let config = queueing_config();
+    let isl = LengthMoments {
+        mean: 3000.0,
+        second: 1.5 * 3000.0 * 3000.0,
+    };
+    let service = sizing::prefill_service(&model(), &isl);
+    // Two engines 30 % busy with Poisson arrivals; every first token comes a fixed 100 ms
+    // after its prefill (a KV transfer and the decode engine's first step).
+    let rate = 0.6 / service.mean_s;
+    let overhead_s = 0.1;
+    let poisson = |engines: u32| {
+        let queue = crate::erlang::Queue {
+            arrival_rate: rate,
+            mean_service_s: service.mean_s,
+            service_scv: service.scv,
+            arrival_scv: 1.0,
+        };
+        sizing::prefill_ttft_s(&queue, 1.0, None, engines)
+    };
+    // One engine would meet the target with that overhead; burstiness that explained the same
+    // TTFT on two engines would not (its batch wait doubles on one).
+    assert!(poisson(1) + overhead_s < 0.45, "{}", poisson(1));
+    // (Two decode steps of 50 ms: the first token's step and the one under way.)
+    let calm = Observation {
+        ttft_ms: (poisson(2) + overhead_s) * 1000.0,
+        itl_ms: 50.0,
+        ..seen(rate * 60.0, 0.0, 2.0)
+    };
+    let mut planner = SlaPlanner::new(&config);
+    let mut plan = None;
+    for _ in 0..12 {
+        plan = tick(&mut planner, &config, calm, (2, 2)).queueing().cloned();
+    }
+    let plan = plan.unwrap();
+    // The TTFT beyond the model with Poisson arrivals is the overhead, not a burst: one
+    // engine is enough.
+    assert_eq!(plan.prefill_sizing.replicas, 1, "{plan:?}");
+    assert_eq!(plan.burstiness, sizing::MIN_BURSTINESS, "{plan:?}");
+    let predicted = plan.prefill_sizing.ttft_ms / 1000.0;
+    assert!(
+        (predicted - (poisson(1) + overhead_s)).abs() < 0.01,
+        "{predicted} {}",
+        poisson(1)
+    );
+    // An excess that swings from interval to interval (10 to 110 ms) is burst wait, however
+    // calm: no overhead, and the bursts are planned for.
+    let mut planner = SlaPlanner::new(&config);
+    let mut plan = None;
+    for i in 0..12 {
+        let swinging = Observation {
+            ttft_ms: (poisson(2) + if i % 2 == 0 { 0.01 } else { 0.11 }) * 1000.0,
+            ..calm
+        };
+        plan = tick(&mut planner, &config, swinging, (2, 2)).queueing().cloned();
+    }
+    let plan = plan.unwrap();
+    assert_eq!(plan.overhead_ms, 0.0, "{plan:?}");
+    assert!(plan.burstiness > 2.0, "{plan:?}");
+}
+
+#[test]
 fn a_decode_cache_that_filled_teaches_no_prefill_burstiness() {
     let config = queueing_config();
     // Four engines serve a steady load, then one interval's first tokens come slowly.

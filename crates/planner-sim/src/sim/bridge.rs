@@ -31,7 +31,7 @@ use planner_core::{
     load::LoadSamples,
     profile::{Profile, builtin_names},
     sla::{Limits, Observation, SlaTargets},
-    state::{FastSignals, QueueingConfig},
+    state::{FastSignals, QueueingConfig, QueueingPlan},
 };
 
 use super::{
@@ -103,6 +103,9 @@ struct Logged<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     signals: Option<&'a FastSignals>,
     target: Option<(u32, u32)>,
+    /// The queueing planner's plan, when this check made one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    plan: Option<QueueingPlan>,
 }
 
 /// One window of observations: counters over the window, gauges at its end. Replicas are
@@ -405,6 +408,7 @@ impl BridgeLoop {
                 observation: Some(&ctx.window),
                 signals: None,
                 target: decision,
+                plan: policy.last_plan().cloned(),
             });
             self.window = fresh_window();
             self.fast_arrivals = 0.0;
@@ -457,6 +461,7 @@ impl BridgeLoop {
                 observation: None,
                 signals: Some(&signals),
                 target: decision,
+                plan: decision.and(policy.last_plan().cloned()),
             });
             (Some("fast"), decision)
         } else {

@@ -10,7 +10,9 @@ use planner_core::{
     predictor::{PredictorConfig, PredictorKind},
     sla::{self, Corrections},
     startup::{DEFAULT_SCALE_UP_DELAY, StartupTracker, delay_is_assumed, planned_delay},
-    state::{FastSignals, IntervalMetrics, QueueingConfig, SlaModel, SlaPlanner, SlaPlannerConfig},
+    state::{
+        FastSignals, IntervalMetrics, QueueingConfig, QueueingPlan, SlaModel, SlaPlanner, SlaPlannerConfig,
+    },
 };
 
 use super::{
@@ -173,6 +175,8 @@ pub struct SlaPolicy {
     expected: Option<Duration>,
     /// The replicas asked for when last told.
     asked: Option<(u32, u32)>,
+    /// The queueing plan of the last check that made one.
+    plan: Option<QueueingPlan>,
 }
 
 impl SlaPolicy {
@@ -232,6 +236,7 @@ impl SlaPolicy {
             startup: StartupTracker::default(),
             expected: None,
             asked: None,
+            plan: None,
         }
     }
 
@@ -276,14 +281,14 @@ impl<C: PerformanceCurves> Policy<C> for SlaPolicy {
             SlaModel::Upstream => ctx.serving,
             SlaModel::Queueing => ctx.target,
         };
-        self.planner
-            .tick(
-                &self.config,
-                ctx.model.curves,
-                IntervalMetrics::Observed(ctx.window),
-                current,
-            )
-            .target()
+        let decision = self.planner.tick(
+            &self.config,
+            ctx.model.curves,
+            IntervalMetrics::Observed(ctx.window),
+            current,
+        );
+        self.plan = decision.queueing().cloned();
+        decision.target()
     }
     fn fast_period_s(&self, _: &SimConfig) -> f64 {
         match self.config.model {
@@ -293,9 +298,11 @@ impl<C: PerformanceCurves> Policy<C> for SlaPolicy {
     }
     fn fast_decide(&mut self, ctx: &DecisionContext<'_, C>, signals: &FastSignals) -> Option<(u32, u32)> {
         self.refresh_delay();
-        self.planner
-            .fast_check(&self.config, ctx.model.curves, signals, ctx.target)
-            .and_then(|decision| decision.target())
+        let decision = self
+            .planner
+            .fast_check(&self.config, ctx.model.curves, signals, ctx.target)?;
+        self.plan = decision.queueing().cloned();
+        decision.target()
     }
     fn replicas_changed(&mut self, now_s: f64, asked: (u32, u32), serving: (u32, u32)) {
         let now = Duration::from_secs_f64(now_s.max(0.0));
@@ -307,6 +314,9 @@ impl<C: PerformanceCurves> Policy<C> for SlaPolicy {
     }
     fn gpu_budget_changed(&mut self, budget: Option<u32>) {
         self.config.limits.max_gpu_budget = budget;
+    }
+    fn last_plan(&self) -> Option<&QueueingPlan> {
+        self.plan.as_ref()
     }
 }
 

@@ -19,7 +19,7 @@ use planner_core::{
     interpolation::PerformanceCurves,
     load::LoadSamples,
     sla::{Limits, Load, Observation, SlaTargets},
-    state::{FastSignals, QueueingConfig},
+    state::{FastSignals, QueueingConfig, QueueingPlan},
 };
 
 use super::{
@@ -207,6 +207,10 @@ pub trait Policy<C> {
     /// The GPU budget of both pools changed (`None`: no budget), as an operator rereads
     /// `maxGpuBudget` before each decision; policies without a budget ignore it.
     fn gpu_budget_changed(&mut self, _budget: Option<u32>) {}
+    /// The queueing planner's plan of the last check that made one (for logs).
+    fn last_plan(&self) -> Option<&QueueingPlan> {
+        None
+    }
 }
 
 /// One reporting interval of a run.
