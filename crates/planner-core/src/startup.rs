@@ -12,25 +12,33 @@ use std::{collections::VecDeque, time::Duration};
 /// starts in about a minute; the first measurement replaces it.
 pub const DEFAULT_SCALE_UP_DELAY: Duration = Duration::from_secs(60);
 
+/// The scale-up delay a planner plans with, and whether it is only assumed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlannedDelay {
+    /// The delay to plan with.
+    pub delay: Duration,
+    /// `true` when it is only [`DEFAULT_SCALE_UP_DELAY`]: nothing set, measured or expected.
+    pub assumed: bool,
+}
+
 /// The scale-up delay a planner plans with: the one the policy sets, else the one measured,
 /// else the one the policy says to expect until there is a measurement (a user who knows how
-/// long the model takes to load), else [`DEFAULT_SCALE_UP_DELAY`].
+/// long the model takes to load), else [`DEFAULT_SCALE_UP_DELAY`], assumed.
 pub fn planned_delay(
     set: Option<Duration>,
     measured: Option<Duration>,
     expected: Option<Duration>,
-) -> Duration {
-    set.or(measured).or(expected).unwrap_or(DEFAULT_SCALE_UP_DELAY)
-}
-
-/// Whether [`planned_delay`] is only [`DEFAULT_SCALE_UP_DELAY`]: nothing set, measured or
-/// expected.
-pub fn delay_is_assumed(
-    set: Option<Duration>,
-    measured: Option<Duration>,
-    expected: Option<Duration>,
-) -> bool {
-    set.or(measured).or(expected).is_none()
+) -> PlannedDelay {
+    match set.or(measured).or(expected) {
+        Some(delay) => PlannedDelay {
+            delay,
+            assumed: false,
+        },
+        None => PlannedDelay {
+            delay: DEFAULT_SCALE_UP_DELAY,
+            assumed: true,
+        },
+    }
 }
 
 /// Measures the scale-up delay: from asking for more replicas of a pool to that pool serving
@@ -114,10 +122,19 @@ mod tests {
 
     #[test]
     fn the_planned_delay_is_the_set_one_then_the_measured_then_the_expected() {
-        assert_eq!(planned_delay(None, None, None), DEFAULT_SCALE_UP_DELAY);
-        assert_eq!(planned_delay(None, None, Some(s(300))), s(300));
-        assert_eq!(planned_delay(None, Some(s(200)), Some(s(300))), s(200));
-        assert_eq!(planned_delay(Some(s(90)), Some(s(200)), Some(s(300))), s(90));
+        let planned = |set, measured, expected| {
+            let p = planned_delay(set, measured, expected);
+            (p.delay, p.assumed)
+        };
+        assert_eq!(planned(None, None, None), (DEFAULT_SCALE_UP_DELAY, true));
+        assert_eq!(planned(None, None, Some(s(300))), (s(300), false));
+        assert_eq!(planned(None, Some(s(200)), Some(s(300))), (s(200), false));
+        assert_eq!(planned(Some(s(90)), Some(s(200)), Some(s(300))), (s(90), false));
+        // A delay set to the default's value is known, not assumed.
+        assert_eq!(
+            planned(Some(DEFAULT_SCALE_UP_DELAY), None, None),
+            (DEFAULT_SCALE_UP_DELAY, false)
+        );
     }
 
     #[test]

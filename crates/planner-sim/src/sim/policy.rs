@@ -9,7 +9,7 @@ use planner_core::{
     load::{LoadConfig, LoadPlanner},
     predictor::{PredictorConfig, PredictorKind},
     sla::{self, Corrections},
-    startup::{DEFAULT_SCALE_UP_DELAY, StartupTracker, delay_is_assumed, planned_delay},
+    startup::{DEFAULT_SCALE_UP_DELAY, StartupTracker, planned_delay},
     state::{
         FastSignals, IntervalMetrics, QueueingConfig, QueueingPlan, SlaModel, SlaPlanner, SlaPlannerConfig,
     },
@@ -248,10 +248,9 @@ impl SlaPolicy {
     /// The measured delay (else the one expected, else the default) into the planner's
     /// settings, as the operator refreshes them before each decision.
     fn refresh_delay(&mut self) {
-        self.config.queueing.scale_up_delay_s =
-            planned_delay(None, self.startup.delay(), self.expected).as_secs_f64();
-        self.config.queueing.scale_up_delay_assumed =
-            delay_is_assumed(None, self.startup.delay(), self.expected);
+        let planned = planned_delay(None, self.startup.delay(), self.expected);
+        self.config.queueing.scale_up_delay_s = planned.delay.as_secs_f64();
+        self.config.queueing.scale_up_delay_assumed = planned.assumed;
     }
 
     /// The planner's configuration.

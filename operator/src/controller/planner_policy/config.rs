@@ -8,7 +8,7 @@ use planner_core::{
     load::LoadConfig,
     predictor::{self, KalmanConfig, PredictorConfig},
     sla::{Limits, SlaTargets},
-    startup::{delay_is_assumed, planned_delay},
+    startup::planned_delay,
     state::{self, FastPath, QueueingConfig, SlaPlannerConfig, Stabilisation},
 };
 
@@ -32,6 +32,11 @@ pub fn sla_config(
 ) -> SlaPlannerConfig {
     let interval_s = validated.interval.as_secs_f64();
     let predictor = &spec.predictor;
+    let delay = planned_delay(
+        validated.scale_up_delay,
+        measured_delay,
+        validated.expected_scale_up_delay,
+    );
     SlaPlannerConfig {
         interval_s,
         sla: SlaTargets {
@@ -65,17 +70,8 @@ pub fn sla_config(
         queueing: QueueingConfig {
             ttft_percentile: spec.sla.ttft_percentile,
             itl_percentile: spec.sla.itl_percentile,
-            scale_up_delay_s: planned_delay(
-                validated.scale_up_delay,
-                measured_delay,
-                validated.expected_scale_up_delay,
-            )
-            .as_secs_f64(),
-            scale_up_delay_assumed: delay_is_assumed(
-                validated.scale_up_delay,
-                measured_delay,
-                validated.expected_scale_up_delay,
-            ),
+            scale_up_delay_s: delay.delay.as_secs_f64(),
+            scale_up_delay_assumed: delay.assumed,
             stabilisation: Stabilisation {
                 window_s: validated.stabilization.as_secs_f64(),
                 ..Stabilisation::default()

@@ -620,7 +620,8 @@ async fn reconcile_policy(policy: &PlannerPolicy, ctx: &PlannerContext) -> Resul
                         validated.scale_up_delay,
                         runtime.startup.delay(),
                         validated.expected_scale_up_delay,
-                    );
+                    )
+                    .delay;
                     let gate = ready_gate(&policy.spec, ready, (&runtime.startup, delay), asked, wanted, now);
                     KubernetesConnector {
                         client: client.clone(),
