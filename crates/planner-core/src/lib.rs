@@ -12,6 +12,7 @@ pub mod interpolation;
 pub mod latency;
 pub mod load;
 pub mod mocker;
+pub mod policy;
 pub mod predictor;
 pub mod profile;
 pub mod queueing;

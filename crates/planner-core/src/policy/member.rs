@@ -1,0 +1,133 @@
+//! A policy's side of a shared GPU budget: what it asks for in a round (its floor, what its
+//! decision wants, its SLA risk) and the decision the budget lets it carry out now. The rounds
+//! themselves are [`crate::budget::arbitrate`]'s; a driver runs them (the operator's ledger
+//! between policies reconciled one after another, the simulator's over graphs stepped
+//! together) and hands the answer back.
+
+use serde::Serialize;
+
+use crate::budget::{self, Grant, GrantReason, PoolAsk};
+
+use super::report::{Decision, GrantReport, LimitReason, Limitation};
+
+/// The budget a policy plans in.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Membership {
+    /// The budget's name.
+    pub name: String,
+    /// The policy's priority in it.
+    pub priority: i32,
+    /// The policy's weight among equal priorities.
+    pub weight: f64,
+    /// Replicas of each pool it never goes below (`spec.bounds.minReplicas`, at least 1).
+    pub floor: u32,
+    /// GPUs per replica (prefill, decode).
+    pub gpus: (u32, u32),
+    /// One aggregated worker pool.
+    pub aggregated: bool,
+}
+
+/// A member's request for a round.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MemberAsk {
+    /// Its priority.
+    pub priority: i32,
+    /// Its weight.
+    pub weight: f64,
+    /// How far it misses its SLA ([`budget::sla_risk`]).
+    pub risk: f64,
+    /// Per pool (one for an aggregated graph): floor, want, GPUs per replica.
+    pub pools: Vec<PoolAsk>,
+}
+
+/// What the budget answers a member.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Answer {
+    /// Its grant this round.
+    pub grant: Grant,
+    /// Replicas per pool it may ask for now (at most the grant: growth waits for GPUs others
+    /// still hold).
+    pub allowed: Vec<u32>,
+    /// The budget's total.
+    pub total: u64,
+}
+
+impl Membership {
+    /// The request for a round: the floor and what the member wants per pool.
+    pub fn ask(&self, want: (u32, u32), risk: f64) -> MemberAsk {
+        MemberAsk {
+            priority: self.priority,
+            weight: self.weight,
+            risk,
+            pools: budget::graph_request_pools(
+                self.aggregated,
+                (self.floor, self.floor),
+                want,
+                self.gpus,
+            ),
+        }
+    }
+}
+
+/// Replicas of a pool the budget lets it ask for: what it is allowed, never below its floor
+/// unless it already is (a member whose floor the budget cannot fund keeps its minimum
+/// replicas, outside the budget, rather than being scaled to zero).
+fn clip(allowed: u32, asked: u32, floor: u32) -> u32 {
+    allowed.max(asked.min(floor))
+}
+
+/// Cuts `decision` to what the budget lets it be now, and says what the grant is. `asked` is
+/// the replicas asked for now; the decision's target (else the replicas it last wanted) was the
+/// request.
+pub(crate) fn granted(decision: &mut Decision, membership: &Membership, answer: &Answer, asked: (u32, u32)) {
+    let aggregated = membership.aggregated;
+    let floor = membership.floor;
+    let allowed = budget::graph_replicas(aggregated, &answer.allowed, asked);
+    let target = (clip(allowed.0, asked.0, floor), clip(allowed.1, asked.1, floor));
+    let grant = &answer.grant;
+    let mut explanation = grant.explanation(answer.total);
+    let granted = budget::graph_replicas(aggregated, &grant.replicas, (0, 0));
+    let waiting = allowed.0 < granted.0 || allowed.1 < granted.1;
+    let mut limit = grant.limit(answer.total);
+    if waiting {
+        // An aggregated graph runs its one pool's grant as both halves of the target.
+        let note = if aggregated {
+            format!(
+                "; workers {} now, {} once other members release the GPUs they still hold",
+                target.0, granted.0
+            )
+        } else {
+            format!(
+                "; prefill {} and decode {} now, {} and {} once other members release the GPUs they still hold",
+                target.0, target.1, granted.0, granted.1
+            )
+        };
+        explanation.push_str(&note);
+        limit.push_str(&note);
+    }
+    let changed = match decision.target {
+        Some(want) => target != want,
+        None => target != asked,
+    };
+    if changed {
+        decision.target = Some(target);
+        decision.note(&format!("budget {}: {explanation}", membership.name));
+    }
+    if grant.reason != GrantReason::Full || waiting {
+        // Its changes are Events: say what limits the grant, not the request of the moment.
+        decision.limitation = Some(Limitation {
+            reason: LimitReason::SharedBudget,
+            message: format!("budget {}: {limit}", membership.name),
+        });
+    } else if decision.limitation.is_none() {
+        decision.limitation = Some(Limitation::within_bounds());
+    }
+    decision.grant = Some(GrantReport {
+        name: membership.name.clone(),
+        floor_gpus: grant.floor_gpus,
+        asked_gpus: grant.asked_gpus,
+        granted_gpus: grant.gpus,
+        reason: grant.reason,
+        message: explanation,
+    });
+}
