@@ -85,7 +85,7 @@ pub fn shared_service(
 
 impl AggregatedEngine {
     /// Prompt tokens a step carries (the default when the setting is not a positive number).
-    pub(crate) fn chunk(&self) -> f64 {
+    pub fn chunk(&self) -> f64 {
         if self.chunk_tokens.is_finite() && self.chunk_tokens >= 1.0 {
             self.chunk_tokens
         } else {

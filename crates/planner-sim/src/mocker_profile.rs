@@ -1,7 +1,7 @@
 //! `planner-sim mocker-profile`: writes a profile's latencies as the NPZ file Dynamo's mocker
 //! engine (`python -m dynamo.mocker --planner-profile-data FILE`) and its offline replay time
 //! themselves by, so that real Dynamo engines in the test bed serve as fast as the profile a
-//! PlannerPolicy plans with (see [`planner_core::mocker`]).
+//! PlannerPolicy plans with (see [`planner_sim_engine::mocker`]).
 
 use std::path::{Path, PathBuf};
 
@@ -9,9 +9,11 @@ use ndarray::{Array1, Array2};
 use ndarray_npy::NpzWriter;
 use planner_core::{
     interpolation::PerformanceModel,
+    profile::{Profile, builtin_names},
+};
+use planner_sim_engine::{
     latency::{EngineSpec, LatencyModel},
     mocker::MockerTables,
-    profile::{Profile, builtin_names},
 };
 
 /// Arguments of `planner-sim mocker-profile`.

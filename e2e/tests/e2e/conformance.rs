@@ -16,10 +16,11 @@ use e2e::{
     dynamo::{self, Bed, Engine, MODEL, Mode, Request},
     poll_until, sim_binary,
 };
-use planner_core::{latency::EngineSpec, profile::Profile};
+use planner_core::profile::Profile;
 use planner_operator::sources::prometheus::{
     KvUsageSource, PrometheusClient, Reading, SeriesFilter, served_models_query,
 };
+use planner_sim_engine::latency::EngineSpec;
 use serde_json::Value;
 
 use crate::prometheus::{Job, Prometheus, unix_now};

@@ -59,12 +59,7 @@ impl Membership {
             priority: self.priority,
             weight: self.weight,
             risk,
-            pools: budget::graph_request_pools(
-                self.aggregated,
-                (self.floor, self.floor),
-                want,
-                self.gpus,
-            ),
+            pools: budget::graph_request_pools(self.aggregated, (self.floor, self.floor), want, self.gpus),
         }
     }
 }
@@ -130,4 +125,145 @@ pub(crate) fn granted(decision: &mut Decision, membership: &Membership, answer: 
         reason: grant.reason,
         message: explanation,
     });
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::{
+        budget::Contender,
+        policy::report::{Check, LimitReason},
+    };
+
+    fn membership(aggregated: bool) -> Membership {
+        Membership {
+            name: "gpus".into(),
+            priority: 0,
+            weight: 1.0,
+            floor: 1,
+            gpus: (4, 4),
+            aggregated,
+        }
+    }
+
+    fn answer(reason: GrantReason, replicas: [u32; 2], allowed: [u32; 2]) -> Answer {
+        Answer {
+            grant: Grant {
+                member: "team/steady".into(),
+                replicas: replicas.to_vec(),
+                gpus: u64::from(replicas[0] + replicas[1]) * 4,
+                asked_gpus: 16,
+                floor_gpus: 8,
+                reason,
+                contenders: vec![Contender {
+                    member: "team/burst".into(),
+                    priority: 10,
+                    gpus: 16,
+                }],
+            },
+            allowed: allowed.to_vec(),
+            total: 32,
+        }
+    }
+
+    fn decision(target: Option<(u32, u32)>) -> Decision {
+        let mut decision = Decision::keep(Check::Interval);
+        decision.target = target;
+        if target.is_some() {
+            decision.message = "sized for the forecast".into();
+        }
+        decision
+    }
+
+    fn granted_to(
+        target: Option<(u32, u32)>,
+        answer: &Answer,
+        asked: (u32, u32),
+        aggregated: bool,
+    ) -> Decision {
+        let mut d = decision(target);
+        granted(&mut d, &membership(aggregated), answer, asked);
+        d
+    }
+
+    #[test]
+    fn a_cut_decision_is_carried_out_at_the_grant_and_says_why() {
+        let d = granted_to(
+            Some((2, 2)),
+            &answer(GrantReason::Cut, [1, 1], [1, 1]),
+            (2, 2),
+            false,
+        );
+        assert_eq!(d.target, Some((1, 1)));
+        assert_eq!(
+            d.message,
+            "sized for the forecast; budget gpus: granted 8 of the 16 GPUs asked (floor 8): the budget's 32 GPUs went first to team/burst (priority 10, 16 GPUs)"
+        );
+        assert_eq!(d.limitation.unwrap().reason, LimitReason::SharedBudget);
+        let grant = d.grant.unwrap();
+        assert_eq!(
+            (grant.reason, grant.granted_gpus, grant.asked_gpus),
+            (GrantReason::Cut, 8, 16)
+        );
+    }
+
+    #[test]
+    fn between_decisions_a_cut_shrinks_and_a_release_grows_towards_the_last_want() {
+        // No decision (a wake): cut from 2+2 to the floor.
+        let d = granted_to(None, &answer(GrantReason::Cut, [1, 1], [1, 1]), (2, 2), false);
+        assert_eq!(d.target, Some((1, 1)));
+        assert!(d.message.starts_with("budget gpus: granted 8 of the 16 GPUs"));
+        // Granted in full again: back to what it wanted.
+        let d = granted_to(None, &answer(GrantReason::Full, [2, 2], [2, 2]), (1, 1), false);
+        assert_eq!(d.target, Some((2, 2)));
+        assert_eq!(d.grant.unwrap().reason, GrantReason::Full);
+        // Nothing to change: no target, no message.
+        let d = granted_to(None, &answer(GrantReason::Full, [2, 2], [2, 2]), (2, 2), false);
+        assert_eq!((d.target, d.message.as_str()), (None, ""));
+    }
+
+    #[test]
+    fn growth_waiting_for_released_gpus_is_said() {
+        let d = granted_to(
+            Some((4, 2)),
+            &answer(GrantReason::Full, [4, 2], [3, 1]),
+            (1, 1),
+            false,
+        );
+        assert_eq!(d.target, Some((3, 1)));
+        assert!(d.message.ends_with(
+            "prefill 3 and decode 1 now, 4 and 2 once other members release the GPUs they still hold"
+        ));
+    }
+
+    #[test]
+    fn an_aggregated_graph_asks_for_its_one_pool_and_runs_its_grant_as_both() {
+        assert_eq!(membership(false).ask((3, 4), 1.0).pools.len(), 2);
+        let pools = membership(true).ask((3, 4), 1.0).pools;
+        assert_eq!(
+            (pools.len(), pools[0].floor, pools[0].want, pools[0].gpus),
+            (1, 1, 4, 4)
+        );
+        let mut one = answer(GrantReason::Cut, [3, 0], [2, 0]);
+        one.grant.replicas.truncate(1);
+        one.allowed.truncate(1);
+        let d = granted_to(Some((4, 4)), &one, (1, 1), true);
+        assert_eq!(d.target, Some((2, 2)));
+        assert!(
+            d.message
+                .ends_with("workers 2 now, 3 once other members release the GPUs they still hold")
+        );
+    }
+
+    #[test]
+    fn an_unfunded_floor_keeps_the_minimum_replicas() {
+        let d = granted_to(
+            Some((2, 2)),
+            &answer(GrantReason::FloorUnfunded, [0, 0], [0, 0]),
+            (2, 2),
+            false,
+        );
+        assert_eq!(d.target, Some((1, 1)));
+    }
 }

@@ -41,6 +41,7 @@ use crate::{
     state::{FastSignals, SlaModel, SlaPlannerConfig},
 };
 
+use self::schedule::Schedule;
 pub use self::{
     guard::{Guards, NOT_READY},
     member::{Answer, MemberAsk, Membership},
@@ -48,7 +49,6 @@ pub use self::{
     report::{Check, Decision, GrantReport, LimitReason, Limitation, MetricsState},
     schedule::{Due, MIN_FAST_WINDOW},
 };
-use self::schedule::Schedule;
 
 /// The share of intervals meeting the SLA is counted over this much time.
 pub const ATTAINMENT_WINDOW: Duration = Duration::from_secs(3600);
@@ -258,6 +258,14 @@ impl PolicyLoop {
     /// Stage 1: what is due at `now`, with the target's `replicas` (which also time the
     /// scale-up delay and the engines serving through the interval).
     pub fn due(&mut self, now: Duration, replicas: Replicas) -> Due {
+        self.observe(now, replicas);
+        let fast_period = self.fast_period();
+        self.schedule.due(now, self.settings.interval, fast_period)
+    }
+
+    /// The target's replicas at `now`, between wakes too (a driver that sees them change): they
+    /// time the scale-up delay and the engines serving through the interval.
+    pub fn observe(&mut self, now: Duration, replicas: Replicas) {
         if let Some(before) = self.asked.filter(|before| *before != replicas.asked) {
             // Changed by someone else, or by a change the loop was not told of.
             self.startup.scaled(before, replicas.asked, now);
@@ -265,8 +273,6 @@ impl PolicyLoop {
         self.asked = Some(replicas.asked);
         self.startup.observe(replicas.serving, now);
         self.engines.record(now, replicas.serving);
-        let fast_period = self.fast_period();
-        self.schedule.due(now, self.settings.interval, fast_period)
     }
 
     /// Stage 2: the planner on what the driver read, then the guards; a member's request.
@@ -437,7 +443,11 @@ impl PolicyLoop {
 /// Whether an interval's observation met the targets: its TTFT (at the percentile the policy
 /// targets, when it sets one and the observation carries that quantile; else the mean) and its
 /// mean ITL. `None` without first tokens.
-pub fn sla_met(observation: &Observation, targets: &SlaTargets, ttft_percentile: Option<f64>) -> Option<bool> {
+pub fn sla_met(
+    observation: &Observation,
+    targets: &SlaTargets,
+    ttft_percentile: Option<f64>,
+) -> Option<bool> {
     let ttft = match (ttft_percentile, observation.ttft_quantile_ms) {
         (Some(p), Some((q, value))) if (q - p / 100.0).abs() < 1e-6 && value.is_finite() => value,
         _ => observation.ttft_ms,

@@ -7,8 +7,9 @@
 use std::time::Duration;
 
 /// Shortest window a fast check reads rates over: Prometheus needs two scrapes of a series in a
-/// window, and a scrape interval of 10 s (the frontend PodMonitors' usual) leaves two in 20 s.
-pub const MIN_FAST_WINDOW: Duration = Duration::from_secs(20);
+/// window, and NVIDIA's PodMonitors scrape every 5 s, which leaves two in 10 s. A driver whose
+/// window holds fewer reads a wider one (the operator doubles it until the series shows).
+pub const MIN_FAST_WINDOW: Duration = Duration::from_secs(10);
 
 /// What is due at a wake.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,7 +90,8 @@ impl Schedule {
 
     /// Time since the last interval ran (zero before the first).
     pub(crate) fn since_interval(&self, now: Duration) -> Duration {
-        self.last_interval.map_or(Duration::ZERO, |last| now.saturating_sub(last))
+        self.last_interval
+            .map_or(Duration::ZERO, |last| now.saturating_sub(last))
     }
 }
 
@@ -135,7 +137,10 @@ mod tests {
     fn fast_checks_run_between_intervals_over_at_least_two_scrapes() {
         let mut schedule = Schedule::default();
         let (interval, period) = (s(60), Some(s(10)));
-        assert!(matches!(schedule.due(s(0), interval, period), Due::Interval { .. }));
+        assert!(matches!(
+            schedule.due(s(0), interval, period),
+            Due::Interval { .. }
+        ));
         assert_eq!(schedule.next_wake(), Some(s(10)));
         assert_eq!(schedule.due(s(5), interval, period), Due::Idle);
         for t in [10, 20, 30, 40, 50] {
@@ -149,11 +154,25 @@ mod tests {
             assert_eq!(schedule.since_interval(s(t)), s(t));
         }
         // At the interval, the interval runs, not a fast check; the next check is a period on.
-        assert!(matches!(schedule.due(s(60), interval, period), Due::Interval { .. }));
+        assert!(matches!(
+            schedule.due(s(60), interval, period),
+            Due::Interval { .. }
+        ));
         assert_eq!(schedule.next_wake(), Some(s(70)));
-        // A long period reads its own window.
+        // A long period reads its own window, a short one at least two scrapes.
         let mut slow = Schedule::default();
         slow.due(s(0), interval, Some(s(30)));
-        assert_eq!(slow.due(s(30), interval, Some(s(30))), Due::Fast { window: s(30) });
+        assert_eq!(
+            slow.due(s(30), interval, Some(s(30))),
+            Due::Fast { window: s(30) }
+        );
+        let mut quick = Schedule::default();
+        quick.due(s(0), interval, Some(s(5)));
+        assert_eq!(
+            quick.due(s(5), interval, Some(s(5))),
+            Due::Fast {
+                window: MIN_FAST_WINDOW
+            }
+        );
     }
 }

@@ -63,13 +63,21 @@ fn interval(
     ready: Option<bool>,
 ) -> Decision {
     assert!(matches!(policy.due(now, at), Due::Interval { .. }), "at {now:?}");
-    let proposal = policy.decide(now, Input::Interval(Observed::Frontend(metrics)), at, Some(&model()));
+    let proposal = policy.decide(
+        now,
+        Input::Interval(Observed::Frontend(metrics)),
+        at,
+        Some(&model()),
+    );
     policy.settle(now, proposal, None, at, ready)
 }
 
 #[test]
 fn a_busy_interval_scales_within_the_maximum_and_says_what_limited_it() {
-    let mut policy = PolicyLoop::new(Planner::sla(sla_config(SlaModel::Upstream, 3)), LoopSettings::default());
+    let mut policy = PolicyLoop::new(
+        Planner::sla(sla_config(SlaModel::Upstream, 3)),
+        LoopSettings::default(),
+    );
     let decision = interval(
         &mut policy,
         s(0),
@@ -82,12 +90,19 @@ fn a_busy_interval_scales_within_the_maximum_and_says_what_limited_it() {
     assert_eq!(decision.metrics, Some(MetricsState::Observed));
     let limitation = decision.limitation.unwrap();
     assert_eq!(limitation.reason, LimitReason::MaxReplicas);
-    assert!(decision.message.contains("capped at the maximum of 3"), "{}", decision.message);
+    assert!(
+        decision.message.contains("capped at the maximum of 3"),
+        "{}",
+        decision.message
+    );
 }
 
 #[test]
 fn missing_metrics_keep_the_replicas_and_say_why() {
-    let mut policy = PolicyLoop::new(Planner::sla(sla_config(SlaModel::Queueing, 8)), LoopSettings::default());
+    let mut policy = PolicyLoop::new(
+        Planner::sla(sla_config(SlaModel::Queueing, 8)),
+        LoopSettings::default(),
+    );
     let decision = interval(
         &mut policy,
         s(0),
@@ -104,7 +119,11 @@ fn missing_metrics_keep_the_replicas_and_say_why() {
             reason: "Prometheus did not answer".into()
         })
     );
-    assert!(decision.message.starts_with("keeping replicas: metrics unavailable"));
+    assert!(
+        decision
+            .message
+            .starts_with("keeping replicas: metrics unavailable")
+    );
     assert_eq!(decision.limitation, None);
 }
 
@@ -167,14 +186,49 @@ fn a_scale_up_waits_for_a_stuck_target_only_when_its_last_one_is_overdue() {
     policy.due(s(0), both(1));
     policy.actuated(s(0), (1, 1), (3, 1));
     let starting = replicas((3, 1), (1, 1));
-    assert!(guard::gate_open(Some(false), true, (&policy.startup, s(100)), (3, 1), (4, 1), s(150)));
-    assert!(!guard::gate_open(Some(false), true, (&policy.startup, s(100)), (3, 1), (4, 1), s(201)));
+    assert!(guard::gate_open(
+        Some(false),
+        true,
+        (&policy.startup, s(100)),
+        (3, 1),
+        (4, 1),
+        s(150)
+    ));
+    assert!(!guard::gate_open(
+        Some(false),
+        true,
+        (&policy.startup, s(100)),
+        (3, 1),
+        (4, 1),
+        s(201)
+    ));
     // Upstream's rule (no replicas counted as starting) holds every scale-up until Ready...
-    assert!(!guard::gate_open(Some(false), false, (&policy.startup, s(100)), (3, 1), (4, 1), s(10)));
+    assert!(!guard::gate_open(
+        Some(false),
+        false,
+        (&policy.startup, s(100)),
+        (3, 1),
+        (4, 1),
+        s(10)
+    ));
     // ... and never a scale-down.
-    assert!(guard::gate_open(Some(false), false, (&policy.startup, s(100)), (3, 1), (2, 1), s(10)));
+    assert!(guard::gate_open(
+        Some(false),
+        false,
+        (&policy.startup, s(100)),
+        (3, 1),
+        (2, 1),
+        s(10)
+    ));
     // Without a notion of readiness nothing is held.
-    assert!(guard::gate_open(None, false, (&policy.startup, s(100)), (3, 1), (4, 1), s(500)));
+    assert!(guard::gate_open(
+        None,
+        false,
+        (&policy.startup, s(100)),
+        (3, 1),
+        (4, 1),
+        s(500)
+    ));
     let mut held = Decision::keep(Check::Interval);
     held.target = Some((5, 1));
     let decision = policy.settle(
@@ -218,7 +272,10 @@ fn the_scale_up_delay_is_measured_at_the_wakes_and_planned_with() {
         ..LoopSettings::default()
     };
     let mut policy = PolicyLoop::new(Planner::sla(sla_config(SlaModel::Queueing, 8)), settings);
-    assert_eq!(policy.planned_delay().delay, crate::startup::DEFAULT_SCALE_UP_DELAY);
+    assert_eq!(
+        policy.planned_delay().delay,
+        crate::startup::DEFAULT_SCALE_UP_DELAY
+    );
     assert!(policy.planned_delay().assumed);
     policy.due(s(0), both(1));
     policy.actuated(s(0), (1, 1), (2, 1));
@@ -241,14 +298,26 @@ fn the_interval_reads_the_engines_that_served_through_it() {
         ..LoopSettings::default()
     };
     let mut policy = PolicyLoop::new(Planner::sla(sla_config(SlaModel::Queueing, 8)), settings);
-    interval(&mut policy, s(0), IntervalMetrics::Observed(observed(60.0)), both(2), None);
+    interval(
+        &mut policy,
+        s(0),
+        IntervalMetrics::Observed(observed(60.0)),
+        both(2),
+        None,
+    );
     // Four engines seen from 30 s on (two at 20 s): between the wakes that saw the change the
     // count is taken to change evenly, so the interval averaged (20·2 + 10·3 + 30·4)/60.
     for t in (10..60).step_by(10) {
         let n = if t >= 30 { 4 } else { 2 };
         policy.due(s(t), both(n));
     }
-    let decision = interval(&mut policy, s(60), IntervalMetrics::Observed(observed(60.0)), both(4), None);
+    let decision = interval(
+        &mut policy,
+        s(60),
+        IntervalMetrics::Observed(observed(60.0)),
+        both(4),
+        None,
+    );
     let observed = decision.observed.unwrap();
     assert_eq!(observed.prefill_engines, Some(190.0 / 60.0));
     assert_eq!(observed.decode_engines, Some(190.0 / 60.0));
@@ -261,8 +330,19 @@ fn fast_checks_are_told_the_time_since_the_interval_and_the_engines_serving() {
         ..LoopSettings::default()
     };
     let mut policy = PolicyLoop::new(Planner::sla(sla_config(SlaModel::Queueing, 8)), settings);
-    interval(&mut policy, s(0), IntervalMetrics::Observed(observed(60.0)), both(1), None);
-    assert_eq!(policy.due(s(10), both(1)), Due::Fast { window: MIN_FAST_WINDOW });
+    interval(
+        &mut policy,
+        s(0),
+        IntervalMetrics::Observed(observed(60.0)),
+        both(1),
+        None,
+    );
+    assert_eq!(
+        policy.due(s(10), both(1)),
+        Due::Fast {
+            window: MIN_FAST_WINDOW
+        }
+    );
     // A surge the interval did not plan for: more replicas at once.
     let signals = FastSignals {
         elapsed_s: f64::NAN,
@@ -283,14 +363,22 @@ fn fast_checks_are_told_the_time_since_the_interval_and_the_engines_serving() {
     let plan = proposal.decision.plan.clone().expect("a fast plan");
     assert!(proposal.decision.target.is_some_and(|t| t.0 > 1), "{plan:?}");
     // Signals that could not be read decide nothing.
-    assert_eq!(policy.due(s(20), both(1)), Due::Fast { window: MIN_FAST_WINDOW });
+    assert_eq!(
+        policy.due(s(20), both(1)),
+        Due::Fast {
+            window: MIN_FAST_WINDOW
+        }
+    );
     let idle = policy.decide(s(20), Input::Fast(None), both(1), Some(&model()));
     assert!(idle.is_idle());
 }
 
 #[test]
 fn the_share_of_intervals_meeting_the_sla_covers_the_last_hour() {
-    let mut policy = PolicyLoop::new(Planner::sla(sla_config(SlaModel::Upstream, 8)), LoopSettings::default());
+    let mut policy = PolicyLoop::new(
+        Planner::sla(sla_config(SlaModel::Upstream, 8)),
+        LoopSettings::default(),
+    );
     let slow = Observation {
         ttft_ms: 900.0,
         ..observed(60.0)
@@ -298,7 +386,13 @@ fn the_share_of_intervals_meeting_the_sla_covers_the_last_hour() {
     let mut t = 0;
     for met in [true, false, true, true] {
         let observation = if met { observed(60.0) } else { slow };
-        let decision = interval(&mut policy, s(t), IntervalMetrics::Observed(observation), both(1), None);
+        let decision = interval(
+            &mut policy,
+            s(t),
+            IntervalMetrics::Observed(observation),
+            both(1),
+            None,
+        );
         assert_eq!(decision.sla_met, Some(met));
         t += 60;
     }
@@ -379,12 +473,23 @@ fn a_member_asks_for_its_decision_and_is_cut_to_its_grant() {
     // Between decisions it asks again for what it last wanted.
     let between = policy.decide(s(10), Input::Grant, replicas((3, 2), (3, 2)), Some(&model()));
     assert_eq!(
-        between.ask.unwrap().pools.iter().map(|p| p.want).collect::<Vec<_>>(),
+        between
+            .ask
+            .unwrap()
+            .pools
+            .iter()
+            .map(|p| p.want)
+            .collect::<Vec<_>>(),
         [8, 8]
     );
     // A member whose floor is unfunded keeps its floor.
     let mut floor = Decision::keep(Check::Grant);
-    member::granted(&mut floor, &membership(), &answer(GrantReason::FloorUnfunded, [0, 0], [0, 0]), (2, 2));
+    member::granted(
+        &mut floor,
+        &membership(),
+        &answer(GrantReason::FloorUnfunded, [0, 0], [0, 0]),
+        (2, 2),
+    );
     assert_eq!(floor.target, Some((1, 1)));
 }
 
@@ -412,7 +517,13 @@ fn the_load_planner_holds_on_missing_samples_and_plans_on_samples() {
         decode_kv_usage: vec![0.95; 6],
         decode_kv_lower_bound: false,
     };
-    let proposal = policy.decide::<PerformanceModel>(s(60), Input::Interval(Observed::Samples(Ok(busy))), at, None);
+    let proposal =
+        policy.decide::<PerformanceModel>(s(60), Input::Interval(Observed::Samples(Ok(busy))), at, None);
     assert_eq!(proposal.decision.target, Some((3, 3)));
-    assert!(proposal.decision.message.starts_with("load mode: prefill ScaleUp"));
+    assert!(
+        proposal
+            .decision
+            .message
+            .starts_with("load mode: prefill ScaleUp")
+    );
 }

@@ -16,7 +16,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use planner_core::latency::Job;
+use planner_sim_engine::latency::Job;
 use serde::Serialize;
 use tokio::sync::watch;
 use tracing::{info, warn};

@@ -43,10 +43,8 @@ use clap::Args;
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, Client, api::ListParams};
 use planner_api::labels::{LABEL_COMPONENT_TYPE, LABEL_GRAPH};
-use planner_core::{
-    latency::EngineSpec,
-    profile::{Profile, builtin_names},
-};
+use planner_core::profile::{Profile, builtin_names};
+use planner_sim_engine::latency::EngineSpec;
 use serde::Serialize;
 use tokio::sync::watch;
 use tracing::{info, warn};

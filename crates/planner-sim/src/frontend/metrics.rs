@@ -42,7 +42,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use planner_core::latency::{Job, Observer, Outcome, Snapshot};
+use planner_sim_engine::latency::{Job, Observer, Outcome, Snapshot};
 
 use crate::sim::metrics::{DURATION_BOUNDS, ISL_BOUNDS, ITL_BOUNDS, OSL_BOUNDS, TTFT_BOUNDS};
 

@@ -2,7 +2,7 @@
 //! trace in real time (optionally faster, and at a rate scale that can be changed while it
 //! runs), counts the prefill and decode pods that are Ready (or takes fixed counts), derives
 //! TTFT and ITL from a profile and that capacity with the simulator's latency model
-//! ([`planner_core::latency`]), and serves the `dynamo_frontend_*` metrics on `/metrics`.
+//! ([`planner_sim_engine::latency`]), and serves the `dynamo_frontend_*` metrics on `/metrics`.
 //!
 //! It is a subcommand of the operator binary (`planner-operator synthetic-frontend`) rather
 //! than a separate binary: one more binary would be one more large link (kube, rustls,
@@ -47,9 +47,9 @@ use planner_api::labels::{LABEL_COMPONENT_TYPE, LABEL_GRAPH};
 use planner_core::{
     aggregated::AggregatedEngine,
     interpolation::PerformanceModel,
-    latency::{EngineSpec, LatencyModel},
     profile::{Profile, builtin_names},
 };
+use planner_sim_engine::latency::{EngineSpec, LatencyModel};
 
 use crate::{LoadArgs, sim::trace};
 

@@ -1,11 +1,8 @@
 //! Replays a request trace through the latency model as time passes, at a rate scale that may
 //! change while it runs (pure; the caller supplies the clock and the capacity).
 
-use planner_core::{
-    aggregated::AggregatedEngine,
-    interpolation::PerformanceCurves,
-    latency::{Cluster, LatencyModel, Observer, Snapshot},
-};
+use planner_core::{aggregated::AggregatedEngine, interpolation::PerformanceCurves};
+use planner_sim_engine::latency::{Cluster, LatencyModel, Observer, Snapshot};
 
 use crate::sim::trace::{Arrivals, Request};
 
@@ -89,10 +86,8 @@ impl Replay {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use planner_core::{
-        interpolation::DecodeOperatingPoint,
-        latency::{EngineSpec, Job, Outcome},
-    };
+    use planner_core::interpolation::DecodeOperatingPoint;
+    use planner_sim_engine::latency::{EngineSpec, Job, Outcome};
 
     struct Flat;
     impl PerformanceCurves for Flat {

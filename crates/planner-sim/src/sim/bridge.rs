@@ -28,18 +28,19 @@ use serde::{Deserialize, Serialize};
 
 use planner_core::{
     interpolation::PerformanceModel,
-    load::LoadSamples,
+    policy::Decision,
     profile::{Profile, builtin_names},
-    sla::{Limits, Observation, SlaTargets},
-    state::{FastSignals, QueueingConfig, QueueingPlan},
+    sla::{Limits, SlaTargets},
+    state::QueueingConfig,
 };
 
 use super::{
     build_policy,
     command::read_queueing_config,
     latency::{Cluster, EngineSpec, LatencyModel},
+    observe::{Counts, Frontend, Gauges},
     policy::PolicySpec,
-    run::{DecisionContext, Gauges, Policy, SimConfig, Window},
+    run::{Policy, SimConfig, View},
 };
 
 /// Arguments of `planner-sim bridge`.
@@ -98,14 +99,11 @@ struct Logged<'a> {
     check: &'a str,
     asked: (u32, u32),
     serving: (u32, u32),
-    #[serde(skip_serializing_if = "Option::is_none")]
-    observation: Option<&'a Observation>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    signals: Option<&'a FastSignals>,
     target: Option<(u32, u32)>,
-    /// The queueing planner's plan, when this check made one.
+    /// The planning loop's decision, with what it read (the interval's observation) and the
+    /// queueing plan, when the policy runs the loop.
     #[serde(skip_serializing_if = "Option::is_none")]
-    plan: Option<QueueingPlan>,
+    decision: Option<&'a Decision>,
 }
 
 /// One window of observations: counters over the window, gauges at its end. Replicas are
@@ -238,7 +236,7 @@ pub fn bridge(args: &BridgeArgs, input: impl BufRead, mut output: impl Write) ->
         ..SimConfig::default()
     };
     let mut policy = build_policy::<PerformanceModel>(spec, &config, (1, 1));
-    let mut loop_ = BridgeLoop::new(policy.as_ref(), &config);
+    let mut loop_ = BridgeLoop::new(&config);
     if let Some(path) = &args.log {
         let file = std::fs::File::create(path)
             .map_err(|e| input_error(format!("cannot write {}: {e}", path.display())))?;
@@ -264,60 +262,26 @@ pub fn bridge(args: &BridgeArgs, input: impl BufRead, mut output: impl Write) ->
     Ok(answered)
 }
 
-/// The policy's windows between samples: the simulator's loop, fed by samples instead of
-/// the latency model.
+/// The policy's frontend between samples: the replay's windows, fed by samples instead of the
+/// latency model; the policy wakes when it says, as in the replay.
 struct BridgeLoop {
-    period_s: f64,
-    fast_period_s: f64,
-    next_period_s: f64,
-    next_fast_s: f64,
+    frontend: Frontend,
+    /// Whether the policy has had its wake at t=0.
+    started: bool,
     last_t_s: f64,
-    last_decision_s: f64,
-    last_fast_s: f64,
-    window: Window,
-    fast_arrivals: f64,
-    fast_completions: f64,
-    samples: LoadSamples,
-    busy_sum: f64,
-    busy_samples: f64,
-    /// The replicas the policy was last told about (asked, serving).
-    told: Option<((u32, u32), (u32, u32))>,
     /// The GPU budget the policy was last given.
     budget: Option<u32>,
     /// Where every check is logged (`--log`).
     log: Option<std::io::BufWriter<std::fs::File>>,
 }
 
-/// Slack for period boundaries given in floating-point seconds.
-const EPSILON_S: f64 = 1e-6;
-
-fn fresh_window() -> Window {
-    Window {
-        // Request durations are not observed: NaN, so that nothing reads a zero.
-        duration_sum: f64::NAN,
-        ..Window::default()
-    }
-}
-
 impl BridgeLoop {
-    fn new(policy: &dyn Policy<PerformanceModel>, config: &SimConfig) -> Self {
-        let period_s = policy.period_s(config);
-        let fast_period_s = policy.fast_period_s(config);
+    fn new(config: &SimConfig) -> Self {
         Self {
-            period_s,
-            fast_period_s,
-            next_period_s: period_s,
-            next_fast_s: fast_period_s,
+            // Request durations are not observed: NaN, so that nothing reads a zero.
+            frontend: Frontend::new(false),
+            started: false,
             last_t_s: 0.0,
-            last_decision_s: 0.0,
-            last_fast_s: 0.0,
-            window: fresh_window(),
-            fast_arrivals: 0.0,
-            fast_completions: 0.0,
-            samples: LoadSamples::default(),
-            busy_sum: 0.0,
-            busy_samples: 0.0,
-            told: None,
             budget: config.limits.max_gpu_budget,
             log: None,
         }
@@ -355,123 +319,18 @@ impl BridgeLoop {
         }
         let asked = (sample.asked[0], sample.asked[1]);
         let serving = (sample.serving[0], sample.serving[1]);
-        if self.told != Some((asked, serving)) {
-            policy.replicas_changed(t, asked, serving);
-            self.told = Some((asked, serving));
+        if !self.started {
+            // The policy starts with the graph, at t=0, before any request (as in the replay).
+            self.started = true;
+            self.wake(policy, model, config, (0.0, asked, serving), Gauges::default());
         }
         self.record(sample, t - self.last_t_s);
         self.last_t_s = t;
-
-        let period_end = t >= self.next_period_s - EPSILON_S;
-        let fast_due = t >= self.next_fast_s - EPSILON_S;
-        while self.next_period_s <= t + EPSILON_S {
-            self.next_period_s += self.period_s;
-        }
-        while self.next_fast_s <= t + EPSILON_S {
-            self.next_fast_s += self.fast_period_s;
-        }
         let gauges = Gauges {
             inflight: sample.inflight.unwrap_or(f64::NAN),
             queued: sample.queued.unwrap_or(f64::NAN),
         };
-        let cluster = Cluster::new(t, serving.0, serving.1);
-        let scaling_up = serving.0 < asked.0 || serving.1 < asked.1;
-        let (check, decision) = if period_end {
-            let utilisation = if self.busy_samples > 0.0 {
-                self.busy_sum / self.busy_samples
-            } else {
-                f64::NAN
-            };
-            let mut window = self.window.observation(Some(gauges));
-            window.inflight = sample.inflight;
-            window.queued = sample.queued;
-            let ctx = DecisionContext {
-                now_s: t,
-                target: asked,
-                serving,
-                scaling_up,
-                window,
-                samples: &self.samples,
-                prefill_utilisation: utilisation,
-                upcoming: &[],
-                first_upcoming: 0,
-                cluster: &cluster,
-                model,
-                config,
-            };
-            let decision = policy.decide(&ctx);
-            self.log(Logged {
-                t_s: t,
-                check: "interval",
-                asked,
-                serving,
-                observation: Some(&ctx.window),
-                signals: None,
-                target: decision,
-                plan: policy.last_plan().cloned(),
-            });
-            self.window = fresh_window();
-            self.fast_arrivals = 0.0;
-            self.fast_completions = 0.0;
-            self.last_decision_s = t;
-            self.last_fast_s = t;
-            self.samples = LoadSamples::default();
-            self.busy_sum = 0.0;
-            self.busy_samples = 0.0;
-            (Some("interval"), decision)
-        } else if fast_due {
-            let window = self.window.observation(Some(gauges));
-            let signals = FastSignals {
-                isl: window.isl,
-                isl_second_moment: window.isl_second_moment,
-                osl: window.osl,
-                osl_second_moment: window.osl_second_moment,
-                elapsed_s: t - self.last_decision_s,
-                window_s: t - self.last_fast_s,
-                arrivals: Some(self.fast_arrivals),
-                completions: self.fast_completions,
-                inflight: sample.inflight,
-                queued: sample.queued,
-                prefill_engines: f64::from(serving.0),
-                decode_engines: Some(f64::from(serving.1)),
-            };
-            self.fast_arrivals = 0.0;
-            self.fast_completions = 0.0;
-            self.last_fast_s = t;
-            let ctx = DecisionContext {
-                now_s: t,
-                target: asked,
-                serving,
-                scaling_up,
-                window,
-                samples: &self.samples,
-                prefill_utilisation: f64::NAN,
-                upcoming: &[],
-                first_upcoming: 0,
-                cluster: &cluster,
-                model,
-                config,
-            };
-            let decision = policy.fast_decide(&ctx, &signals);
-            self.log(Logged {
-                t_s: t,
-                check: "fast",
-                asked,
-                serving,
-                observation: None,
-                signals: Some(&signals),
-                target: decision,
-                plan: decision.and(policy.last_plan().cloned()),
-            });
-            (Some("fast"), decision)
-        } else {
-            (None, None)
-        };
-        let changed = decision.filter(|target| *target != asked);
-        if let Some(target) = changed {
-            policy.replicas_changed(t, target, serving);
-            self.told = Some((target, serving));
-        }
+        let (check, changed) = self.wake(policy, model, config, (t, asked, serving), gauges);
         Ok(Answer {
             t_s: t,
             check: check.map(str::to_string),
@@ -480,11 +339,58 @@ impl BridgeLoop {
         })
     }
 
+    /// Wakes the policy at `t` when its next wake has come: the check it ran, and the replicas
+    /// to ask for when they change.
+    #[allow(clippy::type_complexity)]
+    fn wake(
+        &mut self,
+        policy: &mut dyn Policy<PerformanceModel>,
+        model: &LatencyModel<'_, PerformanceModel>,
+        config: &SimConfig,
+        (t, asked, serving): (f64, (u32, u32), (u32, u32)),
+        gauges: Gauges,
+    ) -> (Option<&'static str>, Option<(u32, u32)>) {
+        if policy.next_wake_s() > t + EPSILON_S {
+            return (None, None);
+        }
+        let cluster = Cluster::new(t, serving.0, serving.1);
+        let mut view = View {
+            now_s: t,
+            asked,
+            serving,
+            gauges,
+            frontend: &mut self.frontend,
+            upcoming: &[],
+            first_upcoming: 0,
+            cluster: &cluster,
+            model,
+            config,
+        };
+        let decision = policy.wake(&mut view);
+        let check = policy.last_check();
+        if let Some(check) = check {
+            self.log(&Logged {
+                t_s: t,
+                check,
+                asked,
+                serving,
+                target: decision,
+                decision: policy.last_decision(),
+            });
+        }
+        let changed = decision.filter(|target| *target != asked);
+        if let Some(target) = changed {
+            // The caller asks for them now.
+            policy.applied(t, asked, target, serving);
+        }
+        (check, changed)
+    }
+
     /// Writes one check to the `--log` file; a failed write stops the logging, not the bridge.
-    fn log(&mut self, entry: Logged<'_>) {
+    fn log(&mut self, entry: &Logged<'_>) {
         use std::io::Write as _;
         if let Some(log) = &mut self.log {
-            let written = serde_json::to_writer(&mut *log, &entry)
+            let written = serde_json::to_writer(&mut *log, entry)
                 .map_err(std::io::Error::from)
                 .and_then(|()| log.write_all(b"\n"));
             if written.is_err() {
@@ -493,43 +399,42 @@ impl BridgeLoop {
         }
     }
 
-    /// Adds one sample to the windows.
+    /// Adds one sample to the frontend's windows.
     fn record(&mut self, sample: &Sample, span_s: f64) {
-        let w = &mut self.window;
-        w.arrivals += sample.arrivals;
-        for &isl in sample.arrival_isl.iter().filter(|v| v.is_finite() && **v >= 0.0) {
-            w.isl_sum += isl;
-            w.isl_count += 1.0;
-            w.isl.observe(isl);
-        }
-        w.completed += sample.completed;
-        w.osl_sum += sample.osl_sum;
-        w.first_tokens += sample.ttft_count;
-        w.ttft_sum += sample.ttft_sum_ms / 1000.0;
-        w.tokens += sample.itl_count;
-        w.itl_sum += sample.itl_sum_ms / 1000.0;
-        w.prefill_engine_s += f64::from(sample.serving[0]) * span_s;
-        w.decode_engine_s += f64::from(sample.serving[1]) * span_s;
-        w.span_s += span_s;
-        if let Some(usage) = sample.decode_kv_usage.filter(|u| u.is_finite()) {
-            w.kv_usage_sum += usage;
-            w.kv_samples += 1.0;
-            w.kv_usage_peak = w.kv_usage_peak.max(usage);
-            self.samples.decode_kv_usage.push(usage);
+        self.frontend.add(&Counts {
+            arrivals: sample.arrivals,
+            arrival_isl: &sample.arrival_isl,
+            completed: sample.completed,
+            osl_sum: sample.osl_sum,
+            ttft_count: sample.ttft_count,
+            ttft_sum_s: sample.ttft_sum_ms / 1000.0,
+            itl_count: sample.itl_count,
+            itl_sum_s: sample.itl_sum_ms / 1000.0,
+        });
+        let prefill = f64::from(sample.serving[0]);
+        let busy = sample
+            .prefill_busy
+            .filter(|b| b.is_finite())
+            .map(|b| b.clamp(0.0, 1.0));
+        self.frontend.engines(
+            (prefill, f64::from(sample.serving[1])),
+            span_s,
+            busy.map_or(f64::NAN, |b| b * prefill * span_s),
+        );
+        if let Some(usage) = sample.decode_kv_usage {
+            self.frontend.kv_usage(usage);
         }
         if let Some(queued) = sample.queued.filter(|q| q.is_finite()) {
             // Waiting for prefill: beyond the engines' own requests.
-            let busy = sample.prefill_busy.unwrap_or(1.0) * f64::from(sample.serving[0]);
-            self.samples.prefill_queue.push((queued - busy).max(0.0));
+            self.frontend
+                .prefill_queue(queued - busy.unwrap_or(1.0) * prefill);
         }
-        if let Some(busy) = sample.prefill_busy.filter(|b| b.is_finite()) {
-            self.busy_sum += busy.clamp(0.0, 1.0);
-            self.busy_samples += 1.0;
-        }
-        self.fast_arrivals += sample.arrivals;
-        self.fast_completions += sample.completed;
+        self.frontend.mark(sample.t_s);
     }
 }
+
+/// Slack for wake times given in floating-point seconds.
+const EPSILON_S: f64 = 1e-6;
 
 #[cfg(test)]
 mod tests {
@@ -612,6 +517,8 @@ mod tests {
                 .filter(|a| a.check.as_deref() == Some(kind))
                 .count()
         };
+        // The policy starts with the graph at t=0 (before the first sample): intervals at 60,
+        // 120 and 180 s, fast checks every 10 s from 10 s on.
         assert_eq!(checks("interval"), 4);
         assert_eq!(checks("fast"), 20);
         assert_eq!(answers[59].check.as_deref(), Some("interval"));

@@ -1,10 +1,11 @@
 //! Several graphs sharing one GPU budget, against the same GPUs split statically: `planner-sim
 //! budget` (`make bench-budget`).
 //!
-//! Each graph replays its own trace with its own planner, all stepped together. In the shared
-//! run, every decision of any graph starts a round of planner-core's [`budget::arbitrate`]: each
-//! graph asks for its last decision (what meets its SLA) with its floor (the minimum replicas),
-//! and every graph is set to what it is granted, so a graph that gives GPUs back lets another take
+//! Each graph replays its own trace with its own planning loop, all stepped together. In the
+//! shared run, whenever a graph's loop wakes, a round of planner-core's [`budget::arbitrate`]
+//! runs over every graph: each asks, as the loop's budget membership says, for its last
+//! decision (what meets its SLA) with its floor (the minimum replicas) and its SLA risk, and
+//! each loop settles on what it is granted, so a graph that gives GPUs back lets another take
 //! them at once and a cut is applied the moment it is made. The graphs change replicas at the
 //! same instant here, so the grants themselves fit the total (the operator, whose graphs act one
 //! after another, goes through [`budget::allowances`]). In a static run each graph plans alone
@@ -22,6 +23,7 @@ use serde::Deserialize;
 use planner_core::{
     budget::{self, GrantReason, Request as BudgetRequest},
     interpolation::{PerformanceCurves, PerformanceModel},
+    policy::{Answer, Membership, Proposal},
     profile::{Profile, builtin_names},
     sla::{Limits, SlaTargets},
 };
@@ -30,7 +32,7 @@ use super::{
     build_policy,
     latency::{EngineSpec, LatencyModel},
     parallel_map,
-    policy::PolicySpec,
+    policy::{LoopPolicy, PolicySpec},
     report,
     run::{Policy, Replay, RunResult, SimConfig},
     trace::{self, Request},
@@ -97,7 +99,8 @@ impl SplitRun {
 }
 
 /// Runs every graph under `split` with the policy `spec` (one instance per graph), over as
-/// many intervals as the longest trace; every graph starts at its floor.
+/// many intervals as the longest trace; every graph starts at its floor. A shared budget
+/// arbitrates the planning loop's policies (`sla-*`, `upstream-*`, `load-based`) only.
 pub fn run_split<C: PerformanceCurves>(
     graphs: &[Graph],
     model: &LatencyModel<'_, C>,
@@ -105,14 +108,48 @@ pub fn run_split<C: PerformanceCurves>(
     spec: PolicySpec,
     split: &Split,
     label: &str,
-) -> SplitRun {
+) -> Result<SplitRun, BudgetError> {
     let configs = graph_configs(graphs, base, split);
+    if let Split::Shared(total) = split {
+        let mut members = configs
+            .iter()
+            .zip(graphs)
+            .map(|(config, graph)| {
+                let mut member = spec.build_loop(config).ok_or_else(|| {
+                    BudgetError::Input(format!(
+                        "a shared budget arbitrates the planning loop's policies (sla-*, upstream-*, load-based), not {}",
+                        spec.name()
+                    ))
+                })?;
+                join(&mut member, graph, config);
+                Ok(member)
+            })
+            .collect::<Result<Vec<LoopPolicy>, BudgetError>>()?;
+        return Ok(run_shared(graphs, model, base, &mut members, *total, label));
+    }
     let floor = base.limits.min_replicas;
-    let mut policies: Vec<_> = configs
+    let mut policies: Vec<Box<dyn Policy<C>>> = configs
         .iter()
         .map(|config| build_policy::<C>(spec, config, (floor, floor)))
         .collect();
-    run_split_with(graphs, model, base, &mut policies, split, label)
+    Ok(run_alone(graphs, model, base, &mut policies, split, label))
+}
+
+/// Makes `member` a member of the graphs' shared budget, as `spec.budgetRef` does.
+pub fn join(member: &mut LoopPolicy, graph: &Graph, config: &SimConfig) {
+    let mut settings = member.policy_loop().settings().clone();
+    settings.membership = Some(Membership {
+        name: "shared".into(),
+        priority: graph.priority,
+        weight: graph.weight,
+        floor: config.limits.min_replicas.max(1),
+        gpus: (
+            config.limits.prefill_gpus_per_engine.max(1),
+            config.limits.decode_gpus_per_engine.max(1),
+        ),
+        aggregated: graph.aggregated,
+    });
+    member.policy_loop_mut().set_settings(settings);
 }
 
 /// Each graph's settings under `split`: its SLA, whether it is aggregated, and its share as its
@@ -136,9 +173,33 @@ fn graph_configs(graphs: &[Graph], base: &SimConfig, split: &Split) -> Vec<SimCo
         .collect()
 }
 
-/// [`run_split`] with one policy per graph, in the graphs' order, given by the caller. Each
-/// policy hears of its replicas as in a single run: what it was granted, and when they serve.
-pub fn run_split_with<C: PerformanceCurves>(
+/// Intervals the graphs are replayed over together: the longest trace's.
+fn intervals(graphs: &[Graph], base: &SimConfig) -> u64 {
+    graphs
+        .iter()
+        .filter_map(|g| g.requests.last())
+        .map(|r| (r.arrival_s / base.interval_s).floor() as u64 + 1)
+        .max()
+        .unwrap_or(0)
+}
+
+/// GPUs the graphs' pools ask for now.
+fn held<C: PerformanceCurves>(replays: &[Replay<'_, '_, C>], graphs: &[Graph], gpus: (u32, u32)) -> u64 {
+    replays
+        .iter()
+        .zip(graphs)
+        .map(|(r, graph)| {
+            budget::graph_request_pools(graph.aggregated, (0, 0), r.target(), gpus)
+                .iter()
+                .map(|p| u64::from(p.want) * u64::from(p.gpus))
+                .sum::<u64>()
+        })
+        .sum()
+}
+
+/// Every graph on its own (no budget, or a static share as its own GPU budget), stepped
+/// together.
+fn run_alone<C: PerformanceCurves>(
     graphs: &[Graph],
     model: &LatencyModel<'_, C>,
     base: &SimConfig,
@@ -147,89 +208,170 @@ pub fn run_split_with<C: PerformanceCurves>(
     label: &str,
 ) -> SplitRun {
     let configs = graph_configs(graphs, base, split);
-    let intervals = graphs
-        .iter()
-        .filter_map(|g| g.requests.last())
-        .map(|r| (r.arrival_s / base.interval_s).floor() as u64 + 1)
-        .max()
-        .unwrap_or(0);
-    let floor = base.limits.min_replicas;
-    let mut replays: Vec<Replay<'_, '_, C>> = graphs
-        .iter()
-        .zip(&configs)
-        .zip(policies.iter_mut())
-        .map(|((graph, config), policy)| {
-            Replay::new(
-                &graph.requests,
-                model,
-                config,
-                policy.as_mut(),
-                Some((floor, floor)),
-                Some(intervals),
-            )
-        })
-        .collect();
-    let gpus = (
+    let gpus = engine_gpus(base);
+    let (floor, intervals) = (base.limits.min_replicas, intervals(graphs, base));
+    let mut replays = Vec::with_capacity(graphs.len());
+    for ((graph, config), policy) in graphs.iter().zip(&configs).zip(policies.iter_mut()) {
+        let initial = Some((floor, floor));
+        replays.push(Replay::new(
+            &graph.requests,
+            model,
+            config,
+            policy.as_mut(),
+            initial,
+            Some(intervals),
+        ));
+    }
+    let mut peak_gpus = held(&replays, graphs, gpus);
+    let total_steps = replays.iter().map(Replay::total_steps).max().unwrap_or(0);
+    for k in 0..=total_steps {
+        for (replay, policy) in replays.iter_mut().zip(policies.iter_mut()) {
+            if k > 0 {
+                replay.step(k - 1);
+            }
+            if let Some(target) = replay.wake(policy.as_mut()) {
+                replay.apply(target, policy.as_mut());
+            }
+        }
+        peak_gpus = peak_gpus.max(held(&replays, graphs, gpus));
+    }
+    finish(
+        replays,
+        policies.iter().map(|p| &**p),
+        label,
+        split,
+        peak_gpus,
+        0,
+        0,
+    )
+}
+
+/// The graphs' planning loops sharing `total` GPUs: whenever one of them wakes, a round of
+/// planner-core's [`budget::arbitrate`] over every member (the others ask again for what they
+/// last wanted, as the operator's members do when a round changes their grant), and each is
+/// set to what the loop settles on with its grant.
+fn run_shared<C: PerformanceCurves>(
+    graphs: &[Graph],
+    model: &LatencyModel<'_, C>,
+    base: &SimConfig,
+    members: &mut [LoopPolicy],
+    total: u64,
+    label: &str,
+) -> SplitRun {
+    let split = Split::Shared(total);
+    let configs = graph_configs(graphs, base, &split);
+    let gpus = engine_gpus(base);
+    let (floor, intervals) = (base.limits.min_replicas, intervals(graphs, base));
+    let mut replays = Vec::with_capacity(graphs.len());
+    for ((graph, config), member) in graphs.iter().zip(&configs).zip(members.iter_mut()) {
+        let initial = Some((floor, floor));
+        replays.push(Replay::new(
+            &graph.requests,
+            model,
+            config,
+            member,
+            initial,
+            Some(intervals),
+        ));
+    }
+    let (mut peak_gpus, mut steps_over, mut cuts) = (held(&replays, graphs, gpus), 0, 0);
+    let total_steps = replays.iter().map(Replay::total_steps).max().unwrap_or(0);
+    for k in 0..=total_steps {
+        let mut proposals: Vec<Option<Proposal>> = Vec::with_capacity(graphs.len());
+        for (replay, member) in replays.iter_mut().zip(members.iter_mut()) {
+            if k > 0 {
+                replay.step(k - 1);
+            }
+            let due = Policy::<C>::next_wake_s(member) <= replay.now_s() + 1e-6;
+            proposals.push(if due {
+                member.propose(&mut replay.view())
+            } else {
+                None
+            });
+        }
+        if proposals.iter().all(Option::is_none) {
+            continue;
+        }
+        for ((proposal, replay), member) in proposals.iter_mut().zip(&mut replays).zip(members.iter_mut()) {
+            if proposal.is_none() {
+                *proposal = Some(member.propose_grant(&replay.view()));
+            }
+        }
+        let requests: Vec<BudgetRequest> = graphs
+            .iter()
+            .zip(&proposals)
+            .filter_map(|(graph, proposal)| {
+                let ask = proposal.as_ref()?.ask.clone()?;
+                Some(BudgetRequest {
+                    member: graph.name.clone(),
+                    priority: ask.priority,
+                    weight: ask.weight,
+                    risk: ask.risk,
+                    pools: ask.pools,
+                })
+            })
+            .collect();
+        let grants = budget::arbitrate(total, &requests);
+        for (((proposal, replay), member), graph) in proposals
+            .into_iter()
+            .zip(&mut replays)
+            .zip(members.iter_mut())
+            .zip(graphs)
+        {
+            let Some(proposal) = proposal else { continue };
+            let answer = grants
+                .iter()
+                .find(|g| g.member == graph.name)
+                .map(|grant| Answer {
+                    grant: grant.clone(),
+                    allowed: grant.replicas.clone(),
+                    total,
+                });
+            cuts += u64::from(
+                answer
+                    .as_ref()
+                    .is_some_and(|a| a.grant.reason != GrantReason::Full),
+            );
+            let target = member.settle(&replay.view(), proposal, answer.as_ref());
+            if let Some(target) = target {
+                replay.apply(target, member);
+            }
+        }
+        let now = held(&replays, graphs, gpus);
+        peak_gpus = peak_gpus.max(now);
+        steps_over += u64::from(now > total);
+    }
+    finish(
+        replays,
+        members.iter().map(|m| m as &dyn Policy<C>),
+        label,
+        &split,
+        peak_gpus,
+        steps_over,
+        cuts,
+    )
+}
+
+fn engine_gpus(base: &SimConfig) -> (u32, u32) {
+    (
         base.limits.prefill_gpus_per_engine.max(1),
         base.limits.decode_gpus_per_engine.max(1),
-    );
-    let held = |replays: &[Replay<'_, '_, C>]| -> u64 {
-        replays
-            .iter()
-            .zip(graphs)
-            .map(|(r, graph)| {
-                budget::graph_request_pools(graph.aggregated, (0, 0), r.target(), gpus)
-                    .iter()
-                    .map(|p| u64::from(p.want) * u64::from(p.gpus))
-                    .sum::<u64>()
-            })
-            .sum()
-    };
-    // What each graph last asked for (its planner's last decision, before any cut).
-    let mut wants: Vec<(u32, u32)> = replays.iter().map(Replay::target).collect();
-    let total_steps = replays.iter().map(Replay::total_steps).max().unwrap_or(0);
-    let (mut peak_gpus, mut steps_over, mut cuts) = (held(&replays), 0, 0);
-    for k in 0..total_steps {
-        let mut decided = false;
-        for ((replay, policy), want) in replays.iter_mut().zip(policies.iter_mut()).zip(wants.iter_mut()) {
-            if let Some(target) = replay.step(k, policy.as_mut()) {
-                decided = true;
-                *want = target;
-                if !matches!(split, Split::Shared(_)) {
-                    replay.apply(target, policy.as_mut());
-                }
-            }
-        }
-        if let (Split::Shared(total), true) = (split, decided) {
-            let requests: Vec<BudgetRequest> = graphs
-                .iter()
-                .zip(&replays)
-                .zip(&wants)
-                .map(|((graph, replay), want)| request(graph, replay, *want, floor, gpus))
-                .collect();
-            for (((grant, replay), policy), graph) in budget::arbitrate(*total, &requests)
-                .iter()
-                .zip(replays.iter_mut())
-                .zip(policies.iter_mut())
-                .zip(graphs)
-            {
-                cuts += u64::from(grant.reason != GrantReason::Full);
-                let (p, d) = budget::graph_replicas(graph.aggregated, &grant.replicas, replay.target());
-                if (p, d) != replay.target() {
-                    replay.apply((p, d), policy.as_mut());
-                }
-            }
-        }
-        let now = held(&replays);
-        peak_gpus = peak_gpus.max(now);
-        if let Split::Shared(total) = split {
-            steps_over += u64::from(now > *total);
-        }
-    }
+    )
+}
+
+fn finish<'p, C: PerformanceCurves + 'p>(
+    replays: Vec<Replay<'_, '_, C>>,
+    policies: impl Iterator<Item = &'p dyn Policy<C>>,
+    label: &str,
+    split: &Split,
+    peak_gpus: u64,
+    steps_over: u64,
+    cuts: u64,
+) -> SplitRun {
     let graphs = replays
         .into_iter()
-        .zip(policies.iter())
-        .map(|(replay, policy)| replay.finish(policy.as_ref()))
+        .zip(policies)
+        .map(|(replay, policy)| replay.finish(policy))
         .collect();
     SplitRun {
         label: label.to_string(),
@@ -238,32 +380,6 @@ pub fn run_split_with<C: PerformanceCurves>(
         peak_gpus,
         steps_over,
         cuts,
-    }
-}
-
-/// A graph's request for a round: its floor and its last decision per pool (one pool when
-/// aggregated), its SLA risk from its last interval.
-fn request<C: PerformanceCurves>(
-    graph: &Graph,
-    replay: &Replay<'_, '_, C>,
-    want: (u32, u32),
-    floor: u32,
-    gpus: (u32, u32),
-) -> BudgetRequest {
-    let risk = replay.last_window().map_or(1.0, |w| {
-        budget::sla_risk(
-            Some(w.ttft_ms),
-            graph.sla.ttft_ms,
-            Some(w.itl_ms),
-            graph.sla.itl_ms,
-        )
-    });
-    BudgetRequest {
-        member: graph.name.clone(),
-        priority: graph.priority,
-        weight: graph.weight,
-        risk,
-        pools: budget::graph_request_pools(graph.aggregated, (floor, floor), want, gpus),
     }
 }
 
@@ -459,6 +575,12 @@ pub fn run_command(args: &BudgetArgs) -> Result<String, BudgetError> {
     let total = file.total_gpus;
     let floor_gpus = args.min_replicas * 2 * engine_gpus;
 
+    if !spec.runs_the_loop() {
+        return Err(input(format!(
+            "policy {:?}: a shared budget arbitrates the planning loop's policies (sla-*, upstream-*, load-based)",
+            file.policy
+        )));
+    }
     let demand = run_split(
         &graphs,
         &latency,
@@ -466,7 +588,7 @@ pub fn run_command(args: &BudgetArgs) -> Result<String, BudgetError> {
         spec,
         &Split::Unlimited,
         "no budget (demand)",
-    );
+    )?;
     let demand_gpus: Vec<f64> = demand.graphs.iter().map(|r| r.summary.gpu_hours).collect();
     let splits_at = |total: u64| {
         let even =
@@ -492,7 +614,9 @@ pub fn run_command(args: &BudgetArgs) -> Result<String, BudgetError> {
         .collect();
     let mut all = parallel_map(&jobs_list, jobs, |(_, split, label)| {
         run_split(&graphs, &latency, &base, spec, split, label)
-    });
+    })
+    .into_iter()
+    .collect::<Result<Vec<SplitRun>, BudgetError>>()?;
     for run in &all {
         if let Split::Shared(t) = run.split
             && run.steps_over > 0

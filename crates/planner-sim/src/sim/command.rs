@@ -959,15 +959,20 @@ mod tests {
 
     /// `simulate` as the command line would call it.
     fn simulate_with(extra: &[&str]) -> Result<String, SimulateError> {
+        let trace = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../planner-core/tests/fixtures/mooncake_tiny.jsonl"
+        );
+        simulate_trace(trace, extra)
+    }
+
+    /// `simulate` of `trace` as the command line would call it.
+    fn simulate_trace(trace: &str, extra: &[&str]) -> Result<String, SimulateError> {
         #[derive(clap::Parser)]
         struct Cli {
             #[command(flatten)]
             args: SimulateArgs,
         }
-        let trace = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../planner-core/tests/fixtures/mooncake_tiny.jsonl"
-        );
         let mut argv = vec![
             "simulate",
             "--trace",
@@ -1086,7 +1091,29 @@ mod tests {
         assert_eq!(rows[0][4].parse::<usize>().unwrap(), 16, "{defaults}");
         assert_eq!(rows[0][14], "1", "{defaults}");
         // A decode pool sized for ten standard deviations of KV demand is larger: the settings
-        // reach the planner.
+        // reach the planner (which plans from its first interval with requests: here, on five
+        // minutes of two 8k-token prompts a second).
+        let trace = dir.path().join("steady.jsonl");
+        let lines: String = (0..600)
+            .map(|i| {
+                format!(
+                    "{{\"timestamp\": {}, \"input_length\": 8000, \"output_length\": 300}}\n",
+                    i * 500
+                )
+            })
+            .collect();
+        std::fs::write(&trace, lines).unwrap();
+        let run = |settings: Option<&str>| {
+            let mut extra = vec!["--policy", "sla-arima", "--intervals-csv", csv_arg];
+            let settings_path = dir.path().join("q.json");
+            if let Some(settings) = settings {
+                std::fs::write(&settings_path, settings).unwrap();
+                extra.extend(["--queueing-config", settings_path.to_str().unwrap()]);
+            }
+            simulate_trace(trace.to_str().unwrap(), &extra).unwrap();
+            std::fs::read_to_string(&csv_path).unwrap()
+        };
+        let defaults = run(None);
         let wide = run(Some(r#"{"decode_kv": {"sigmas": 10.0}}"#));
         let decode = |csv: &str| -> f64 {
             csv.lines()

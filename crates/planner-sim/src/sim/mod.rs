@@ -1,13 +1,7 @@
-//! Trace-driven simulator of one disaggregated deployment, and the scaling-quality benchmark
-//! Pure: no Kubernetes, no async runtime; it runs the planner core the operator
-//! runs.
-//!
-//! - [`trace`]: Azure CSV and Mooncake JSONL request traces, rate scaling with jitter.
-//! - [`latency`]: the latency model (queueing prefill, KV-limited decode at the profiled ITL),
-//!   also used by the synthetic Dynamo frontend.
-//! - [`run`]: the simulation loop, scale-up delay, GPU accounting, SLA attainment.
-//! - [`policy`]: SLA planner per predictor with and without correction, load-based planner,
-//!   HPA, fixed peak deployment, perfect prediction and the oracle.
+//! The trace-driven simulator's commands and the scaling-quality benchmark. Pure: no
+//! Kubernetes, no async runtime. The replay itself is `planner-sim-engine`'s (re-exported here
+//! as [`trace`], [`latency`], [`metrics`], [`observe`], [`run`] and [`policy`]), whose SLA and
+//! load-based policies run the planning loop the operator runs.
 //! - [`report`] and [`plot`]: the comparison table, the Markdown report and the figures.
 //! - [`budget`]: several graphs sharing one GPU budget, against the same GPUs split statically.
 //! - [`bridge`]: the same policies driven by observations from another engine model, one JSON
@@ -19,16 +13,13 @@
 pub mod bridge;
 pub mod budget;
 pub mod command;
-pub use planner_core::latency;
-pub mod metrics;
 pub mod plot;
-pub mod policy;
 pub mod replay;
 pub mod report;
-pub mod run;
 pub mod scenario;
-pub mod trace;
 pub mod tune;
+
+pub use planner_sim_engine::{latency, metrics, observe, policy, run, trace};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -36,7 +27,7 @@ use planner_core::interpolation::PerformanceCurves;
 
 use self::{
     latency::LatencyModel,
-    policy::{Fixed, Hpa, LoadBased, Oracle, PerfectPrediction, PolicySpec, SlaPolicy},
+    policy::{Oracle, PolicySpec},
     run::{Policy, RunResult, SimConfig},
     trace::Request,
 };
@@ -47,22 +38,7 @@ pub fn build_policy<C: PerformanceCurves>(
     config: &SimConfig,
     peak: (u32, u32),
 ) -> Box<dyn Policy<C>> {
-    match spec {
-        PolicySpec::Oracle => Box::new(Oracle),
-        PolicySpec::PerfectPrediction => Box::new(PerfectPrediction),
-        PolicySpec::Sla {
-            model,
-            predictor,
-            correction,
-            headroom,
-        } => Box::new(SlaPolicy::new(config, model, predictor, correction, headroom)),
-        PolicySpec::LoadBased => Box::new(LoadBased::new(config)),
-        PolicySpec::Hpa => Box::new(Hpa::default()),
-        PolicySpec::FixedPeak => Box::new(Fixed {
-            replicas: peak,
-            name: spec.name(),
-        }),
-    }
+    spec.build(config, peak)
 }
 
 /// Runs the oracle (always: it gives the other policies their starting replicas, sizes the
@@ -75,7 +51,7 @@ pub fn compare<C: PerformanceCurves + Sync>(
     specs: &[PolicySpec],
     jobs: usize,
 ) -> Vec<RunResult> {
-    let oracle = run::run(requests, model, config, &mut Oracle, None);
+    let oracle = run::run(requests, model, config, &mut Oracle::default(), None);
     let peak = (oracle.summary.max_prefill, oracle.summary.max_decode);
     let initial = oracle.initial;
     let others: Vec<PolicySpec> = specs

@@ -20,10 +20,10 @@ use serde::{Deserialize, Serialize};
 
 use planner_core::{
     interpolation::PerformanceModel,
-    mocker::MockerTables,
     profile::{Profile, builtin_names},
     sla::{Limits, SlaTargets},
 };
+use planner_sim_engine::mocker::MockerTables;
 
 use super::{
     command::{Overview, OverviewCell, gpus_from_name, k_label, overview_tables, read_suite},
@@ -274,7 +274,7 @@ pub fn replay_traces(args: &ReplayTracesArgs) -> Result<String, ReplayError> {
             } else {
                 just_requests.iter().map(|r| r.isl + r.osl / 2.0).sum::<f64>() / just_requests.len() as f64
             };
-            let oracle = run::run(&just_requests, &latency, &config, &mut Oracle, None);
+            let oracle = run::run(&just_requests, &latency, &config, &mut Oracle::default(), None);
             let run = ManifestRun {
                 name: format!("{name} k={}", k_label(k)),
                 trace: name.clone(),

@@ -8,13 +8,13 @@
 use planner_core::{
     interpolation::{DecodeOperatingPoint, PerformanceCurves},
     predictor::PredictorKind,
-    state::{FastSignals, QueueingConfig, SlaModel},
+    state::{QueueingConfig, SlaModel},
 };
 
 use super::{
     latency::{EngineSpec, LatencyModel},
-    policy::SlaPolicy,
-    run::{DecisionContext, Policy, SimConfig, run},
+    policy::LoopPolicy,
+    run::{Policy, SimConfig, View, run},
     trace::Request,
 };
 
@@ -78,51 +78,34 @@ pub struct Watch<P> {
     pub changes: Vec<Change>,
 }
 
-impl<P> Watch<P> {
-    fn record<C>(
-        &mut self,
-        ctx: &DecisionContext<'_, C>,
-        decision: Option<(u32, u32)>,
-    ) -> Option<(u32, u32)> {
-        if let Some(target) = decision.filter(|t| *t != ctx.target) {
-            let waiting = ctx.cluster.prefill_pending_count() as f64;
-            let backlog = (waiting - f64::from(ctx.cluster.prefill_engines())).max(0.0);
-            self.changes.push((ctx.now_s, ctx.target, target, backlog));
-        }
-        decision
-    }
-}
-
 impl<C: PerformanceCurves, P: Policy<C>> Policy<C> for Watch<P> {
     fn name(&self) -> String {
         self.inner.name()
     }
-    fn period_s(&self, config: &SimConfig) -> f64 {
-        self.inner.period_s(config)
+    fn next_wake_s(&self) -> f64 {
+        self.inner.next_wake_s()
     }
-    fn decide(&mut self, ctx: &DecisionContext<'_, C>) -> Option<(u32, u32)> {
-        let decision = self.inner.decide(ctx);
-        self.record(ctx, decision)
+    fn wake(&mut self, view: &mut View<'_, C>) -> Option<(u32, u32)> {
+        let decision = self.inner.wake(view);
+        if let Some(target) = decision.filter(|t| *t != view.asked) {
+            let waiting = view.cluster.prefill_pending_count() as f64;
+            let backlog = (waiting - f64::from(view.cluster.prefill_engines())).max(0.0);
+            self.changes.push((view.now_s, view.asked, target, backlog));
+        }
+        decision
     }
-    fn fast_period_s(&self, config: &SimConfig) -> f64 {
-        self.inner.fast_period_s(config)
-    }
-    fn fast_decide(&mut self, ctx: &DecisionContext<'_, C>, signals: &FastSignals) -> Option<(u32, u32)> {
-        let decision = self.inner.fast_decide(ctx, signals);
-        self.record(ctx, decision)
-    }
-    fn replicas_changed(&mut self, now_s: f64, asked: (u32, u32), serving: (u32, u32)) {
-        self.inner.replicas_changed(now_s, asked, serving);
+    fn applied(&mut self, now_s: f64, from: (u32, u32), to: (u32, u32), serving: (u32, u32)) {
+        self.inner.applied(now_s, from, to, serving);
     }
 }
 
 /// The queueing planner with ARIMA (`sla-arima`) and these settings.
-pub fn queueing_policy(config: &SimConfig, settings: &QueueingConfig) -> SlaPolicy {
+pub fn queueing_policy(config: &SimConfig, settings: &QueueingConfig) -> LoopPolicy {
     let config = SimConfig {
         queueing: settings.clone(),
         ..config.clone()
     };
-    SlaPolicy::new(&config, SlaModel::Queueing, PredictorKind::Arima, true, false)
+    LoopPolicy::sla(&config, SlaModel::Queueing, PredictorKind::Arima, true, false)
 }
 
 /// Overload recovery: 8 requests/s settle the planner on its own pool; at t=300 arrivals step

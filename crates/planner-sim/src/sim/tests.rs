@@ -6,8 +6,9 @@
 use super::{
     compare,
     latency::LatencyModel,
-    policy::{Fixed, PolicySpec, SlaPolicy},
-    run::{DecisionContext, Policy, RunResult, SimConfig, run},
+    observe::OBSERVED_TTFT_QUANTILE,
+    policy::{Fixed, LoopPolicy, PolicySpec},
+    run::{Periodic, Policy, RunResult, SimConfig, View, run},
     scenario::{self, Flat, constant, flat_model, overload_recovery},
 };
 use planner_core::{
@@ -56,18 +57,26 @@ fn specs() -> Vec<PolicySpec> {
     ]
 }
 
-/// Records what the planner would read from Prometheus, and never scales.
-struct Spy(Vec<Observation>);
+/// Records what the planner would read from Prometheus every interval, and never scales.
+struct Spy(Vec<Observation>, Periodic);
+
+impl Spy {
+    fn new() -> Self {
+        Self(Vec::new(), Periodic::every(config().interval_s))
+    }
+}
 
 impl<C> Policy<C> for Spy {
     fn name(&self) -> String {
         "spy".into()
     }
-    fn period_s(&self, config: &SimConfig) -> f64 {
-        config.interval_s
+    fn next_wake_s(&self) -> f64 {
+        self.1.next_s()
     }
-    fn decide(&mut self, ctx: &DecisionContext<'_, C>) -> Option<(u32, u32)> {
-        self.0.push(ctx.window);
+    fn wake(&mut self, view: &mut View<'_, C>) -> Option<(u32, u32)> {
+        self.1.woke(view.now_s);
+        self.0
+            .push(view.frontend.take_interval(view.gauges, OBSERVED_TTFT_QUANTILE));
         None
     }
 }
@@ -108,7 +117,7 @@ fn constant_load_every_policy_holds_one_replica_each_and_meets_the_sla() {
 #[test]
 fn constant_load_the_planner_reads_the_frontend_means() {
     let requests = constant(2.0, 0.0, 600.0);
-    let mut spy = Spy(Vec::new());
+    let mut spy = Spy::new();
     run(&requests, &model(), &config(), &mut spy, Some((1, 1)));
     assert_eq!(spy.0.len(), 10);
     // Second interval: a request completes 200 ms after it arrives, so 120 complete in each
@@ -208,7 +217,7 @@ fn a_trace_with_gaps_holds_replicas_through_them() {
     // Traffic in [0, 120) and [300, 420); nothing in between.
     let mut requests = constant(2.0, 0.0, 120.0);
     requests.extend(constant(2.0, 300.0, 420.0));
-    let mut spy = Spy(Vec::new());
+    let mut spy = Spy::new();
     run(&requests, &model(), &config(), &mut spy, Some((1, 1)));
     // The idle intervals (ending at 180, 240 and 300) see no completed request: NaN means,
     // which the SLA planner skips.
@@ -234,18 +243,25 @@ fn a_trace_with_gaps_holds_replicas_through_them() {
     }
 }
 
-/// Asks for a number of prefill replicas at every decision.
-struct Ask(u32);
+/// Asks for a number of prefill replicas every interval.
+struct Ask(u32, Periodic);
+
+impl Ask {
+    fn prefill(replicas: u32) -> Self {
+        Self(replicas, Periodic::every(config().interval_s))
+    }
+}
 
 impl<C> Policy<C> for Ask {
     fn name(&self) -> String {
         "ask".into()
     }
-    fn period_s(&self, config: &SimConfig) -> f64 {
-        config.interval_s
+    fn next_wake_s(&self) -> f64 {
+        self.1.next_s()
     }
-    fn decide(&mut self, ctx: &DecisionContext<'_, C>) -> Option<(u32, u32)> {
-        Some((self.0, ctx.target.1))
+    fn wake(&mut self, view: &mut View<'_, C>) -> Option<(u32, u32)> {
+        self.1.woke(view.now_s);
+        Some((self.0, view.asked.1))
     }
 }
 
@@ -256,7 +272,7 @@ fn scale_up_costs_from_the_request_and_serves_after_the_delay() {
         scale_up_delay_s: 90.0,
         ..config()
     };
-    let result = run(&requests, &model(), &config, &mut Ask(2), Some((1, 1)));
+    let result = run(&requests, &model(), &config, &mut Ask::prefill(2), Some((1, 1)));
     let gpus: Vec<f64> = result.intervals.iter().map(|i| i.gpus).collect();
     assert_eq!(gpus, vec![2.0, 3.0, 3.0, 3.0, 3.0]);
     // Asked for at t=60, serving from t=150: half of the third interval.
@@ -264,13 +280,13 @@ fn scale_up_costs_from_the_request_and_serves_after_the_delay() {
     assert_eq!(serving, vec![1.0, 1.0, 1.5, 2.0, 2.0]);
     assert_eq!(result.summary.scaling_actions, 1);
     // Scale-down is immediate, for the bill and the serving engines alike.
-    let down = run(&requests, &model(), &config, &mut Ask(1), Some((3, 1)));
+    let down = run(&requests, &model(), &config, &mut Ask::prefill(1), Some((3, 1)));
     let gpus: Vec<f64> = down.intervals.iter().map(|i| i.gpus).collect();
     assert_eq!(gpus, vec![4.0, 2.0, 2.0, 2.0, 2.0]);
     assert_eq!(down.intervals[1].prefill_serving, 1.0);
 }
 
-fn queueing_policy(config: &SimConfig) -> SlaPolicy {
+fn queueing_policy(config: &SimConfig) -> LoopPolicy {
     scenario::queueing_policy(config, &config.queueing)
 }
 
@@ -284,56 +300,6 @@ fn overload_recovery_scales_out_fast_and_never_down_with_a_backlog() {
     let mut slow = QueueingConfig::default();
     slow.fast_path.period_s = f64::INFINITY;
     assert!(overload_recovery(&slow).is_err());
-}
-
-/// Asks for two prefill replicas at its first decision and confirms its target at every fast
-/// check; records what it is told about its replicas (in a log the test keeps a handle on).
-#[derive(Default)]
-struct Tell(std::rc::Rc<std::cell::RefCell<Vec<Told>>>);
-
-/// When a policy was told of its replicas: time, asked for, serving.
-type Told = (f64, (u32, u32), (u32, u32));
-
-impl<C> Policy<C> for Tell {
-    fn name(&self) -> String {
-        "tell".into()
-    }
-    fn period_s(&self, config: &SimConfig) -> f64 {
-        config.interval_s
-    }
-    fn decide(&mut self, ctx: &DecisionContext<'_, C>) -> Option<(u32, u32)> {
-        Some((2, ctx.target.1))
-    }
-    fn fast_period_s(&self, _: &SimConfig) -> f64 {
-        10.0
-    }
-    fn fast_decide(
-        &mut self,
-        ctx: &DecisionContext<'_, C>,
-        _: &planner_core::state::FastSignals,
-    ) -> Option<(u32, u32)> {
-        Some(ctx.target)
-    }
-    fn replicas_changed(&mut self, now_s: f64, asked: (u32, u32), serving: (u32, u32)) {
-        self.0.borrow_mut().push((now_s, asked, serving));
-    }
-}
-
-#[test]
-fn a_policy_is_told_when_its_replicas_come_up_even_at_a_check() {
-    // Asked for at 60 s; the replica serves at 120 s, the time of a fast check that changes
-    // nothing: the policy hears of it then, as a controller watching the target would.
-    let requests = constant(1.0, 0.0, 300.0);
-    let mut tell = Tell::default();
-    run(&requests, &model(), &config(), &mut tell, Some((1, 1)));
-    assert_eq!(
-        tell.0.borrow()[..3],
-        [
-            (0.0, (1, 1), (1, 1)),
-            (60.0, (2, 1), (1, 1)),
-            (120.0, (2, 1), (2, 1))
-        ]
-    );
 }
 
 #[test]
@@ -376,16 +342,18 @@ fn the_sla_policy_plans_with_the_expected_delay_until_it_measures_one() {
         ..config()
     };
     let mut policy = queueing_policy(&config);
-    assert_eq!(policy.config().queueing.scale_up_delay_s, 300.0);
+    let planned = |policy: &LoopPolicy| policy.policy_loop().planned_delay().delay.as_secs_f64();
+    assert_eq!(planned(&policy), 300.0);
     run(&requests, &model(), &config, &mut policy, Some((1, 1)));
     assert_eq!(policy.measured_delay(), Some(std::time::Duration::from_secs(180)));
-    assert_eq!(policy.config().queueing.scale_up_delay_s, 180.0);
+    assert_eq!(planned(&policy), 180.0);
+    assert_eq!(policy.config().unwrap().queueing.scale_up_delay_s, 180.0);
     // Without an expectation, the default until the first measurement.
     let policy = queueing_policy(&SimConfig {
         expected_scale_up_delay_s: None,
         ..config
     });
-    assert_eq!(policy.config().queueing.scale_up_delay_s, 60.0);
+    assert_eq!(planned(&policy), 60.0);
 }
 
 #[test]
@@ -415,7 +383,7 @@ fn queueing_planner_counts_arrivals_not_completions() {
 fn observations_carry_arrivals_gauges_and_moments() {
     let mut requests = constant(2.0, 0.0, 120.0);
     requests.extend(constant(30.0, 120.0, 180.0));
-    let mut spy = Spy(Vec::new());
+    let mut spy = Spy::new();
     run(&requests, &model(), &config(), &mut spy, Some((1, 1)));
     let first = &spy.0[0];
     assert_eq!(first.arrivals, Some(120.0));
@@ -493,7 +461,8 @@ fn a_shared_budget_lends_one_graphs_idle_gpus_to_the_others_burst_and_never_exce
         queueing_constant(),
         &Split::Shared(12),
         "shared",
-    );
+    )
+    .unwrap();
     let split = run_split(
         &graphs,
         &model(),
@@ -501,7 +470,8 @@ fn a_shared_budget_lends_one_graphs_idle_gpus_to_the_others_burst_and_never_exce
         queueing_constant(),
         &Split::Static(vec![6, 6]),
         "static",
-    );
+    )
+    .unwrap();
     let alone = run_split(
         &graphs,
         &model(),
@@ -509,7 +479,8 @@ fn a_shared_budget_lends_one_graphs_idle_gpus_to_the_others_burst_and_never_exce
         queueing_constant(),
         &Split::Unlimited,
         "alone",
-    );
+    )
+    .unwrap();
     assert!(
         alone.peak_gpus > 12,
         "no contention to arbitrate: {} GPUs",
@@ -551,7 +522,8 @@ fn a_higher_priority_graph_takes_the_budget_first_and_the_other_keeps_its_floor(
         queueing_constant(),
         &Split::Shared(12),
         "p",
-    );
+    )
+    .unwrap();
     assert_eq!(run.steps_over, 0);
     let (low, high) = (&run.graphs[0], &run.graphs[1]);
     assert!(
@@ -596,7 +568,8 @@ fn an_aggregated_graph_shares_a_budget_with_its_one_pool_counted_once() {
         queueing_constant(),
         &Split::Shared(12),
         "shared",
-    );
+    )
+    .unwrap();
     let alone = run_split(
         &graphs,
         &model(),
@@ -604,7 +577,8 @@ fn an_aggregated_graph_shares_a_budget_with_its_one_pool_counted_once() {
         queueing_constant(),
         &Split::Unlimited,
         "alone",
-    );
+    )
+    .unwrap();
     assert!(alone.peak_gpus > 12, "no contention: {} GPUs", alone.peak_gpus);
     assert_eq!(shared.steps_over, 0);
     assert!(shared.peak_gpus <= 12, "{}", shared.peak_gpus);
@@ -631,41 +605,6 @@ fn proportional_shares_are_whole_engines_and_fit_the_total() {
     assert_eq!(shares, [32, 20, 56]);
     assert!(shares.iter().sum::<u32>() <= 112);
     assert_eq!(super::budget::proportional_shares(16, &[0.0, 1.0], 4, 8), [8, 16]);
-}
-
-#[test]
-fn in_a_shared_budget_a_policy_is_told_what_it_was_granted_and_when_it_serves() {
-    use super::budget::{Split, run_split_with};
-    // Both graphs ask for a second prefill replica at 60 s; 5 GPUs hold both floors (4) and one
-    // more replica: the higher priority gets it and hears when it serves, the other hears only
-    // of its floor, which it keeps.
-    let mut graphs = alternating_bursts();
-    for graph in &mut graphs {
-        graph.requests = constant(1.0, 0.0, 300.0);
-    }
-    graphs[1].priority = 1;
-    let (low, high) = (Tell::default(), Tell::default());
-    let told = [std::rc::Rc::clone(&low.0), std::rc::Rc::clone(&high.0)];
-    let mut policies: Vec<Box<dyn Policy<_>>> = vec![Box::new(low), Box::new(high)];
-    let run = run_split_with(
-        &graphs,
-        &model(),
-        &config(),
-        &mut policies,
-        &Split::Shared(5),
-        "tell",
-    );
-    assert_eq!(run.steps_over, 0);
-    assert!(run.cuts > 0);
-    assert_eq!(*told[0].borrow(), [(0.0, (1, 1), (1, 1))]);
-    assert_eq!(
-        *told[1].borrow(),
-        [
-            (0.0, (1, 1), (1, 1)),
-            (60.0, (2, 1), (1, 1)),
-            (120.0, (2, 1), (2, 1))
-        ]
-    );
 }
 
 #[test]

@@ -37,7 +37,7 @@ use super::{
     },
     latency::{EngineSpec, LatencyModel},
     parallel_map,
-    policy::{Hpa, Oracle, SlaPolicy},
+    policy::{Hpa, LoopPolicy, Oracle},
     run::{SimConfig, Summary, run},
     scenario::overload_recovery,
     trace::{self, Request, splitmix64},
@@ -440,7 +440,7 @@ pub fn search<C: PerformanceCurves + Sync>(
             expected_scale_up_delay_s: *expected_scale_up_delay_s,
             ..config.clone()
         };
-        let oracle = run(requests, latency, &config, &mut Oracle, None);
+        let oracle = run(requests, latency, &config, &mut Oracle::default(), None);
         let hpa = run(
             requests,
             latency,
@@ -575,7 +575,7 @@ fn score_all<C: PerformanceCurves + Sync>(
             queueing: settings[s].clone(),
             ..run_.config.clone()
         };
-        let mut policy = SlaPolicy::new(&config, SlaModel::Queueing, PredictorKind::Arima, true, false);
+        let mut policy = LoopPolicy::sla(&config, SlaModel::Queueing, PredictorKind::Arima, true, false);
         let result = run(&run_.requests, latency, &config, &mut policy, Some(run_.initial));
         let ratio = if run_.oracle.gpu_hours > 0.0 {
             result.summary.gpu_hours / run_.oracle.gpu_hours

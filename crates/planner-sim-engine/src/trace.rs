@@ -1,15 +1,15 @@
-//! Request traces for the simulator and the synthetic frontend: the Azure LLM inference trace
-//! 2023 (CSV `TIMESTAMP,ContextTokens,GeneratedTokens`, absolute timestamps with 100 ns digits)
-//! and Mooncake JSONL (`timestamp` in ms from the start, `input_length`, `output_length`), see
-//! `shared/data/traces/README.md`. Arrivals are made relative to the first request, sorted, and
-//! can be multiplied by a rate scale `k` with small deterministic jitter.
+//! Request traces for the replay and the synthetic frontend: the Azure LLM inference trace
+//! 2023 (CSV `TIMESTAMP,ContextTokens,GeneratedTokens`, absolute timestamps with 100 ns digits,
+//! as Azure publishes it) and Mooncake JSONL (`timestamp` in ms from the start, `input_length`,
+//! `output_length`, as the Mooncake traces are published). Arrivals are made relative to the
+//! first request, sorted, and can be multiplied by a rate scale `k` with small deterministic
+//! jitter.
 
 use std::{cmp::Ordering, collections::BinaryHeap, path::Path};
 
-use planner_core::{
-    latency::Job,
-    trace::{TraceError, parse_mooncake_jsonl},
-};
+use planner_core::trace::{TraceError, parse_mooncake_jsonl};
+
+use crate::latency::Job;
 
 /// One request: when it arrives and how long it is.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -184,7 +184,7 @@ fn parse_timestamp(text: &str) -> Option<f64> {
 }
 
 /// SplitMix64: a deterministic, well-mixed hash of a counter.
-pub(crate) fn splitmix64(mut x: u64) -> u64 {
+pub fn splitmix64(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
     x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);

@@ -15,7 +15,9 @@
 //! [`LatencyModel`], so a mocker engine and this crate's latency model time a request alike:
 //! prompts longer than the longest profiled one take proportionally longer here too.
 
-use crate::{interpolation::PerformanceCurves, latency::LatencyModel};
+use planner_core::interpolation::PerformanceCurves;
+
+use crate::latency::LatencyModel;
 
 /// Samples per axis: the converter's default resolution.
 pub const RESOLUTION: usize = 100;
@@ -82,7 +84,9 @@ fn linspace(start: f64, stop: f64, n: usize) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{interpolation::PerformanceModel, latency::EngineSpec, profile::Profile};
+    use planner_core::{interpolation::PerformanceModel, profile::Profile};
+
+    use crate::latency::EngineSpec;
 
     #[test]
     fn the_tables_time_requests_as_the_latency_model_does() {

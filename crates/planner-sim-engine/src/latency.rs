@@ -1,6 +1,6 @@
-//! The latency model of one disaggregated deployment: how long requests wait and run, given
-//! the profile and the prefill and decode engines serving. Shared by the trace-driven
-//! simulator ([`super::run`]) and the synthetic Dynamo frontend (`crate::frontend`).
+//! The latency model of one deployment: how long requests wait and run, given the profile and
+//! the prefill and decode engines serving. Shared by the replay ([`crate::run`]) and the
+//! simulator's synthetic Dynamo frontend.
 //!
 //! # Model and assumptions
 //!
@@ -39,11 +39,11 @@
 //! the decode step of every chunk (`ceil(isl / chunk_tokens)` of them, at the decode load when
 //! it starts); decode tokens come `1 / (1 − ρ)` times slower, `ρ` the share of the engines'
 //! time the step spent on prompt tokens (at most 0.95). The KV a prompt holds while it is
-//! prefilled is not counted. [`crate::aggregated`] plans with the same model.
+//! prefilled is not counted. [`planner_core::aggregated`] plans with the same model.
 
 use std::collections::VecDeque;
 
-use crate::{aggregated::AggregatedEngine, interpolation::PerformanceCurves, profile::Profile};
+use planner_core::{aggregated::AggregatedEngine, interpolation::PerformanceCurves, profile::Profile};
 
 /// What the model needs beyond the performance curves.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -528,7 +528,7 @@ impl Cluster {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::float_cmp)]
     use super::*;
-    use crate::interpolation::DecodeOperatingPoint;
+    use planner_core::interpolation::DecodeOperatingPoint;
 
     /// Prefill takes 100 ms per 1000 tokens; ITL is 10 ms plus 1 ms per concurrent request.
     pub(crate) struct Linear;

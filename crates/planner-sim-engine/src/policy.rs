@@ -1,23 +1,24 @@
-//! The policies the simulator compares. The SLA planner and the load-based planner are the
-//! operator's own planner core ([`SlaPlanner`], [`LoadPlanner`]), called exactly as the
-//! operator calls them; the others are baselines and bounds.
+//! The policies a replay compares. The SLA planner and the load-based planner run in the
+//! planning loop the operator runs ([`PolicyLoop`], [`LoopPolicy`]); the others are baselines
+//! and bounds.
 
 use std::{collections::VecDeque, time::Duration};
 
 use planner_core::{
     interpolation::PerformanceCurves,
-    load::{LoadConfig, LoadPlanner},
+    load::LoadConfig,
+    policy::{
+        Answer, Check, Decision, Due, Input, LoopSettings, Observed, Planner, PolicyLoop, Proposal, Replicas,
+    },
     predictor::{PredictorConfig, PredictorKind},
     sla::{self, Corrections},
-    startup::{DEFAULT_SCALE_UP_DELAY, StartupTracker, planned_delay},
-    state::{
-        FastSignals, IntervalMetrics, QueueingConfig, QueueingPlan, SlaModel, SlaPlanner, SlaPlannerConfig,
-    },
+    state::{IntervalMetrics, QueueingPlan, SlaModel, SlaPlannerConfig},
 };
 
-use super::{
+use crate::{
     latency::{Cluster, Job, Observer},
-    run::{DecisionContext, Policy, SimConfig, job},
+    observe::OBSERVED_TTFT_QUANTILE,
+    run::{Periodic, Policy, SimConfig, View, job},
 };
 
 /// Which policy to run.
@@ -160,30 +161,84 @@ impl PolicySpec {
     pub fn parse(name: &str) -> Option<Self> {
         Self::standard().into_iter().find(|spec| spec.name() == name)
     }
+
+    /// Whether the policy runs the planning loop the operator runs (the SLA and load-based
+    /// planners), which a shared budget can arbitrate.
+    pub fn runs_the_loop(&self) -> bool {
+        matches!(self, Self::Sla { .. } | Self::LoadBased)
+    }
+
+    /// The policy for `config`; `peak` sizes the fixed deployment.
+    pub fn build<C: PerformanceCurves>(self, config: &SimConfig, peak: (u32, u32)) -> Box<dyn Policy<C>> {
+        match self {
+            Self::Oracle => Box::new(Oracle::default()),
+            Self::PerfectPrediction => Box::new(PerfectPrediction::new(config)),
+            Self::Sla { .. } | Self::LoadBased => Box::new(self.build_loop(config).unwrap_or_else(|| {
+                // Both are loop policies.
+                LoopPolicy::load_based(config)
+            })),
+            Self::Hpa => Box::new(Hpa::default()),
+            Self::FixedPeak => Box::new(Fixed {
+                replicas: peak,
+                name: self.name(),
+            }),
+        }
+    }
+
+    /// The loop policy for `config`, when the spec is one ([`Self::runs_the_loop`]).
+    pub fn build_loop(self, config: &SimConfig) -> Option<LoopPolicy> {
+        match self {
+            Self::Sla {
+                model,
+                predictor,
+                correction,
+                headroom,
+            } => Some(LoopPolicy::sla(config, model, predictor, correction, headroom)),
+            Self::LoadBased => Some(LoopPolicy::load_based(config)),
+            _ => None,
+        }
+    }
 }
 
-/// The SLA planner, ticked once per adjustment interval with the interval's frontend metrics
-/// (and, with the queueing model, checked every fast period in between). It plans with the
-/// scale-up delay it measures on its own replicas, as the operator does on a cluster
-/// ([`StartupTracker`]): the default until a scale-up has come up.
-pub struct SlaPolicy {
+/// The planning loop the operator runs ([`PolicyLoop`]: the SLA planner or the load-based
+/// planner, with the operator's cadence, guards, ready gate and scale-up delay measurement),
+/// woken when it says, reading the replayed frontend as the operator reads Prometheus.
+pub struct LoopPolicy {
     name: String,
-    config: SlaPlannerConfig,
-    planner: SlaPlanner,
-    startup: StartupTracker,
-    /// The scale-up delay to assume until one is measured.
-    expected: Option<Duration>,
-    /// The replicas asked for when last told.
-    asked: Option<(u32, u32)>,
+    policy: PolicyLoop,
+    /// The decision of the last wake that made one.
+    last: Option<Decision>,
     /// The queueing plan of the last check that made one.
     plan: Option<QueueingPlan>,
+    /// The check the last wake ran.
+    check: Option<Check>,
 }
 
-impl SlaPolicy {
-    /// A cold-started planner (no warm-up trace) with the simulator's interval, SLA, limits and
-    /// queueing settings; with `headroom`, upstream's prefill is sized for
-    /// [`HEADROOM_UTILIZATION`]. The scale-up delay is measured, not taken from `sim`.
-    pub fn new(
+/// What the replay's frontend says of a graph before its first request.
+const AWAITING: &str =
+    "waiting for the first request: the frontend has counted none yet; planning starts with it";
+
+fn at(now_s: f64) -> Duration {
+    Duration::from_secs_f64(now_s.max(0.0))
+}
+
+impl LoopPolicy {
+    /// The loop `policy`, named `name` in reports.
+    pub fn new(name: impl Into<String>, policy: PolicyLoop) -> Self {
+        Self {
+            name: name.into(),
+            policy,
+            last: None,
+            plan: None,
+            check: None,
+        }
+    }
+
+    /// The SLA planner with the simulator's interval, SLA, limits and queueing settings, cold
+    /// started (no warm-up trace); with `headroom`, upstream's prefill is sized for
+    /// [`HEADROOM_UTILIZATION`]. It measures the scale-up delay on its replicas (expecting
+    /// `sim.expected_scale_up_delay_s` until then), as the operator does.
+    pub fn sla(
         sim: &SimConfig,
         model: SlaModel,
         predictor: PredictorKind,
@@ -205,57 +260,51 @@ impl SlaPolicy {
                 ..PredictorConfig::default()
             },
             model,
-            queueing: QueueingConfig {
-                scale_up_delay_s: DEFAULT_SCALE_UP_DELAY.as_secs_f64(),
-                ..sim.queueing.clone()
-            },
+            queueing: sim.queueing.clone(),
             aggregated: sim.aggregated,
         };
-        let mut policy = Self::with_config(config);
-        policy.expected = sim
-            .expected_scale_up_delay_s
-            .filter(|s| s.is_finite() && *s >= 0.0)
-            .map(Duration::from_secs_f64);
-        policy.refresh_delay();
-        policy
-    }
-
-    /// A cold-started planner with the given configuration.
-    pub fn with_config(config: SlaPlannerConfig) -> Self {
         let name = PolicySpec::Sla {
-            model: config.model,
-            predictor: config.predictor.kind,
-            correction: config.correction,
-            headroom: config.sla.prefill_utilization < 1.0,
+            model,
+            predictor,
+            correction,
+            headroom,
         }
         .name();
-        Self {
-            name,
-            planner: SlaPlanner::new(&config),
-            config,
-            startup: StartupTracker::default(),
-            expected: None,
-            asked: None,
-            plan: None,
-        }
+        Self::with_config(name, config, sim.expected_scale_up_delay_s)
     }
 
-    /// The scale-up delay measured so far.
-    pub fn measured_delay(&self) -> Option<Duration> {
-        self.startup.delay()
+    /// The SLA planner with `config`, expecting a scale-up delay of `expected_s` until it has
+    /// measured one.
+    pub fn with_config(name: impl Into<String>, config: SlaPlannerConfig, expected_s: Option<f64>) -> Self {
+        let period = config.queueing.fast_path.period_s;
+        let settings = LoopSettings {
+            interval: at(config.interval_s),
+            fast_period: (period.is_finite() && period > 0.0).then(|| at(period)),
+            expected_scale_up_delay: expected_s.filter(|s| s.is_finite() && *s >= 0.0).map(at),
+            ..LoopSettings::default()
+        };
+        Self::new(name, PolicyLoop::new(Planner::sla(config), settings))
     }
 
-    /// The measured delay (else the one expected, else the default) into the planner's
-    /// settings, as the operator refreshes them before each decision.
-    fn refresh_delay(&mut self) {
-        let planned = planned_delay(None, self.startup.delay(), self.expected);
-        self.config.queueing.scale_up_delay_s = planned.delay.as_secs_f64();
-        self.config.queueing.scale_up_delay_assumed = planned.assumed;
-    }
-
-    /// The planner's configuration.
-    pub fn config(&self) -> &SlaPlannerConfig {
-        &self.config
+    /// The load-based planner with its thresholds (Dynamo's first planner's) and a 10 s interval,
+    /// within the simulator's limits.
+    pub fn load_based(sim: &SimConfig) -> Self {
+        let config = LoadConfig {
+            min_replicas: sim.limits.min_replicas,
+            max_replicas: sim.limits.max_replicas,
+            max_gpu_budget: sim.limits.max_gpu_budget,
+            prefill_gpus_per_engine: sim.limits.prefill_gpus_per_engine,
+            decode_gpus_per_engine: sim.limits.decode_gpus_per_engine,
+            ..LoadConfig::default()
+        };
+        let settings = LoopSettings {
+            interval: LOAD_INTERVAL,
+            ..LoopSettings::default()
+        };
+        Self::new(
+            PolicySpec::LoadBased.name(),
+            PolicyLoop::new(Planner::load(config, sim.aggregated.is_some()), settings),
+        )
     }
 
     /// Renames the policy (for reports comparing settings).
@@ -263,140 +312,185 @@ impl SlaPolicy {
         self.name = name.into();
         self
     }
+
+    /// The loop.
+    pub fn policy_loop(&self) -> &PolicyLoop {
+        &self.policy
+    }
+
+    /// The loop, to change its settings (a shared budget's membership).
+    pub fn policy_loop_mut(&mut self) -> &mut PolicyLoop {
+        &mut self.policy
+    }
+
+    /// The SLA planner's configuration (`None` for the load planner).
+    pub fn config(&self) -> Option<&SlaPlannerConfig> {
+        match self.policy.planner() {
+            Planner::Sla { config, .. } => Some(config),
+            Planner::Load { .. } => None,
+        }
+    }
+
+    /// The scale-up delay measured so far.
+    pub fn measured_delay(&self) -> Option<Duration> {
+        self.policy.measured_delay()
+    }
+
+    fn replicas<C>(view: &View<'_, C>) -> Replicas {
+        Replicas {
+            serving: view.serving,
+            asked: view.asked,
+        }
+    }
+
+    /// What the frontend shows for an interval: nothing before the first request (as a new
+    /// graph's frontend has no request series), else the load samples or the frontend's
+    /// metrics, whichever the planner reads. Both windows start afresh.
+    fn observe_interval<C>(&self, view: &mut View<'_, C>) -> Observed {
+        let quantile = self
+            .policy
+            .sla_targets()
+            .and_then(|(_, percentile)| percentile)
+            .map_or(OBSERVED_TTFT_QUANTILE, |p| p / 100.0);
+        let observation = view.frontend.take_interval(view.gauges, quantile);
+        let samples = view.frontend.take_samples();
+        if !view.frontend.arrived_any() {
+            Observed::AwaitingTraffic(AWAITING.into())
+        } else if self.policy.reads_samples() {
+            Observed::Samples(Ok(samples))
+        } else {
+            Observed::Frontend(IntervalMetrics::Observed(observation))
+        }
+    }
+
+    /// Stages 1 and 2 at a wake: what is due, and the planner on what the frontend shows;
+    /// `None` when nothing is due.
+    pub fn propose<C: PerformanceCurves>(&mut self, view: &mut View<'_, C>) -> Option<Proposal> {
+        let now = at(view.now_s);
+        let replicas = Self::replicas(view);
+        self.check = None;
+        let input = match self.policy.due(now, replicas) {
+            Due::Idle => return None,
+            Due::Interval { .. } => Input::Interval(self.observe_interval(view)),
+            Due::Fast { window } => Input::Fast(Some(view.frontend.fast_signals(
+                view.now_s,
+                window.as_secs_f64(),
+                view.gauges,
+            ))),
+        };
+        Some(self.policy.decide(now, input, replicas, Some(view.model.curves)))
+    }
+
+    /// A shared budget's member between its own checks, when a round may have changed its
+    /// grant: it asks again for what it last wanted.
+    pub fn propose_grant<C: PerformanceCurves>(&mut self, view: &View<'_, C>) -> Proposal {
+        self.policy
+            .decide::<C>(at(view.now_s), Input::Grant, Self::replicas(view), None)
+    }
+
+    /// Stage 3: the decision with the budget's `answer` (for a member), the replicas to ask
+    /// for now.
+    pub fn settle<C>(
+        &mut self,
+        view: &View<'_, C>,
+        proposal: Proposal,
+        answer: Option<&Answer>,
+    ) -> Option<(u32, u32)> {
+        let decision = self.policy.settle(
+            at(view.now_s),
+            proposal,
+            answer,
+            Self::replicas(view),
+            Some(view.ready()),
+        );
+        if decision.plan.is_some() {
+            self.plan.clone_from(&decision.plan);
+        }
+        self.check = Some(decision.check);
+        let scale_to = decision.scale_to;
+        self.last = Some(decision);
+        scale_to
+    }
 }
 
-impl<C: PerformanceCurves> Policy<C> for SlaPolicy {
+/// The load-based planner's interval in the simulator: the thresholds of Dynamo's first planner
+/// were tuned at this cadence.
+pub const LOAD_INTERVAL: Duration = Duration::from_secs(10);
+
+impl<C: PerformanceCurves> Policy<C> for LoopPolicy {
     fn name(&self) -> String {
         self.name.clone()
     }
-    fn period_s(&self, _: &SimConfig) -> f64 {
-        self.config.interval_s
+    fn next_wake_s(&self) -> f64 {
+        self.policy.next_wake().map_or(0.0, |t| t.as_secs_f64())
     }
-    fn decide(&mut self, ctx: &DecisionContext<'_, C>) -> Option<(u32, u32)> {
-        self.refresh_delay();
-        // Upstream is told the replicas serving (as the operator did); the queueing model the
-        // replicas asked for, so that starting replicas are not asked for twice.
-        let current = match self.config.model {
-            SlaModel::Upstream => ctx.serving,
-            SlaModel::Queueing => ctx.target,
-        };
-        let decision = self.planner.tick(
-            &self.config,
-            ctx.model.curves,
-            IntervalMetrics::Observed(ctx.window),
-            current,
-        );
-        self.plan = decision.queueing().cloned();
-        decision.target()
+    fn wake(&mut self, view: &mut View<'_, C>) -> Option<(u32, u32)> {
+        let proposal = self.propose(view)?;
+        self.settle(view, proposal, None)
     }
-    fn fast_period_s(&self, _: &SimConfig) -> f64 {
-        match self.config.model {
-            SlaModel::Upstream => f64::INFINITY,
-            SlaModel::Queueing => self.config.queueing.fast_path.period_s,
-        }
-    }
-    fn fast_decide(&mut self, ctx: &DecisionContext<'_, C>, signals: &FastSignals) -> Option<(u32, u32)> {
-        self.refresh_delay();
-        let decision = self
-            .planner
-            .fast_check(&self.config, ctx.model.curves, signals, ctx.target)?;
-        self.plan = decision.queueing().cloned();
-        decision.target()
-    }
-    fn replicas_changed(&mut self, now_s: f64, asked: (u32, u32), serving: (u32, u32)) {
-        let now = Duration::from_secs_f64(now_s.max(0.0));
-        if let Some(before) = self.asked.filter(|before| *before != asked) {
-            self.startup.scaled(before, asked, now);
-        }
-        self.asked = Some(asked);
-        self.startup.observe(serving, now);
+    fn applied(&mut self, now_s: f64, from: (u32, u32), to: (u32, u32), serving: (u32, u32)) {
+        self.policy.actuated(at(now_s), from, to);
+        // The operator reconciles again once its status is written, and sees them then.
+        self.policy.observe(at(now_s), Replicas { serving, asked: to });
     }
     fn gpu_budget_changed(&mut self, budget: Option<u32>) {
-        self.config.limits.max_gpu_budget = budget;
+        if let Some(mut config) = self.config().cloned() {
+            config.limits.max_gpu_budget = budget;
+            self.policy.set_sla_config(config);
+        } else if let Planner::Load {
+            config, aggregated, ..
+        } = self.policy.planner()
+        {
+            let (mut config, aggregated) = (*config, *aggregated);
+            config.max_gpu_budget = budget;
+            self.policy.set_load_config(config, aggregated);
+        }
     }
     fn last_plan(&self) -> Option<&QueueingPlan> {
         self.plan.as_ref()
+    }
+    fn last_decision(&self) -> Option<&Decision> {
+        self.last.as_ref()
+    }
+    fn last_check(&self) -> Option<&'static str> {
+        self.check.map(Check::as_str)
     }
 }
 
 /// The SLA planner's replica formulas with the actual load of the next interval and neutral
 /// correction factors: what the planner would do with a perfect predictor.
-pub struct PerfectPrediction;
+pub struct PerfectPrediction {
+    wakes: Periodic,
+}
+
+impl PerfectPrediction {
+    /// Deciding every interval of `sim`.
+    pub fn new(sim: &SimConfig) -> Self {
+        Self {
+            wakes: Periodic::every(sim.interval_s),
+        }
+    }
+}
 
 impl<C: PerformanceCurves> Policy<C> for PerfectPrediction {
     fn name(&self) -> String {
         PolicySpec::PerfectPrediction.name()
     }
-    fn period_s(&self, config: &SimConfig) -> f64 {
-        config.interval_s
+    fn next_wake_s(&self) -> f64 {
+        self.wakes.next_s()
     }
-    fn decide(&mut self, ctx: &DecisionContext<'_, C>) -> Option<(u32, u32)> {
-        let interval = ctx.config.interval_s;
+    fn wake(&mut self, view: &mut View<'_, C>) -> Option<(u32, u32)> {
+        self.wakes.woke(view.now_s);
+        let interval = view.config.interval_s;
         let plan = sla::plan_replicas(
-            ctx.model.curves,
-            &ctx.next_load(interval),
-            &ctx.config.sla,
+            view.model.curves,
+            &view.next_load(interval),
+            &view.config.sla,
             &Corrections::default(),
-            &ctx.config.limits,
+            &view.config.limits,
             interval,
         );
         Some((plan.prefill, plan.decode))
-    }
-}
-
-/// The load-based planner of Dynamo's first planner: prefill queue per worker and decode KV usage against
-/// thresholds, one replica per pool per interval. Adjustments are blocking, as upstream: no
-/// decision while a scale-up is still starting.
-pub struct LoadBased {
-    config: LoadConfig,
-    planner: LoadPlanner,
-    period_s: f64,
-}
-
-impl LoadBased {
-    /// Seed 001's thresholds and 10 s interval, with the simulator's limits.
-    pub fn new(sim: &SimConfig) -> Self {
-        Self {
-            config: LoadConfig {
-                min_replicas: sim.limits.min_replicas,
-                max_replicas: sim.limits.max_replicas,
-                max_gpu_budget: sim.limits.max_gpu_budget,
-                prefill_gpus_per_engine: sim.limits.prefill_gpus_per_engine,
-                decode_gpus_per_engine: sim.limits.decode_gpus_per_engine,
-                ..LoadConfig::default()
-            },
-            planner: LoadPlanner::default(),
-            period_s: 10.0,
-        }
-    }
-}
-
-impl<C: PerformanceCurves> Policy<C> for LoadBased {
-    fn name(&self) -> String {
-        PolicySpec::LoadBased.name()
-    }
-    fn period_s(&self, _: &SimConfig) -> f64 {
-        self.period_s
-    }
-    fn decide(&mut self, ctx: &DecisionContext<'_, C>) -> Option<(u32, u32)> {
-        if ctx.scaling_up {
-            return None;
-        }
-        let decision = if ctx.config.aggregated.is_some() {
-            // A waiting prompt will take its tokens of one engine's KV cache.
-            let capacity = ctx.model.spec.max_kv_tokens;
-            let per_request = if capacity > 0.0 && ctx.window.isl.is_finite() {
-                ctx.window.isl / capacity
-            } else {
-                0.0
-            };
-            self.planner
-                .tick_aggregated(&self.config, ctx.target.1, ctx.samples, per_request)
-        } else {
-            self.planner
-                .tick(&self.config, ctx.target.0, ctx.target.1, ctx.samples)
-        };
-        Some((decision.prefill, decision.decode))
     }
 }
 
@@ -416,6 +510,7 @@ pub struct Hpa {
     /// Scale-down stabilisation window (s).
     pub stabilisation_s: f64,
     history: VecDeque<(f64, u32, u32)>,
+    next_s: Option<f64>,
 }
 
 impl Default for Hpa {
@@ -426,6 +521,7 @@ impl Default for Hpa {
             period_s: 15.0,
             stabilisation_s: 300.0,
             history: VecDeque::new(),
+            next_s: None,
         }
     }
 }
@@ -449,12 +545,17 @@ impl<C> Policy<C> for Hpa {
     fn name(&self) -> String {
         PolicySpec::Hpa.name()
     }
-    fn period_s(&self, _: &SimConfig) -> f64 {
-        self.period_s
+    fn next_wake_s(&self) -> f64 {
+        self.next_s.unwrap_or(self.period_s)
     }
-    fn decide(&mut self, ctx: &DecisionContext<'_, C>) -> Option<(u32, u32)> {
+    fn wake(&mut self, ctx: &mut View<'_, C>) -> Option<(u32, u32)> {
+        let mut wakes = Periodic::every(self.period_s);
+        wakes.woke_after(self.next_s, ctx.now_s);
+        self.next_s = Some(wakes.next_s());
         let (min, max) = (ctx.config.limits.min_replicas, ctx.config.max_replicas());
-        let kv = &ctx.samples.decode_kv_usage;
+        let samples = ctx.frontend.take_samples();
+        let utilisation = ctx.frontend.take_utilisation();
+        let kv = &samples.decode_kv_usage;
         let kv_mean = if kv.is_empty() {
             f64::NAN
         } else {
@@ -462,13 +563,13 @@ impl<C> Policy<C> for Hpa {
         };
         let p = hpa_recommend(
             ctx.serving.0,
-            ctx.target.0,
-            ctx.prefill_utilisation,
+            ctx.asked.0,
+            utilisation,
             self.prefill_target,
             min,
             max,
         );
-        let d = hpa_recommend(ctx.serving.1, ctx.target.1, kv_mean, self.decode_target, min, max);
+        let d = hpa_recommend(ctx.serving.1, ctx.asked.1, kv_mean, self.decode_target, min, max);
         self.history.push_back((ctx.now_s, p, d));
         while self
             .history
@@ -486,8 +587,8 @@ impl<C> Policy<C> for Hpa {
             }
         };
         Some((
-            stabilise(p, ctx.target.0, |h| h.1),
-            stabilise(d, ctx.target.1, |h| h.2),
+            stabilise(p, ctx.asked.0, |h| h.1),
+            stabilise(d, ctx.asked.1, |h| h.2),
         ))
     }
 }
@@ -504,10 +605,10 @@ impl<C> Policy<C> for Fixed {
     fn name(&self) -> String {
         self.name.clone()
     }
-    fn period_s(&self, _: &SimConfig) -> f64 {
+    fn next_wake_s(&self) -> f64 {
         f64::INFINITY
     }
-    fn decide(&mut self, _: &DecisionContext<'_, C>) -> Option<(u32, u32)> {
+    fn wake(&mut self, _: &mut View<'_, C>) -> Option<(u32, u32)> {
         None
     }
     fn initial(&self) -> Option<(u32, u32)> {
@@ -528,7 +629,10 @@ impl<C> Policy<C> for Fixed {
 /// grow. When even the maximum cannot meet a target (prompts too long for the TTFT target,
 /// say), the target becomes 5 % above what the maximum achieves: the fewest replicas that do
 /// about as well as is possible.
-pub struct Oracle;
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Oracle {
+    next_s: Option<f64>,
+}
 
 /// What one candidate achieved.
 #[derive(Clone, Copy, Debug)]
@@ -563,7 +667,7 @@ impl Observer for TrialObserver {
 }
 
 impl Oracle {
-    fn trial<C: PerformanceCurves>(ctx: &DecisionContext<'_, C>, prefill: u32, decode: u32) -> Trial {
+    fn trial<C: PerformanceCurves>(ctx: &View<'_, C>, prefill: u32, decode: u32) -> Trial {
         let interval = ctx.config.interval_s;
         let step = ctx.config.effective_step_s();
         let end = ctx.now_s + interval;
@@ -668,13 +772,16 @@ impl<C: PerformanceCurves> Policy<C> for Oracle {
     fn name(&self) -> String {
         PolicySpec::Oracle.name()
     }
-    fn period_s(&self, config: &SimConfig) -> f64 {
-        config.interval_s
+    fn next_wake_s(&self) -> f64 {
+        // The first decision is the replay's starting replicas, at t=0.
+        self.next_s.unwrap_or(0.0)
     }
     fn ignores_scale_up_delay(&self) -> bool {
         true
     }
-    fn decide(&mut self, ctx: &DecisionContext<'_, C>) -> Option<(u32, u32)> {
+    fn wake(&mut self, ctx: &mut View<'_, C>) -> Option<(u32, u32)> {
+        let interval = ctx.config.interval_s;
+        self.next_s = Some((ctx.now_s / interval + 1e-9).floor() * interval + interval);
         let sla = ctx.config.sla;
         let (min, max) = (ctx.config.limits.min_replicas, ctx.config.max_replicas());
         let at_max = Self::trial(ctx, max, max);

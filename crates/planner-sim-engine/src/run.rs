@@ -1,13 +1,12 @@
-//! The discrete-time simulation loop: replay a trace through the latency model while a policy
-//! decides replicas, with a scale-up delay, and account GPUs and SLA attainment.
+//! The replay: a trace through the latency model while a policy scales the engines, with a
+//! scale-up delay, GPU accounting and SLA attainment.
 //!
-//! Each step (default 1 s) activates replicas whose scale-up delay has passed, adds the
-//! step's arrivals, advances the [`Cluster`], samples the load-based metrics and charges the
-//! GPUs of every replica asked for (a replica costs from the moment it is requested, through
-//! its start-up delay, until it is removed; removal is immediate). At the end of each policy
-//! period the policy sees the frontend metrics of the period (the [`Observation`] the SLA
-//! planner would read from Prometheus: completed requests, mean TTFT and ITL of tokens emitted
-//! in the period, and so on) and returns new replica counts.
+//! Each step (default 1 s) activates replicas whose scale-up delay has passed, adds the step's
+//! arrivals, advances the [`Cluster`], feeds the graph's [`Frontend`] (what Prometheus would
+//! hold) and charges the GPUs of every replica asked for (a replica costs from the moment it is
+//! requested, through its start-up delay, until it is removed; removal is immediate). Then, when
+//! the policy's next wake has come, the policy reads what it is entitled to through a [`View`]
+//! and says what replicas to ask for.
 //!
 //! Attainment is judged per request (its TTFT and its mean ITL against the targets) and per
 //! reporting interval, by the cohort of requests that *arrived* in it (mean TTFT and
@@ -17,20 +16,21 @@
 use planner_core::{
     aggregated::AggregatedEngine,
     interpolation::PerformanceCurves,
-    load::LoadSamples,
-    sla::{Limits, Load, Observation, SlaTargets},
-    state::{FastSignals, QueueingConfig, QueueingPlan},
+    policy::Decision,
+    sla::{Limits, Load, SlaTargets},
+    state::{QueueingConfig, QueueingPlan},
 };
 
-use super::{
+use crate::{
     latency::{Cluster, Job, LatencyModel, Observer, Outcome},
-    metrics::{Histogram, ISL_BOUNDS, OSL_BOUNDS, TTFT_BOUNDS},
+    observe::{Frontend, Gauges},
     trace::Request,
 };
 
-/// The TTFT quantile the observations carry (`histogram_quantile(0.9, ...)`).
-pub const OBSERVED_TTFT_QUANTILE: f64 = 0.9;
+/// Slack for wake times given in floating-point seconds.
+const EPSILON_S: f64 = 1e-6;
 
+/// Settings shared by every policy of a comparison.
 /// Settings shared by every policy of a comparison.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SimConfig {
@@ -117,24 +117,21 @@ fn steps(period_s: f64, step_s: f64) -> u64 {
     (period_s / step_s).round().max(1.0) as u64
 }
 
-/// Everything a policy may look at when it decides. Policies use what they are entitled to:
-/// the SLA planner reads `window`, the load-based planner `samples`, the oracle and the
-/// perfect-prediction policy also look at `upcoming`.
-pub struct DecisionContext<'a, C> {
-    /// Decision time (s).
+/// What a policy may read when it wakes. Policies read what they are entitled to: the
+/// planning loop the operator runs reads the frontend (as it reads Prometheus) and the
+/// replicas; the HPA its utilisation and KV samples; the oracle and the perfect prediction
+/// also look at the requests still to come.
+pub struct View<'a, C> {
+    /// Wake time (s).
     pub now_s: f64,
     /// Replicas asked for (serving or starting).
-    pub target: (u32, u32),
+    pub asked: (u32, u32),
     /// Replicas serving.
     pub serving: (u32, u32),
-    /// Whether a scale-up is still starting.
-    pub scaling_up: bool,
-    /// Frontend metrics over the policy's last period.
-    pub window: Observation,
-    /// Load-based planner samples over the last period, one per step.
-    pub samples: &'a LoadSamples,
-    /// Prefill utilisation over the last period: prefill work started / (engines * period).
-    pub prefill_utilisation: f64,
+    /// The frontend's gauges now.
+    pub gauges: Gauges,
+    /// The frontend's windows.
+    pub frontend: &'a mut Frontend,
     /// Requests not yet arrived, in arrival order; `upcoming[i]` has id `first_upcoming + i`.
     pub upcoming: &'a [Request],
     /// Trace index of `upcoming[0]`.
@@ -147,7 +144,7 @@ pub struct DecisionContext<'a, C> {
     pub config: &'a SimConfig,
 }
 
-impl<C> DecisionContext<'_, C> {
+impl<C> View<'_, C> {
     /// The actual load of the next `horizon_s` seconds (requests, mean ISL, mean OSL).
     pub fn next_load(&self, horizon_s: f64) -> Load {
         let end = self.now_s + horizon_s;
@@ -172,25 +169,24 @@ impl<C> DecisionContext<'_, C> {
             }
         }
     }
+
+    /// Whether every replica asked for serves (a DGD's `Ready`).
+    pub fn ready(&self) -> bool {
+        self.serving.0 >= self.asked.0 && self.serving.1 >= self.asked.1
+    }
 }
 
 /// A scaling policy.
 pub trait Policy<C> {
     /// Name in tables and plots.
     fn name(&self) -> String;
-    /// Seconds between decisions (infinite: never decides).
-    fn period_s(&self, config: &SimConfig) -> f64;
-    /// Replicas to run from now on, or `None` to keep the current target.
-    fn decide(&mut self, ctx: &DecisionContext<'_, C>) -> Option<(u32, u32)>;
-    /// Seconds between fast-path checks (infinite: none).
-    fn fast_period_s(&self, _config: &SimConfig) -> f64 {
-        f64::INFINITY
-    }
-    /// Between decisions: replicas to run from now on, or `None` to keep the current target.
-    /// `ctx.window` holds the metrics of the period so far.
-    fn fast_decide(&mut self, _ctx: &DecisionContext<'_, C>, _signals: &FastSignals) -> Option<(u32, u32)> {
-        None
-    }
+    /// When the policy next wants to wake (s; infinite: never).
+    fn next_wake_s(&self) -> f64;
+    /// Wakes at `view.now_s`: the replicas to ask for from now on, or `None` to keep them.
+    fn wake(&mut self, view: &mut View<'_, C>) -> Option<(u32, u32)>;
+    /// The replicas asked for changed from `from` to `to` at `now_s` (what the policy decided,
+    /// or what a shared budget let it have); `serving` serve now.
+    fn applied(&mut self, _now_s: f64, _from: (u32, u32), _to: (u32, u32), _serving: (u32, u32)) {}
     /// Whether added replicas serve at once (only the oracle, which is a bound, not a policy
     /// one could run).
     fn ignores_scale_up_delay(&self) -> bool {
@@ -200,10 +196,6 @@ pub trait Policy<C> {
     fn initial(&self) -> Option<(u32, u32)> {
         None
     }
-    /// The replicas asked for or serving changed at `now_s` (a decision was applied, or
-    /// replicas came up): what a controller watching the target sees, as the operator's
-    /// reconcile does on a DGD status change.
-    fn replicas_changed(&mut self, _now_s: f64, _asked: (u32, u32), _serving: (u32, u32)) {}
     /// The GPU budget of both pools changed (`None`: no budget), as an operator rereads
     /// `maxGpuBudget` before each decision; policies without a budget ignore it.
     fn gpu_budget_changed(&mut self, _budget: Option<u32>) {}
@@ -211,8 +203,62 @@ pub trait Policy<C> {
     fn last_plan(&self) -> Option<&QueueingPlan> {
         None
     }
+    /// The planning loop's last decision (for logs and `what-if`).
+    fn last_decision(&self) -> Option<&Decision> {
+        None
+    }
+    /// Which check the last wake ran (`interval`, `fast`), `None` when it found nothing due. A
+    /// policy with one kind of decision runs an interval at every wake.
+    fn last_check(&self) -> Option<&'static str> {
+        Some("interval")
+    }
 }
 
+/// A policy's wakes every `period_s`, the first one period after the start.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Periodic {
+    /// Seconds between wakes (infinite: never).
+    pub period_s: f64,
+    next_s: f64,
+}
+
+impl Periodic {
+    /// Wakes every `period_s` (never, unless it is a positive number of seconds).
+    pub fn every(period_s: f64) -> Self {
+        let period_s = if period_s.is_finite() && period_s > 0.0 {
+            period_s
+        } else {
+            f64::INFINITY
+        };
+        Self {
+            period_s,
+            next_s: period_s,
+        }
+    }
+
+    /// The next wake.
+    pub fn next_s(&self) -> f64 {
+        self.next_s
+    }
+
+    /// A wake at `now_s`: the next is the first of the cadence after it.
+    pub fn woke(&mut self, now_s: f64) {
+        if self.next_s <= now_s + EPSILON_S {
+            let periods = ((now_s + EPSILON_S - self.next_s) / self.period_s).floor() + 1.0;
+            self.next_s += periods * self.period_s;
+        }
+    }
+
+    /// [`Self::woke`], the cadence resumed from `next_s` when there was one.
+    pub fn woke_after(&mut self, next_s: Option<f64>, now_s: f64) {
+        if let Some(next_s) = next_s {
+            self.next_s = next_s;
+        }
+        self.woke(now_s);
+    }
+}
+
+/// One reporting interval of a run.
 /// One reporting interval of a run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct IntervalRecord {
@@ -330,15 +376,20 @@ pub struct RunResult {
 
 /// Per-request outcomes, indexed by trace position.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Outcomes {
+pub struct Outcomes {
+    /// Time to first token (s; infinite until there is one).
     pub ttft_s: Vec<f64>,
+    /// Inter-token latencies summed (s).
     pub itl_sum_s: Vec<f64>,
+    /// Tokens after the first.
     pub tokens: Vec<f64>,
+    /// Whether the request completed.
     pub done: Vec<bool>,
 }
 
 impl Outcomes {
-    pub(crate) fn new(n: usize) -> Self {
+    /// Outcomes of `n` requests, none served yet.
+    pub fn new(n: usize) -> Self {
         Self {
             ttft_s: vec![f64::INFINITY; n],
             itl_sum_s: vec![0.0; n],
@@ -348,130 +399,22 @@ impl Outcomes {
     }
 }
 
-/// Sums of what a frontend observes over a window.
-#[derive(Clone, Debug)]
-pub(crate) struct Window {
-    pub(crate) completed: f64,
-    pub(crate) osl_sum: f64,
-    pub(crate) duration_sum: f64,
-    pub(crate) first_tokens: f64,
-    pub(crate) ttft_sum: f64,
-    pub(crate) isl_sum: f64,
-    /// Prompt lengths observed (with `isl_sum`: the input-length histogram's count).
-    pub(crate) isl_count: f64,
-    pub(crate) tokens: f64,
-    pub(crate) itl_sum: f64,
-    /// Requests accepted (`requests_started_total`).
-    pub(crate) arrivals: f64,
-    pub(crate) isl: Histogram,
-    pub(crate) osl: Histogram,
-    pub(crate) ttft: Histogram,
-    /// Prefill and decode engine-seconds serving, and the seconds covered.
-    pub(crate) prefill_engine_s: f64,
-    pub(crate) decode_engine_s: f64,
-    pub(crate) span_s: f64,
-    /// Sum of the decode pool's KV-cache usage at each step, the steps, and the highest usage.
-    pub(crate) kv_usage_sum: f64,
-    pub(crate) kv_samples: f64,
-    pub(crate) kv_usage_peak: f64,
-}
-
-impl Default for Window {
-    fn default() -> Self {
-        Self {
-            completed: 0.0,
-            osl_sum: 0.0,
-            duration_sum: 0.0,
-            first_tokens: 0.0,
-            ttft_sum: 0.0,
-            isl_sum: 0.0,
-            isl_count: 0.0,
-            tokens: 0.0,
-            itl_sum: 0.0,
-            arrivals: 0.0,
-            isl: Histogram::new(&ISL_BOUNDS),
-            osl: Histogram::new(&OSL_BOUNDS),
-            ttft: Histogram::new(&TTFT_BOUNDS),
-            prefill_engine_s: 0.0,
-            decode_engine_s: 0.0,
-            span_s: 0.0,
-            kv_usage_sum: 0.0,
-            kv_samples: 0.0,
-            kv_usage_peak: 0.0,
-        }
-    }
-}
-
-/// The frontend's gauges at the end of a window.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Gauges {
-    pub(crate) inflight: f64,
-    pub(crate) queued: f64,
-}
-
-impl Gauges {
-    fn of(cluster: &Cluster) -> Self {
-        Self {
-            inflight: cluster.in_flight() as f64,
-            queued: cluster.prefill_pending_count() as f64,
-        }
-    }
-}
-
-impl Window {
-    /// What the planner reads: upstream's means and count, and the demand signals.
-    pub(crate) fn observation(&self, gauges: Option<Gauges>) -> Observation {
-        let ttft_quantile = (self.ttft.count() > 0.0).then(|| {
-            (
-                OBSERVED_TTFT_QUANTILE,
-                self.ttft.quantile(OBSERVED_TTFT_QUANTILE) * 1000.0,
-            )
-        });
-        Observation {
-            num_req: self.completed,
-            isl: self.isl_sum / self.isl_count,
-            osl: self.osl_sum / self.completed,
-            ttft_ms: self.ttft_sum / self.first_tokens * 1000.0,
-            itl_ms: self.itl_sum / self.tokens * 1000.0,
-            request_duration_s: self.duration_sum / self.completed,
-            arrivals: gauges.map(|_| self.arrivals),
-            inflight: gauges.map(|g| g.inflight),
-            queued: gauges.map(|g| g.queued),
-            isl_second_moment: self.isl.moments().map(|m| m.second),
-            osl_second_moment: self.osl.moments().map(|m| m.second),
-            ttft_quantile_ms: ttft_quantile,
-            prefill_engines: (self.span_s > 0.0).then(|| self.prefill_engine_s / self.span_s),
-            decode_engines: (self.span_s > 0.0).then(|| self.decode_engine_s / self.span_s),
-            decode_kv_usage: (self.kv_samples > 0.0).then(|| self.kv_usage_sum / self.kv_samples),
-            decode_kv_usage_peak: (self.kv_samples > 0.0).then_some(self.kv_usage_peak),
-        }
-    }
-}
-
-/// The simulator's observer: frontend window sums and per-request outcomes.
+/// The replay's observer: the frontend's windows and per-request outcomes.
 struct Recorder<'a> {
-    window: &'a mut Window,
-    /// Completions since the last fast-path check.
-    fast_completions: &'a mut f64,
+    frontend: &'a mut Frontend,
     outcomes: &'a mut Outcomes,
 }
 
 impl Observer for Recorder<'_> {
     fn first_token(&mut self, job: &Job, _at_s: f64, ttft_s: f64) {
-        self.window.first_tokens += 1.0;
-        self.window.ttft_sum += ttft_s;
-        self.window.isl_sum += job.isl;
-        self.window.isl_count += 1.0;
-        self.window.isl.observe(job.isl);
-        self.window.ttft.observe(ttft_s);
+        self.frontend.first_token(job.isl, ttft_s);
         if let Some(slot) = self.outcomes.ttft_s.get_mut(job.id) {
             *slot = ttft_s;
         }
     }
 
     fn tokens(&mut self, job: &Job, _at_s: f64, count: f64, itl_s: f64) {
-        self.window.tokens += count;
-        self.window.itl_sum += count * itl_s;
+        self.frontend.tokens(count, itl_s);
         if let (Some(sum), Some(tokens)) = (
             self.outcomes.itl_sum_s.get_mut(job.id),
             self.outcomes.tokens.get_mut(job.id),
@@ -482,17 +425,14 @@ impl Observer for Recorder<'_> {
     }
 
     fn completed(&mut self, job: &Job, _at_s: f64, outcome: &Outcome) {
-        self.window.completed += 1.0;
-        self.window.osl_sum += job.osl;
-        self.window.osl.observe(job.osl);
-        self.window.duration_sum += outcome.duration_s;
-        *self.fast_completions += 1.0;
+        self.frontend.completed(job.osl, outcome.duration_s);
         if let Some(done) = self.outcomes.done.get_mut(job.id) {
             *done = true;
         }
     }
 }
 
+/// Replicas of one pool: the target and the scale-ups still starting.
 /// Replicas of one pool: the target and the scale-ups still starting.
 #[derive(Clone, Debug)]
 struct PoolState {
@@ -552,8 +492,12 @@ pub fn run<C: PerformanceCurves>(
     initial: Option<(u32, u32)>,
 ) -> RunResult {
     let mut replay = Replay::new(requests, model, config, policy, initial, None);
+    if let Some(target) = replay.wake(policy) {
+        replay.apply(target, policy);
+    }
     for k in 0..replay.total_steps() {
-        if let Some(target) = replay.step(k, policy) {
+        replay.step(k);
+        if let Some(target) = replay.wake(policy) {
             replay.apply(target, policy);
         }
     }
@@ -570,21 +514,15 @@ pub struct Replay<'r, 'm, C> {
     step: f64,
     steps_per_interval: u64,
     total_steps: u64,
-    steps_per_period: u64,
-    steps_per_fast: u64,
     delay: f64,
     gpus: (f64, f64),
     prefill: PoolState,
     decode: PoolState,
     cluster: Cluster,
-    window: Window,
-    fast_arrivals: f64,
-    fast_completions: f64,
+    frontend: Frontend,
     outcomes: Outcomes,
-    last_decision_s: f64,
-    last_fast_s: f64,
-    samples: LoadSamples,
-    work_at_period_start: f64,
+    /// Prefill work started by the engines so far (s), at the end of the last step.
+    prefill_work_s: f64,
     next: usize,
     gpu_seconds: f64,
     actions: usize,
@@ -596,14 +534,12 @@ pub struct Replay<'r, 'm, C> {
     initial: (u32, u32),
     /// End of the last step (s): when a decision is applied.
     now_s: f64,
-    /// The frontend metrics of the last policy period.
-    last_window: Option<Observation>,
 }
 
 impl<'r, 'm, C: PerformanceCurves> Replay<'r, 'm, C> {
     /// A replay of `requests` starting from `initial` replicas (`None`: the policy's own, else
     /// what it decides at t=0, else the minimum) over `intervals` reporting intervals (`None`:
-    /// until the last arrival's). The policy hears of its initial replicas, serving at t=0.
+    /// until the last arrival's).
     pub fn new(
         requests: &'r [Request],
         model: &'r LatencyModel<'m, C>,
@@ -618,40 +554,30 @@ impl<'r, 'm, C: PerformanceCurves> Replay<'r, 'm, C> {
         let last_arrival = requests.last().map(|r| r.arrival_s);
         let intervals =
             intervals.unwrap_or_else(|| last_arrival.map_or(0, |t| (t / interval).floor() as u64 + 1));
-        let period = policy.period_s(config);
-        let steps_per_period = if period.is_finite() {
-            steps(period, step)
-        } else {
-            u64::MAX
-        };
         let delay = if policy.ignores_scale_up_delay() {
             0.0
         } else {
             config.scale_up_delay_s.max(0.0)
         };
         let min = config.limits.min_replicas;
-        let empty_samples = LoadSamples::default();
-        let start_cluster = Cluster::new(0.0, 0, 0).aggregated(config.aggregated.as_ref());
         let initial = policy.initial().or(initial).unwrap_or_else(|| {
-            let ctx = DecisionContext {
+            let start = Cluster::new(0.0, 0, 0).aggregated(config.aggregated.as_ref());
+            let mut frontend = Frontend::default();
+            let mut view = View {
                 now_s: 0.0,
-                target: (min, min),
+                asked: (min, min),
                 serving: (min, min),
-                scaling_up: false,
-                window: Window::default().observation(None),
-                samples: &empty_samples,
-                prefill_utilisation: 0.0,
+                gauges: Gauges::default(),
+                frontend: &mut frontend,
                 upcoming: requests,
                 first_upcoming: 0,
-                cluster: &start_cluster,
+                cluster: &start,
                 model,
                 config,
             };
-            policy.decide(&ctx).unwrap_or((min, min))
+            policy.wake(&mut view).unwrap_or((min, min))
         });
         let initial = config.pools(initial);
-        let fast_period = policy.fast_period_s(config);
-        policy.replicas_changed(0.0, initial, initial);
         Self {
             requests,
             model,
@@ -659,12 +585,6 @@ impl<'r, 'm, C: PerformanceCurves> Replay<'r, 'm, C> {
             step,
             steps_per_interval,
             total_steps: intervals * steps_per_interval,
-            steps_per_period,
-            steps_per_fast: if fast_period.is_finite() {
-                steps(fast_period, step)
-            } else {
-                u64::MAX
-            },
             delay,
             // An aggregated pool is charged once, as the decode pool.
             gpus: (
@@ -678,14 +598,9 @@ impl<'r, 'm, C: PerformanceCurves> Replay<'r, 'm, C> {
             prefill: PoolState::new(initial.0),
             decode: PoolState::new(initial.1),
             cluster: Cluster::new(0.0, initial.0, initial.1).aggregated(config.aggregated.as_ref()),
-            window: Window::default(),
-            fast_arrivals: 0.0,
-            fast_completions: 0.0,
+            frontend: Frontend::default(),
             outcomes: Outcomes::new(requests.len()),
-            last_decision_s: 0.0,
-            last_fast_s: 0.0,
-            samples: LoadSamples::default(),
-            work_at_period_start: 0.0,
+            prefill_work_s: 0.0,
             next: 0,
             gpu_seconds: 0.0,
             actions: 0,
@@ -696,7 +611,6 @@ impl<'r, 'm, C: PerformanceCurves> Replay<'r, 'm, C> {
             serving_sums: (0.0, 0.0),
             initial,
             now_s: 0.0,
-            last_window: None,
         }
     }
 
@@ -710,51 +624,87 @@ impl<'r, 'm, C: PerformanceCurves> Replay<'r, 'm, C> {
         (self.prefill.target, self.decode.target)
     }
 
-    /// The frontend metrics of the last policy period, once there is one.
-    pub fn last_window(&self) -> Option<&Observation> {
-        self.last_window.as_ref()
+    /// Replicas serving now (prefill, decode).
+    pub fn serving(&self) -> (u32, u32) {
+        (self.prefill.serving, self.decode.serving)
     }
 
-    /// Runs step `k`: activations, arrivals, the engines' progress, GPU accounting and, at the
-    /// end of a policy period or fast-check period, the policy's decision, returned for the
-    /// caller to [`Self::apply`] (or to arbitrate first).
-    pub fn step(&mut self, k: u64, policy: &mut dyn Policy<C>) -> Option<(u32, u32)> {
+    /// The end of the last step (s).
+    pub fn now_s(&self) -> f64 {
+        self.now_s
+    }
+
+    /// What `policy` reads when it wakes now.
+    pub fn view(&mut self) -> View<'_, C> {
+        View {
+            now_s: self.now_s,
+            asked: (self.prefill.target, self.decode.target),
+            serving: (self.prefill.serving, self.decode.serving),
+            gauges: Gauges {
+                inflight: self.cluster.in_flight() as f64,
+                queued: self.cluster.prefill_pending_count() as f64,
+            },
+            frontend: &mut self.frontend,
+            upcoming: &self.requests[self.next..],
+            first_upcoming: self.next,
+            cluster: &self.cluster,
+            model: self.model,
+            config: self.config,
+        }
+    }
+
+    /// Wakes `policy` when its next wake has come: the replicas it decided (as the
+    /// deployment's pools), for the caller to [`Self::apply`] (or to arbitrate first).
+    pub fn wake(&mut self, policy: &mut dyn Policy<C>) -> Option<(u32, u32)> {
+        if policy.next_wake_s() > self.now_s + EPSILON_S {
+            return None;
+        }
+        // Replicas whose start-up ends now serve when the policy looks.
+        if self.prefill.activate(self.now_s) {
+            self.cluster.set_prefill_engines(self.prefill.serving);
+        }
+        if self.decode.activate(self.now_s) {
+            self.cluster.set_decode_engines(self.decode.serving);
+        }
+        let pools = self.config;
+        let mut view = self.view();
+        policy.wake(&mut view).map(|r| pools.pools(r))
+    }
+
+    /// Runs step `k`: activations, arrivals, the engines' progress, the frontend's windows and
+    /// the GPU accounting.
+    pub fn step(&mut self, k: u64) {
         let step = self.step;
         let t0 = k as f64 * step;
         let t1 = (k + 1) as f64 * step;
         self.now_s = t1;
-        let activated_p = self.prefill.activate(t0);
-        if activated_p {
+        if self.prefill.activate(t0) {
             self.cluster.set_prefill_engines(self.prefill.serving);
         }
-        let activated_d = self.decode.activate(t0);
-        if activated_d {
+        if self.decode.activate(t0) {
             self.cluster.set_decode_engines(self.decode.serving);
-        }
-        if activated_p || activated_d {
-            self.replicas_changed(t0, policy);
         }
         while let Some(r) = self.requests.get(self.next).filter(|r| r.arrival_s < t1) {
             self.cluster.arrive(job(self.next, r));
-            self.window.arrivals += 1.0;
-            self.fast_arrivals += 1.0;
+            self.frontend.arrived();
             self.next += 1;
         }
-        self.window.prefill_engine_s += f64::from(self.cluster.prefill_engines()) * step;
-        self.window.decode_engine_s += f64::from(self.cluster.decode_engines()) * step;
-        self.window.span_s += step;
+        let engines = (
+            f64::from(self.cluster.prefill_engines()),
+            f64::from(self.cluster.decode_engines()),
+        );
         let mut recorder = Recorder {
-            window: &mut self.window,
-            fast_completions: &mut self.fast_completions,
+            frontend: &mut self.frontend,
             outcomes: &mut self.outcomes,
         };
         self.cluster.advance(self.model, t1, &mut recorder);
         let snapshot = self.cluster.snapshot();
-        self.window.kv_usage_sum += snapshot.kv_usage;
-        self.window.kv_samples += 1.0;
-        self.window.kv_usage_peak = self.window.kv_usage_peak.max(snapshot.kv_usage);
-        self.samples.prefill_queue.push(snapshot.prefill_queue as f64);
-        self.samples.decode_kv_usage.push(snapshot.kv_usage);
+        let work = snapshot.prefill_work_started_s - self.prefill_work_s;
+        self.prefill_work_s = snapshot.prefill_work_started_s;
+        self.frontend.engines(engines, step, work);
+        self.frontend.kv_usage(snapshot.kv_usage);
+        self.frontend.prefill_queue(snapshot.prefill_queue as f64);
+        self.frontend.mark(t1);
         let (p_gpus, d_gpus) = self.gpus;
         self.gpu_seconds +=
             (f64::from(self.prefill.target) * p_gpus + f64::from(self.decode.target) * d_gpus) * step;
@@ -762,78 +712,6 @@ impl<'r, 'm, C: PerformanceCurves> Replay<'r, 'm, C> {
         self.sums.1 += f64::from(self.decode.target) * step;
         self.serving_sums.0 += f64::from(self.cluster.prefill_engines()) * step;
         self.serving_sums.1 += f64::from(self.cluster.decode_engines()) * step;
-
-        let period_end = (k + 1).is_multiple_of(self.steps_per_period);
-        let mut decision = None;
-        if !period_end && (k + 1).is_multiple_of(self.steps_per_fast) {
-            let window = self.window.observation(Some(Gauges::of(&self.cluster)));
-            let signals = FastSignals {
-                isl: window.isl,
-                isl_second_moment: window.isl_second_moment,
-                osl: window.osl,
-                osl_second_moment: window.osl_second_moment,
-                elapsed_s: t1 - self.last_decision_s,
-                window_s: t1 - self.last_fast_s,
-                arrivals: Some(self.fast_arrivals),
-                completions: self.fast_completions,
-                inflight: Some(self.cluster.in_flight() as f64),
-                queued: Some(self.cluster.prefill_pending_count() as f64),
-                prefill_engines: f64::from(self.cluster.prefill_engines()),
-                decode_engines: Some(f64::from(self.cluster.decode_engines())),
-            };
-            self.fast_arrivals = 0.0;
-            self.fast_completions = 0.0;
-            self.last_fast_s = t1;
-            let ctx = DecisionContext {
-                now_s: t1,
-                target: (self.prefill.target, self.decode.target),
-                serving: (self.prefill.serving, self.decode.serving),
-                scaling_up: !self.prefill.starting.is_empty() || !self.decode.starting.is_empty(),
-                window,
-                samples: &self.samples,
-                prefill_utilisation: 0.0,
-                upcoming: &self.requests[self.next..],
-                first_upcoming: self.next,
-                cluster: &self.cluster,
-                model: self.model,
-                config: self.config,
-            };
-            decision = policy.fast_decide(&ctx, &signals).map(|r| self.config.pools(r));
-        }
-
-        if period_end {
-            let period = self.steps_per_period as f64 * step;
-            let work = snapshot.prefill_work_started_s - self.work_at_period_start;
-            self.work_at_period_start = snapshot.prefill_work_started_s;
-            let window = self.window.observation(Some(Gauges::of(&self.cluster)));
-            let ctx = DecisionContext {
-                now_s: t1,
-                target: (self.prefill.target, self.decode.target),
-                serving: (self.prefill.serving, self.decode.serving),
-                scaling_up: !self.prefill.starting.is_empty() || !self.decode.starting.is_empty(),
-                window,
-                samples: &self.samples,
-                prefill_utilisation: if self.prefill.serving > 0 {
-                    (work / (f64::from(self.prefill.serving) * period)).min(1.0)
-                } else {
-                    0.0
-                },
-                upcoming: &self.requests[self.next..],
-                first_upcoming: self.next,
-                cluster: &self.cluster,
-                model: self.model,
-                config: self.config,
-            };
-            decision = policy.decide(&ctx).map(|r| self.config.pools(r));
-            self.last_window = Some(window);
-            self.window = Window::default();
-            self.fast_arrivals = 0.0;
-            self.fast_completions = 0.0;
-            self.last_decision_s = t1;
-            self.last_fast_s = t1;
-            self.samples = LoadSamples::default();
-        }
-
         if (k + 1).is_multiple_of(self.steps_per_interval) {
             let span = self.steps_per_interval as f64 * step;
             self.records.push(IntervalRecord {
@@ -852,45 +730,32 @@ impl<'r, 'm, C: PerformanceCurves> Replay<'r, 'm, C> {
             self.sums = (0.0, 0.0);
             self.serving_sums = (0.0, 0.0);
         }
-        decision
     }
 
     /// Asks for `(prefill, decode)` replicas from the end of the last step on: added replicas
     /// serve after the scale-up delay, removed ones stop at once. `policy` hears of the change
-    /// (what it asked for may have been cut), and of replicas that come up at this instant.
+    /// (what it asked for may have been cut).
     pub fn apply(&mut self, replicas: (u32, u32), policy: &mut dyn Policy<C>) {
         let (p, d) = self.config.pools(replicas);
         let t1 = self.now_s;
+        let from = self.target();
         let changed_p = self.prefill.set(p, t1, self.delay);
         let changed_d = self.decode.set(d, t1, self.delay);
         // An aggregated pool's one change is counted once.
         let aggregated = self.config.aggregated.is_some();
         self.actions += usize::from(changed_p && !aggregated) + usize::from(changed_d);
+        // Scale-downs are immediate; a zero delay activates at once as well.
+        if self.prefill.activate(t1) || changed_p {
+            self.cluster.set_prefill_engines(self.prefill.serving);
+        }
+        if self.decode.activate(t1) || changed_d {
+            self.cluster.set_decode_engines(self.decode.serving);
+        }
         if changed_p || changed_d {
             self.decisions.push((t1, (p, d)));
             self.max = (self.max.0.max(p), self.max.1.max(d));
+            policy.applied(t1, from, (p, d), self.serving());
         }
-        // Scale-downs are immediate; a zero delay activates at once as well.
-        let activated_p = self.prefill.activate(t1);
-        if activated_p || changed_p {
-            self.cluster.set_prefill_engines(self.prefill.serving);
-        }
-        let activated_d = self.decode.activate(t1);
-        if activated_d || changed_d {
-            self.cluster.set_decode_engines(self.decode.serving);
-        }
-        if changed_p || changed_d || activated_p || activated_d {
-            self.replicas_changed(t1, policy);
-        }
-    }
-
-    /// Tells `policy` the replicas asked for and serving at `now_s`.
-    fn replicas_changed(&self, now_s: f64, policy: &mut dyn Policy<C>) {
-        policy.replicas_changed(
-            now_s,
-            (self.prefill.target, self.decode.target),
-            (self.prefill.serving, self.decode.serving),
-        );
     }
 
     /// Drains what is still in flight (the last replicas serve it, not charged, no decisions)
@@ -900,8 +765,7 @@ impl<'r, 'm, C: PerformanceCurves> Replay<'r, 'm, C> {
         let mut t = self.total_steps as f64 * step;
         let drain_end = t + self.config.drain_limit_s.max(0.0);
         let mut recorder = Recorder {
-            window: &mut self.window,
-            fast_completions: &mut self.fast_completions,
+            frontend: &mut self.frontend,
             outcomes: &mut self.outcomes,
         };
         while !self.cluster.is_idle() && t < drain_end {
@@ -938,7 +802,8 @@ impl<'r, 'm, C: PerformanceCurves> Replay<'r, 'm, C> {
     }
 }
 
-pub(crate) fn job(id: usize, r: &Request) -> Job {
+/// The latency model's job for request `id`.
+pub fn job(id: usize, r: &Request) -> Job {
     Job {
         id,
         arrival_s: r.arrival_s,
@@ -948,7 +813,7 @@ pub(crate) fn job(id: usize, r: &Request) -> Job {
 }
 
 /// Fills the cohort statistics of `records` and computes the request-level aggregates.
-pub(crate) fn summarize(
+pub fn summarize(
     requests: &[Request],
     outcomes: &Outcomes,
     records: &mut [IntervalRecord],
