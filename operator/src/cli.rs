@@ -27,9 +27,16 @@ enum Command {
     Crd,
     /// Run the operator: reconcile DynamoGraphDeployments and PlannerPolicies until SIGTERM.
     Run(Box<crate::runtime::RunArgs>),
-    /// Compute the SLA planner's replicas for cases read from a JSON file (one planner interval
-    /// each, in the format of the golden cases) and print the results as JSON.
+    /// Evaluate upstream Dynamo's SLA-planner formulas (`sla.model: upstream`) on cases read
+    /// from a JSON file (one interval each, in the format of the golden cases) and print the
+    /// results as JSON. To preview what a PlannerPolicy does with the default (queueing) model
+    /// over a trace, use `what-if`.
     Plan(PlanArgs),
+    /// Replay a PlannerPolicy's planning loop, the one the operator runs, over a request trace
+    /// on the simulator's engine model: what it would set at each check and why, the GPU-hours
+    /// and the share of intervals meeting the SLA. Exit status 2 on a policy the admission
+    /// webhook would refuse, a bad trace or profile.
+    WhatIf(Box<crate::whatif::WhatIfArgs>),
     /// Print the version.
     Version,
 }
@@ -63,6 +70,13 @@ pub fn main() -> ExitCode {
             Ok(results) => write_stdout(&results),
             Err(message) => {
                 eprintln!("planner-operator plan: {message}");
+                ExitCode::from(EXIT_BAD_INPUT)
+            }
+        },
+        Command::WhatIf(args) => match crate::whatif::what_if(&args) {
+            Ok(text) => write_stdout(&text),
+            Err(error) => {
+                eprintln!("planner-operator what-if: {error}");
                 ExitCode::from(EXIT_BAD_INPUT)
             }
         },
@@ -111,13 +125,19 @@ fn plan(args: &PlanArgs) -> Result<String, String> {
     let results: Vec<PlanResult> = cases.cases.iter().map(|case| case.evaluate(&model)).collect();
     #[derive(serde::Serialize)]
     struct Output {
+        /// Which model the results are of: upstream's formulas.
+        model: &'static str,
         results: Vec<PlanResult>,
     }
-    serde_json::to_string_pretty(&Output { results }).map_err(|e| e.to_string())
+    serde_json::to_string_pretty(&Output {
+        model: "upstream",
+        results,
+    })
+    .map_err(|e| e.to_string())
 }
 
 /// Reads an upstream profile directory (NPZ layout first, then JSON).
-fn profile_from_dir(dir: &Path) -> Result<Profile, ProfileError> {
+pub(crate) fn profile_from_dir(dir: &Path) -> Result<Profile, ProfileError> {
     Profile::from_dir_files(&dir.display().to_string(), |relative| {
         let path = dir.join(relative);
         match std::fs::read(&path) {

@@ -18,6 +18,7 @@ pub mod telemetry;
 pub mod topology;
 pub mod validation;
 pub mod webhook;
+pub mod whatif;
 
 /// Field manager of every object and status this operator writes with server-side apply. The
 /// planner's replica changes use their own manager (see [`connector::kubernetes`]).

@@ -79,7 +79,6 @@ async fn reads_hold_their_series_when_scrapes_are_sparser_than_the_window() -> R
         now_unix_s: 0.0,
         ttft_quantile: 0.9,
         prefill_engines: 2,
-        decode_engines: 1,
     };
     // Five reads 3 s apart span 12 s of the 15 s scrape cycle: a 20 s window holds two samples
     // for only 5 s of each cycle, so most of these reads find one.

@@ -48,17 +48,8 @@ pub struct Ask {
     pub timeout: Duration,
 }
 
-/// What a member is told.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Answer {
-    /// Its grant this round.
-    pub grant: Grant,
-    /// Replicas per pool it may ask for now (at most the grant: growth waits for GPUs others
-    /// still hold).
-    pub allowed: Vec<u32>,
-    /// The budget's total.
-    pub total: u64,
-}
+/// What a member is told: its grant and what it may hold now (the planning loop's type).
+pub use planner_core::policy::Answer;
 
 #[derive(Clone, Debug)]
 struct Member {

@@ -39,8 +39,16 @@ use tracing::{debug, warn};
 
 use planner_api::{GpuBudget, PlannerPolicy};
 
-use super::common;
-use crate::controller::planner_policy::PlannerContext;
+use super::{Context, common};
+
+/// What the GpuBudget controller runs on: the operator's client, recorder and metrics, and the
+/// budgets it shares with the PlannerPolicy controller.
+pub struct BudgetContext {
+    /// Client, recorder and metrics.
+    pub base: Arc<Context>,
+    /// The budgets' ledger, cache and wakes.
+    pub budgets: Arc<Budgets>,
+}
 
 /// Name of this controller in metrics and logs.
 pub const CONTROLLER: &str = "gpubudget";
@@ -173,7 +181,7 @@ pub use super::common::ApiError as Error;
 /// scope: scoped to one namespace, it writes the status of budgets its policies joined and
 /// publishes no Events about budgets (those live in the `default` namespace).
 pub async fn run(
-    ctx: Arc<PlannerContext>,
+    ctx: Arc<BudgetContext>,
     namespace: Option<String>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
@@ -220,7 +228,7 @@ struct Scope {
 
 async fn reconcile(
     guard: Arc<DeserializeGuard<GpuBudget>>,
-    ctx: Arc<PlannerContext>,
+    ctx: Arc<BudgetContext>,
     scope: Arc<Scope>,
 ) -> Result<Action, Error> {
     common::guarded_reconcile(
@@ -233,7 +241,7 @@ async fn reconcile(
     .await
 }
 
-fn error_policy(guard: Arc<DeserializeGuard<GpuBudget>>, error: &Error, _ctx: Arc<PlannerContext>) -> Action {
+fn error_policy(guard: Arc<DeserializeGuard<GpuBudget>>, error: &Error, _ctx: Arc<BudgetContext>) -> Action {
     let name = guard.0.as_ref().map(ResourceExt::name_any).unwrap_or_default();
     warn!(%name, error = %common::chain(error), "reconcile failed; retrying");
     Action::requeue(ERROR_RETRY)
@@ -242,7 +250,7 @@ fn error_policy(guard: Arc<DeserializeGuard<GpuBudget>>, error: &Error, _ctx: Ar
 /// Writes a budget's status from the ledger: restores the ledger from the status when this
 /// process has none, applies a changed total, expires members that stopped reporting, then
 /// writes status and Events when they changed.
-async fn reconcile_budget(budget: &GpuBudget, ctx: &PlannerContext, scope: &Scope) -> Result<Action, Error> {
+async fn reconcile_budget(budget: &GpuBudget, ctx: &BudgetContext, scope: &Scope) -> Result<Action, Error> {
     let name = budget.name_any();
     let total = u64::try_from(budget.spec.total_gpus).unwrap_or(0);
     let now = Instant::now();

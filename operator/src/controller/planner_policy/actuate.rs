@@ -66,31 +66,18 @@ pub trait Connector {
     fn scale(&mut self, request: &ScaleRequest<'_>) -> impl Future<Output = Actuation> + Send;
 }
 
-/// Whether a change may go through now.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Gate {
-    /// Yes.
-    Open,
-    /// Not while the target is not Ready.
-    Closed,
-}
-
 /// Scales the DGD's components, through their scaling adapters where they have one (see
-/// [`kubernetes`]); `gate` says whether the change may go through while the target is not Ready.
+/// [`kubernetes`]). Whether a change may go through while the target is not Ready is the
+/// planning loop's ready gate, decided before.
 pub struct KubernetesConnector {
     /// API client.
     pub client: Client,
     /// The pools' scaling adapters, as last read.
     pub adapters: Adapters,
-    /// Whether to scale now.
-    pub gate: Gate,
 }
 
 impl Connector for KubernetesConnector {
     async fn scale(&mut self, request: &ScaleRequest<'_>) -> Actuation {
-        if self.gate == Gate::Closed {
-            return Actuation::Deferred("target not Ready, scaling deferred".into());
-        }
         match kubernetes::set_replicas(&self.client, request.graph, &self.adapters, &request.targets()).await
         {
             Ok(true) => Actuation::Scaled { decision_id: None },

@@ -1,18 +1,16 @@
 //! Translation of a validated PlannerPolicy into the planner core's configuration (pure).
 
-use std::time::Duration;
-
-use planner_api::{PlannerPolicySpec, PredictorKind, SlaModel};
+use planner_api::{PlannerMode, PlannerPolicySpec, PredictorKind, SlaModel};
 use planner_core::{
     aggregated::{AggregatedEngine, DEFAULT_CHUNK_TOKENS},
     load::LoadConfig,
+    policy::{Guards, LoopSettings, Membership},
     predictor::{self, KalmanConfig, PredictorConfig},
     sla::{Limits, SlaTargets},
     startup::planned_delay,
     state::{self, FastPath, QueueingConfig, SlaPlannerConfig, Stabilisation},
 };
 
-use super::decide::Guards;
 use crate::validation::ValidatedPolicy;
 
 /// Most replicas of a pool whatever the metrics say, when the policy sets no maximum: garbage
@@ -23,20 +21,12 @@ pub const ABSOLUTE_MAX_REPLICAS: u32 = 512;
 /// set and nothing has been measured yet).
 pub use planner_core::startup::DEFAULT_SCALE_UP_DELAY;
 
-/// The SLA planner's configuration; `measured_delay` is the scale-up delay measured on the
-/// target, used when the spec sets none.
-pub fn sla_config(
-    spec: &PlannerPolicySpec,
-    validated: &ValidatedPolicy,
-    measured_delay: Option<Duration>,
-) -> SlaPlannerConfig {
+/// The SLA planner's configuration. Its scale-up delay is the one planned before anything is
+/// measured; the planning loop replaces it with the measured one at each decision.
+pub fn sla_config(spec: &PlannerPolicySpec, validated: &ValidatedPolicy) -> SlaPlannerConfig {
     let interval_s = validated.interval.as_secs_f64();
     let predictor = &spec.predictor;
-    let delay = planned_delay(
-        validated.scale_up_delay,
-        measured_delay,
-        validated.expected_scale_up_delay,
-    );
+    let delay = planned_delay(validated.scale_up_delay, None, validated.expected_scale_up_delay);
     SlaPlannerConfig {
         interval_s,
         sla: SlaTargets {
@@ -113,6 +103,24 @@ fn limits(spec: &PlannerPolicySpec, validated: &ValidatedPolicy) -> Limits {
     }
 }
 
+/// The planning loop's settings: cadence, guards, scale-up delay, the shared budget it joins,
+/// observe mode.
+pub fn loop_settings(
+    spec: &PlannerPolicySpec,
+    validated: &ValidatedPolicy,
+    membership: Option<Membership>,
+) -> LoopSettings {
+    LoopSettings {
+        interval: validated.interval,
+        fast_period: (!validated.fast_check_period.is_zero()).then_some(validated.fast_check_period),
+        guards: guards(spec),
+        scale_up_delay: validated.scale_up_delay,
+        expected_scale_up_delay: validated.expected_scale_up_delay,
+        membership,
+        observe_only: spec.mode == PlannerMode::Observe,
+    }
+}
+
 /// What one decision may do (`spec.bounds`).
 pub fn guards(spec: &PlannerPolicySpec) -> Guards {
     let positive = |v: Option<i32>| v.and_then(|v| u32::try_from(v).ok()).filter(|v| *v > 0);
@@ -144,6 +152,8 @@ pub fn load_config(spec: &PlannerPolicySpec, validated: &ValidatedPolicy) -> Loa
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use planner_api::{DynamoGraphDeployment, PlannerPolicy};
 
     use super::*;
@@ -168,7 +178,7 @@ mod tests {
         let spec = policy("sla").spec;
         let validated =
             validation::validate(&spec, "llm", Some(&dgd()), &validation::Tenancy::default()).unwrap();
-        let config = sla_config(&spec, &validated, None);
+        let config = sla_config(&spec, &validated);
         assert_eq!(config.interval_s, 180.0);
         assert_eq!(config.limits.max_gpu_budget, Some(16));
         assert_eq!(config.limits.max_replicas, Some(8));
@@ -178,20 +188,28 @@ mod tests {
         assert!(config.queueing.scale_up_delay_assumed);
         assert_eq!(config.queueing.stabilisation.window_s, 300.0);
         assert_eq!(config.queueing.fast_path.period_s, 10.0);
-        // A measured delay is used unless the spec sets one.
-        let measured = sla_config(&spec, &validated, Some(Duration::from_secs(95)));
-        assert_eq!(measured.queueing.scale_up_delay_s, 95.0);
-        assert!(!measured.queueing.scale_up_delay_assumed);
-        // The delay the spec says to expect stands in until one is measured.
+        // The delay the spec says to expect stands in until one is measured (the loop plans
+        // with the measured one once there is one).
         let mut expecting = spec.clone();
         expecting.behavior.expected_scale_up_delay = Some("5m".into());
         let validated_expecting =
             validation::validate(&expecting, "llm", Some(&dgd()), &validation::Tenancy::default()).unwrap();
-        let config = sla_config(&expecting, &validated_expecting, None);
+        let config = sla_config(&expecting, &validated_expecting);
         assert_eq!(config.queueing.scale_up_delay_s, 300.0);
         assert!(!config.queueing.scale_up_delay_assumed);
-        let config = sla_config(&expecting, &validated_expecting, Some(Duration::from_secs(95)));
-        assert_eq!(config.queueing.scale_up_delay_s, 95.0);
+        let settings = loop_settings(&expecting, &validated_expecting, None);
+        assert_eq!(
+            (
+                settings.expected_scale_up_delay,
+                settings.fast_period,
+                settings.observe_only
+            ),
+            (
+                Some(Duration::from_secs(300)),
+                Some(Duration::from_secs(10)),
+                false
+            )
+        );
         let load_spec = policy("load").spec;
         let load = load_config(
             &load_spec,
@@ -202,7 +220,7 @@ mod tests {
         assert_eq!(load.max_replicas, Some(ABSOLUTE_MAX_REPLICAS));
         let mut unbounded = spec.clone();
         unbounded.bounds.max_replicas = None;
-        let config = sla_config(&unbounded, &validated, None);
+        let config = sla_config(&unbounded, &validated);
         assert_eq!(config.limits.max_replicas, Some(ABSOLUTE_MAX_REPLICAS));
         assert_eq!(validated.dynamo_namespace, "llm-llama-disagg");
     }

@@ -8,12 +8,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use planner_core::state::{FastSignals, IntervalMetrics};
+use planner_core::{
+    policy::Observed,
+    state::{FastSignals, IntervalMetrics},
+};
 
-use super::decide::{Observed, PlannerState};
 use crate::{
     metrics::policy::PolicyMetrics,
-    sources::prometheus::{FastSnapshot, MetricsError, PrometheusClient, Reading, SeriesFilter},
+    sources::prometheus::{FastSnapshot, KvReading, MetricsError, PrometheusClient, Reading, SeriesFilter},
 };
 
 /// Where and what to read.
@@ -32,28 +34,31 @@ pub struct MetricsQuery<'a> {
     pub now_unix_s: f64,
     /// The TTFT quantile (0..1) read from the histogram.
     pub ttft_quantile: f64,
-    /// Prefill engines ready now (the target's available replicas).
+    /// Prefill engines ready now (the target's available replicas): the load planner's queue
+    /// per engine is counted beyond them.
     pub prefill_engines: u32,
-    /// Decode engines ready now (the target's available replicas).
-    pub decode_engines: u32,
 }
 
-/// Reads one interval's metrics for `state`'s planner; failures are counted in `metrics`.
-pub async fn observe(state: &PlannerState, query: &MetricsQuery<'_>, metrics: &PolicyMetrics) -> Observed {
+/// Reads one interval's metrics for the policy's planner (load samples when `samples`, else the
+/// frontend's metrics, with the decode KV usage read); failures are counted in `metrics`.
+pub async fn observe(
+    samples: bool,
+    query: &MetricsQuery<'_>,
+    metrics: &PolicyMetrics,
+) -> (Observed, Option<KvReading>) {
     let window_s = query.interval.as_secs().max(1);
+    let unavailable = |reason: String| {
+        if samples {
+            Observed::Samples(Err(reason))
+        } else {
+            Observed::Frontend(IntervalMetrics::Unavailable { reason })
+        }
+    };
     let client = match query.client {
         Ok(client) => client,
         Err(ref reason) => {
             metrics.metrics_unavailable("client");
-            return match state {
-                PlannerState::Sla { .. } => Observed::Sla(
-                    IntervalMetrics::Unavailable {
-                        reason: reason.clone(),
-                    },
-                    None,
-                ),
-                PlannerState::Load { .. } => Observed::Load(Err(reason.clone())),
-            };
+            return (unavailable(reason.clone()), None);
         }
     };
     let awaiting = |model: Option<&str>| {
@@ -63,60 +68,50 @@ pub async fn observe(state: &PlannerState, query: &MetricsQuery<'_>, metrics: &P
             model.unwrap_or("its model")
         )
     };
-    match state {
-        PlannerState::Sla { .. } => {
-            let filter = SeriesFilter {
-                dynamo_namespace: query.dynamo_namespace.to_string(),
-                model: query.model.to_string(),
-            };
-            match observe_interval(client, &filter, window_s, query.ttft_quantile).await {
-                Ok(Reading::Observed { mut observation, kv }) => {
-                    observation.prefill_engines = Some(f64::from(query.prefill_engines));
-                    observation.decode_engines = Some(f64::from(query.decode_engines));
-                    Observed::Sla(IntervalMetrics::Observed(*observation), kv)
-                }
-                Ok(Reading::AwaitingTraffic) => Observed::AwaitingTraffic(awaiting(Some(query.model))),
-                Err(error) => {
-                    metrics.metrics_unavailable(error.kind());
-                    Observed::Sla(
-                        IntervalMetrics::Unavailable {
-                            reason: error.to_string(),
-                        },
-                        None,
-                    )
-                }
+    if !samples {
+        let filter = SeriesFilter {
+            dynamo_namespace: query.dynamo_namespace.to_string(),
+            model: query.model.to_string(),
+        };
+        return match observe_interval(client, &filter, window_s, query.ttft_quantile).await {
+            Ok(Reading::Observed { observation, kv }) => {
+                (Observed::Frontend(IntervalMetrics::Observed(*observation)), kv)
             }
-        }
-        PlannerState::Load { .. } => {
-            let samples = client
-                .load_samples(
-                    query.dynamo_namespace,
-                    window_s as f64,
-                    query.pulling_interval.as_secs_f64().max(1.0),
-                    query.now_unix_s,
-                    query.prefill_engines,
-                )
-                .await;
-            match samples {
-                // Without any sample, a graph before its first request says so.
-                Ok(samples) if samples.prefill_queue.is_empty() && samples.decode_kv_usage.is_empty() => {
-                    match client.awaiting_traffic(query.dynamo_namespace, None).await {
-                        Ok(true) => Observed::AwaitingTraffic(awaiting(None)),
-                        Ok(false) => Observed::Load(Ok(samples)),
-                        Err(error) => {
-                            metrics.metrics_unavailable(error.kind());
-                            Observed::Load(Err(error.to_string()))
-                        }
-                    }
-                }
-                Ok(samples) => Observed::Load(Ok(samples)),
-                Err(error) => {
-                    metrics.metrics_unavailable(error.kind());
-                    Observed::Load(Err(error.to_string()))
-                }
+            Ok(Reading::AwaitingTraffic) => (Observed::AwaitingTraffic(awaiting(Some(query.model))), None),
+            Err(error) => {
+                metrics.metrics_unavailable(error.kind());
+                (unavailable(error.to_string()), None)
             }
-        }
+        };
     }
+    let read = client
+        .load_samples(
+            query.dynamo_namespace,
+            window_s as f64,
+            query.pulling_interval.as_secs_f64().max(1.0),
+            query.now_unix_s,
+            query.prefill_engines,
+        )
+        .await;
+    let observed = match read {
+        // Without any sample, a graph before its first request says so.
+        Ok(samples) if samples.prefill_queue.is_empty() && samples.decode_kv_usage.is_empty() => {
+            match client.awaiting_traffic(query.dynamo_namespace, None).await {
+                Ok(true) => Observed::AwaitingTraffic(awaiting(None)),
+                Ok(false) => Observed::Samples(Ok(samples)),
+                Err(error) => {
+                    metrics.metrics_unavailable(error.kind());
+                    Observed::Samples(Err(error.to_string()))
+                }
+            }
+        }
+        Ok(samples) => Observed::Samples(Ok(samples)),
+        Err(error) => {
+            metrics.metrics_unavailable(error.kind());
+            Observed::Samples(Err(error.to_string()))
+        }
+    };
+    (observed, None)
 }
 
 /// The interval's observation over `window_s`; when the window holds too few scrapes for a
@@ -228,9 +223,8 @@ pub async fn fast_signals(
                 return None;
             }
         };
-        if let Some(mut signals) = snapshot.signals(&filter) {
-            signals.prefill_engines = f64::from(query.prefill_engines);
-            signals.decode_engines = Some(f64::from(query.decode_engines));
+        // The planning loop adds the engines serving and the time since the interval.
+        if let Some(signals) = snapshot.signals(&filter) {
             return Some(signals);
         }
         if window_s >= longest_s {
