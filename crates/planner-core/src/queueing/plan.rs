@@ -61,13 +61,13 @@ impl std::fmt::Display for ScaleReason {
                 drain_s,
             } => {
                 let drain = if drain_s.is_finite() {
-                    format!("{drain_s:.0} s")
+                    format!("would take {drain_s:.0} s to clear")
                 } else {
-                    "ever".to_string()
+                    "would never clear".to_string()
                 };
                 write!(
                     f,
-                    "SLA at risk: {backlog:.0} requests waiting at {arrival_rate:.1} req/s would take {drain} to clear"
+                    "SLA at risk: {backlog:.0} requests waiting at {arrival_rate:.1} req/s {drain}"
                 )
             }
             Self::Surge {

@@ -38,7 +38,7 @@ use tracing::{info, warn};
 use planner_api::{ConnectorKind, KvTransferStatus, PlannerMode, PlannerPolicy};
 use planner_core::{
     interpolation::PerformanceModel,
-    policy::{Answer, Decision, Due, Input, Proposal, Replicas},
+    policy::{Answer, Decision, Due, Input, PolicyLoop, Proposal, Replicas},
 };
 
 use super::{
@@ -50,6 +50,7 @@ use super::{
 use crate::{
     connector::kubernetes::{self, Adapters, ScaleError},
     lookup::TargetLookup,
+    metrics::policy::PolicyMetrics,
     sources::prometheus::{KvReading, PrometheusClient},
     target::TargetGraph,
     validation::{self, PolicyError, PoolTarget, TargetPools, ValidatedPolicy},
@@ -68,7 +69,8 @@ pub mod status;
 use actuate::{Actuation, Connector, EtcdConnector, KubernetesConnector, ScaleRequest};
 use member::Joined;
 use render::MetricsOrigin;
-use report::{Actuated, Planned};
+pub use report::Actuated;
+use report::Planned;
 use runtime::PolicyRuntime;
 use status::{PROFILE_LOADED, TARGET_RESOLVED};
 
@@ -364,19 +366,30 @@ async fn plan(policy: &PlannerPolicy, ctx: &PlannerContext) -> Result<Action, Ha
     let (model, model_source) = profile(policy, ctx).await?;
     let runtime = runtime::runtime_for(policy, ctx, &checked.validated, checked.joined.as_ref(), model).await;
     let mut runtime = runtime.lock().await;
+    let interval = checked.validated.interval;
     let replicas = checked.replicas();
+    let prometheus = ctx.policy_prometheus(policy).await.map_err(|e| e.to_string());
+    let reads = Reads {
+        query: checked.query(policy, prometheus.as_ref().map_err(Clone::clone)),
+        fast: &ctx.fast,
+        fast_period: checked.validated.fast_check_period,
+        metrics: &ctx.base.metrics.policies,
+    };
     let now = runtime.now();
-    let due = runtime.policy.due(now, replicas);
-    let (input, kv) = observe_due(policy, ctx, &checked, &runtime, due).await?;
     let model = runtime.model.clone();
-    let proposal = runtime.policy.decide(now, input, replicas, model.as_deref());
-    if proposal.is_idle() {
-        return Ok(runtime.next_wake(checked.validated.interval));
-    }
-    let answer = arbitrate(policy, ctx, &checked, &proposal, replicas);
-    let decision = runtime
-        .policy
-        .settle(now, proposal, answer.as_ref(), replicas, checked.ready());
+    let member = checked.joined.is_some();
+    let woken = wake(
+        &mut runtime.policy,
+        model.as_deref(),
+        (now, replicas, checked.ready()),
+        &reads,
+        member,
+        |proposal| arbitrate(policy, ctx, &checked, proposal, replicas),
+    )
+    .await;
+    let Some(Woken { decision, kv }) = woken else {
+        return Ok(runtime.next_wake(interval));
+    };
     let actuated = actuate_decision(policy, ctx, &checked, &mut runtime, &decision, replicas).await;
     settle_ledger(policy, ctx, &checked, &actuated, &decision, replicas);
     let origin = MetricsOrigin {
@@ -391,10 +404,54 @@ async fn plan(policy: &PlannerPolicy, ctx: &PlannerContext) -> Result<Action, Ha
         serving: replicas.serving,
         aggregated: checked.validated.target.aggregated,
         kv_transfer: checked.dgd.kv_transfer.clone(),
-        left_budget: checked.joined.is_none() && policy.status.as_ref().is_some_and(|s| s.budget.is_some()),
+        left_budget: !member && policy.status.as_ref().is_some_and(|s| s.budget.is_some()),
     };
     report::planned(policy, ctx, planned).await?;
-    Ok(runtime.next_wake(checked.validated.interval))
+    Ok(runtime.next_wake(interval))
+}
+
+/// What the operator reads for a policy's loop: its Prometheus, and the fast path's shared
+/// snapshots.
+pub struct Reads<'a> {
+    /// The policy's Prometheus and what to ask it.
+    pub query: observe::MetricsQuery<'a>,
+    /// Fast-path snapshots shared by every policy.
+    pub fast: &'a observe::FastCache,
+    /// The fast path's period (snapshots are shared within half of it).
+    pub fast_period: Duration,
+    /// Where missing metrics and lateness are counted.
+    pub metrics: &'a PolicyMetrics,
+}
+
+/// A wake that decided something.
+pub struct Woken {
+    /// The loop's decision.
+    pub decision: Decision,
+    /// The decode KV usage the interval read (for status).
+    pub kv: Option<KvReading>,
+}
+
+/// Steps 4 to 8 (wake, observe, decide, arbitrate, settle): the policy's planning loop at `now`,
+/// with the target's replicas and readiness, on what the operator reads; `None` when nothing is
+/// due, or a check found nothing to do. Between checks a shared budget's `member` looks at its
+/// grant; `arbitrate` runs the budget's round on the loop's request.
+pub async fn wake(
+    policy: &mut PolicyLoop,
+    model: Option<&PerformanceModel>,
+    (now, replicas, ready): (Duration, Replicas, Option<bool>),
+    reads: &Reads<'_>,
+    member: bool,
+    arbitrate: impl FnOnce(&Proposal) -> Option<Answer>,
+) -> Option<Woken> {
+    let due = policy.due(now, replicas);
+    let (input, kv) = observe_due(due, policy.reads_samples(), reads, member).await?;
+    let proposal = policy.decide(now, input, replicas, model);
+    if proposal.is_idle() {
+        return None;
+    }
+    let answer = arbitrate(&proposal);
+    let decision = policy.settle(now, proposal, answer.as_ref(), replicas, ready);
+    Some(Woken { decision, kv })
 }
 
 /// Step 1, **fetch**: the target DGD (`None` when there is none), of either served version.
@@ -451,6 +508,29 @@ impl Checked {
                 &self.adapters,
             )
         })
+    }
+
+    /// What to ask the policy's Prometheus (`client`, or why there is none).
+    fn query<'a>(
+        &'a self,
+        policy: &PlannerPolicy,
+        client: Result<&'a PrometheusClient, String>,
+    ) -> observe::MetricsQuery<'a> {
+        let validated = &self.validated;
+        observe::MetricsQuery {
+            client,
+            dynamo_namespace: &validated.dynamo_namespace,
+            model: validated.target.model_name.as_deref().unwrap_or_default(),
+            interval: validated.interval,
+            pulling_interval: validated.pulling_interval,
+            now_unix_s: unix_now(),
+            ttft_quantile: policy
+                .spec
+                .sla
+                .ttft_percentile
+                .map_or(DEFAULT_TTFT_QUANTILE, |p| p / 100.0),
+            prefill_engines: self.replicas().serving.0,
+        }
     }
 
     /// `TargetResolved`, and `ProfileLoaded` when a profile was loaded.
@@ -563,47 +643,31 @@ async fn profile(
     }
 }
 
-/// Step 5, **observe**: what the due check reads from Prometheus, with the decode KV usage read;
-/// between checks a budget member looks at its grant, anyone else sleeps.
+/// Step 5, **observe**: what the due check reads from Prometheus, with the decode KV usage read
+/// (`samples`: the load planner's, else the frontend's metrics); between checks a budget
+/// `member` looks at its grant, anyone else sleeps (`None`).
 async fn observe_due(
-    policy: &PlannerPolicy,
-    ctx: &PlannerContext,
-    checked: &Checked,
-    runtime: &PolicyRuntime,
     due: Due,
-) -> Result<(Input, Option<KvReading>), Halt> {
-    let validated = &checked.validated;
-    let prometheus = ctx.policy_prometheus(policy).await.map_err(|e| e.to_string());
-    let query = observe::MetricsQuery {
-        client: prometheus.as_ref().map_err(Clone::clone),
-        dynamo_namespace: &validated.dynamo_namespace,
-        model: validated.target.model_name.as_deref().unwrap_or_default(),
-        interval: validated.interval,
-        pulling_interval: validated.pulling_interval,
-        now_unix_s: unix_now(),
-        ttft_quantile: policy
-            .spec
-            .sla
-            .ttft_percentile
-            .map_or(DEFAULT_TTFT_QUANTILE, |p| p / 100.0),
-        prefill_engines: checked.replicas().serving.0,
-    };
-    let metrics = &ctx.base.metrics.policies;
+    samples: bool,
+    reads: &Reads<'_>,
+    member: bool,
+) -> Option<(Input, Option<KvReading>)> {
     match due {
         Due::Interval { late, .. } => {
             if let Some(late) = late {
-                metrics.lateness(late.as_secs_f64());
+                reads.metrics.lateness(late.as_secs_f64());
             }
-            let (observed, kv) = observe::observe(runtime.policy.reads_samples(), &query, metrics).await;
-            Ok((Input::Interval(observed), kv))
+            let (observed, kv) = observe::observe(samples, &reads.query, reads.metrics).await;
+            Some((Input::Interval(observed), kv))
         }
         Due::Fast { window } => {
-            let period = validated.fast_check_period;
-            let signals = observe::fast_signals(&query, &ctx.fast, window, period, metrics).await;
-            Ok((Input::Fast(signals), None))
+            let signals =
+                observe::fast_signals(&reads.query, reads.fast, window, reads.fast_period, reads.metrics)
+                    .await;
+            Some((Input::Fast(signals), None))
         }
-        Due::Idle if checked.joined.is_some() => Ok((Input::Grant, None)),
-        Due::Idle => Err(Halt::Sleep(runtime.next_wake(validated.interval))),
+        Due::Idle if member => Some((Input::Grant, None)),
+        Due::Idle => None,
     }
 }
 
@@ -632,8 +696,7 @@ fn arbitrate(
     Some(answer)
 }
 
-/// Step 9, **actuate**: what the decision scales to, through the policy's connector; a change
-/// that went through is timed for the scale-up delay.
+/// Step 9, **actuate**: what the decision scales to, through the policy's connector.
 async fn actuate_decision(
     policy: &PlannerPolicy,
     ctx: &PlannerContext,
@@ -651,14 +714,14 @@ async fn actuate_decision(
         components: (&target.prefill.component, &target.decode.component),
         graph: &checked.dgd,
     };
-    let actuation = match policy.spec.connector.kind {
+    let now = runtime.now();
+    match policy.spec.connector.kind {
         ConnectorKind::Kubernetes => {
-            KubernetesConnector {
+            let mut connector = KubernetesConnector {
                 client: ctx.base.client.clone(),
                 adapters: checked.adapters.clone(),
-            }
-            .scale(&request)
-            .await
+            };
+            actuate(&mut runtime.policy, &mut connector, &request, now, replicas.asked).await
         }
         ConnectorKind::Virtual => {
             let spec = &policy.spec.connector;
@@ -674,15 +737,25 @@ async fn actuate_decision(
                     checked.validated.decision_timeout,
                 )
             });
-            etcd.scale(&request).await
+            actuate(&mut runtime.policy, etcd, &request, now, replicas.asked).await
         }
-    };
-    match actuation {
+    }
+}
+
+/// Carries `request` out through `connector`; a change that went through is told to the loop
+/// (for the scale-up delay it measures).
+pub async fn actuate(
+    policy: &mut PolicyLoop,
+    connector: &mut impl Connector,
+    request: &ScaleRequest<'_>,
+    now: Duration,
+    asked: (u32, u32),
+) -> Actuated {
+    match connector.scale(request).await {
         Actuation::Scaled { decision_id } => {
-            let now = runtime.now();
-            runtime.policy.actuated(now, replicas.asked, to);
+            policy.actuated(now, asked, request.target);
             Actuated {
-                from: Some(replicas.asked),
+                from: Some(asked),
                 decision_id,
                 note: None,
             }
