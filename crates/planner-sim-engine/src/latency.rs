@@ -374,6 +374,22 @@ impl Cluster {
             return;
         }
         self.kv_capacity_per_engine = model.spec.max_kv_tokens;
+        self.start_prefills(model, start, until_s);
+        let decode_stretch = self.decode_stretch(start, until_s);
+        self.finish_prefills(until_s);
+        self.admit_to_decode(model, start, observer);
+        self.decode(model, (start, until_s), decode_stretch, observer);
+        self.now_s = until_s;
+    }
+
+    /// Prefill: hands queued requests, in order, to the engine that frees up first, while one
+    /// frees up before `until_s`.
+    fn start_prefills<C: PerformanceCurves>(
+        &mut self,
+        model: &LatencyModel<'_, C>,
+        start: f64,
+        until_s: f64,
+    ) {
         // An aggregated engine's prompt also pays the decode step of each chunk.
         let ride_along_s = match self.chunk_tokens {
             Some(_) if !self.decoding.is_empty() && self.decode_engines > 0 => {
@@ -382,8 +398,6 @@ impl Cluster {
             }
             _ => 0.0,
         };
-
-        // Prefill: hand queued requests, in order, to the engine that frees up first.
         while let Some(job) = self.prefill_queue.front().copied() {
             let Some((index, engine)) = self
                 .prefill_engines
@@ -415,10 +429,12 @@ impl Cluster {
             });
             self.prefill_queue.pop_front();
         }
+    }
 
-        // Aggregated: the share of the engines' time this step spends on prompt tokens slows
-        // every decode token down.
-        let decode_stretch = match self.chunk_tokens {
+    /// Aggregated engines: how much slower decode tokens come for the share of the engines'
+    /// time this step spends on prompt tokens (1 for a disaggregated deployment).
+    fn decode_stretch(&self, start: f64, until_s: f64) -> f64 {
+        match self.chunk_tokens {
             Some(_) if self.decode_engines > 0 => {
                 let prompt_s: f64 = self
                     .prefilling
@@ -429,9 +445,11 @@ impl Cluster {
                 1.0 / (1.0 - share.clamp(0.0, MAX_PROMPT_SHARE))
             }
             _ => 1.0,
-        };
+        }
+    }
 
-        // Requests whose prefill ends in this step line up for decode, in the order they end.
+    /// Requests whose prefill ends before `until_s` line up for decode, in the order they end.
+    fn finish_prefills(&mut self, until_s: f64) {
         let mut finished: Vec<Prefilled> = Vec::new();
         self.prefilling.retain(|p| {
             if p.done_s < until_s {
@@ -443,9 +461,16 @@ impl Cluster {
         });
         finished.sort_by(|a, b| a.done_s.total_cmp(&b.done_s));
         self.decode_queue.extend(finished);
+    }
 
-        // Admission to decode while the pool's KV cache has room (an empty pool always admits,
-        // so a prompt longer than the cache cannot block the queue forever).
+    /// Admission to decode while the pool's KV cache has room (an empty pool always admits, so
+    /// a prompt longer than the cache cannot block the queue forever): the first token.
+    fn admit_to_decode<C: PerformanceCurves>(
+        &mut self,
+        model: &LatencyModel<'_, C>,
+        start: f64,
+        observer: &mut impl Observer,
+    ) {
         let capacity = f64::from(self.decode_engines) * model.spec.max_kv_tokens;
         while let Some(next) = self.decode_queue.front().copied() {
             if self.decode_engines == 0 {
@@ -480,47 +505,56 @@ impl Cluster {
                 itl_sum_s: 0.0,
             });
         }
+    }
 
-        // Decode: every running request advances at the ITL of the pool's current load.
-        if !self.decoding.is_empty() && self.decode_engines > 0 {
-            let active = self.decoding.len() as f64;
-            let concurrency = active / f64::from(self.decode_engines);
-            let context = self.kv_tokens / active;
-            let itl = model.itl_s(concurrency, context) * decode_stretch;
-            let mut kv_tokens = 0.0;
-            self.decoding.retain_mut(|r| {
-                let from = r.ready_s.max(start);
-                let available = until_s - from;
-                let remaining = r.job.osl - r.generated;
-                let possible = available / itl;
-                if possible >= remaining {
-                    let at = from + remaining * itl;
-                    r.itl_sum_s += remaining * itl;
-                    observer.tokens(&r.job, at, remaining, itl);
-                    let tokens_after_first = r.job.osl - 1.0;
-                    observer.completed(
-                        &r.job,
-                        at,
-                        &Outcome {
-                            ttft_s: r.ttft_s,
-                            mean_itl_s: Some(r.itl_sum_s / tokens_after_first),
-                            duration_s: at - r.job.arrival_s,
-                        },
-                    );
-                    false
-                } else {
-                    if possible > 0.0 {
-                        r.generated += possible;
-                        r.itl_sum_s += possible * itl;
-                        observer.tokens(&r.job, until_s, possible, itl);
-                    }
-                    kv_tokens += r.job.isl + r.generated;
-                    true
-                }
-            });
-            self.kv_tokens = kv_tokens;
+    /// Decode: every running request advances at the ITL of the pool's current load (times
+    /// `stretch`), those reaching their output length complete.
+    fn decode<C: PerformanceCurves>(
+        &mut self,
+        model: &LatencyModel<'_, C>,
+        (start, until_s): (f64, f64),
+        stretch: f64,
+        observer: &mut impl Observer,
+    ) {
+        if self.decoding.is_empty() || self.decode_engines == 0 {
+            return;
         }
-        self.now_s = until_s;
+        let active = self.decoding.len() as f64;
+        let concurrency = active / f64::from(self.decode_engines);
+        let context = self.kv_tokens / active;
+        let itl = model.itl_s(concurrency, context) * stretch;
+        let mut kv_tokens = 0.0;
+        self.decoding.retain_mut(|r| {
+            let from = r.ready_s.max(start);
+            let available = until_s - from;
+            let remaining = r.job.osl - r.generated;
+            let possible = available / itl;
+            if possible >= remaining {
+                let at = from + remaining * itl;
+                r.itl_sum_s += remaining * itl;
+                observer.tokens(&r.job, at, remaining, itl);
+                let tokens_after_first = r.job.osl - 1.0;
+                observer.completed(
+                    &r.job,
+                    at,
+                    &Outcome {
+                        ttft_s: r.ttft_s,
+                        mean_itl_s: Some(r.itl_sum_s / tokens_after_first),
+                        duration_s: at - r.job.arrival_s,
+                    },
+                );
+                false
+            } else {
+                if possible > 0.0 {
+                    r.generated += possible;
+                    r.itl_sum_s += possible * itl;
+                    observer.tokens(&r.job, until_s, possible, itl);
+                }
+                kv_tokens += r.job.isl + r.generated;
+                true
+            }
+        });
+        self.kv_tokens = kv_tokens;
     }
 }
 

@@ -504,9 +504,61 @@ pub enum BudgetError {
 
 /// Runs `budget`: the graphs with no budget (their demand), sharing the total, and with the
 /// total split statically (evenly, and in proportion to each graph's demand); returns the text
-/// printed.
+/// printed. Its stages: read the graphs, run every split, report.
 pub fn run_command(args: &BudgetArgs) -> Result<String, BudgetError> {
     let started = Instant::now();
+    let (file, spec) = read_config(args)?;
+    let (graphs, sources, rate_scales) = read_graphs(args, &file)?;
+    let profile = Profile::builtin(&args.profile).map_err(|e| BudgetError::Input(e.to_string()))?;
+    let model = PerformanceModel::new(&profile).map_err(|e| BudgetError::Input(e.to_string()))?;
+    let latency = LatencyModel::new(&model, EngineSpec::from_profile(&profile));
+    let engine_gpus = super::command::gpus_from_name(&args.profile).unwrap_or(1);
+    let base = SimConfig {
+        interval_s: args.interval_s,
+        scale_up_delay_s: args.scale_up_delay_s,
+        limits: Limits {
+            min_replicas: args.min_replicas,
+            max_replicas: Some(args.max_replicas.max(args.min_replicas).max(1)),
+            max_gpu_budget: None,
+            prefill_gpus_per_engine: engine_gpus,
+            decode_gpus_per_engine: engine_gpus,
+        },
+        ..SimConfig::default()
+    };
+    let jobs = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    let mut totals = vec![file.total_gpus];
+    totals.extend(file.sweep.iter().copied().filter(|t| *t != file.total_gpus));
+    let (runs, sweep) = run_splits(&graphs, &latency, &base, spec, &totals, jobs)?;
+    if let Some(path) = &args.intervals_csv {
+        write_intervals_csv(path, &graphs, &rate_scales, &runs, &base)?;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let report = render(
+        &graphs,
+        &runs,
+        &sweep,
+        file.total_gpus,
+        &file.policy,
+        &args.profile,
+        &sources,
+        &base,
+        seconds,
+        jobs,
+    );
+    let mut out = report.clone();
+    if let Some(path) = &args.report {
+        std::fs::write(path, &report)
+            .map_err(|e| BudgetError::Output(format!("cannot write {}: {e}", path.display())))?;
+        let _ = writeln!(out, "report: {}", path.display());
+    }
+    Ok(out)
+}
+
+/// The configuration file and its policy, checked.
+fn read_config(args: &BudgetArgs) -> Result<(BudgetFile, PolicySpec), BudgetError> {
     let input = |e: String| BudgetError::Input(format!("{}: {e}", args.config.display()));
     let text = std::fs::read_to_string(&args.config).map_err(|e| input(format!("cannot read: {e}")))?;
     let file: BudgetFile = serde_json::from_str(&text).map_err(|e| input(e.to_string()))?;
@@ -517,9 +569,24 @@ pub fn run_command(args: &BudgetArgs) -> Result<String, BudgetError> {
             PolicySpec::names().join(", ")
         ))
     })?;
+    if !spec.runs_the_loop() {
+        return Err(input(format!(
+            "policy {:?}: a shared budget arbitrates the planning loop's policies (sla-*, upstream-*, load-based)",
+            file.policy
+        )));
+    }
     if file.graphs.len() < 2 {
         return Err(input("a shared budget needs at least two graphs".into()));
     }
+    Ok((file, spec))
+}
+
+/// The graphs (their traces, rate-scaled), how the report names their sources, and their rate
+/// scales.
+fn read_graphs(
+    args: &BudgetArgs,
+    file: &BudgetFile,
+) -> Result<(Vec<Graph>, Vec<String>, Vec<String>), BudgetError> {
     let base_dir = args.config.parent().unwrap_or(Path::new("."));
     let mut graphs = Vec::new();
     let mut sources = Vec::new();
@@ -552,39 +619,25 @@ pub fn run_command(args: &BudgetArgs) -> Result<String, BudgetError> {
             }
         ));
     }
-    let profile = Profile::builtin(&args.profile).map_err(|e| BudgetError::Input(e.to_string()))?;
-    let model = PerformanceModel::new(&profile).map_err(|e| BudgetError::Input(e.to_string()))?;
-    let latency = LatencyModel::new(&model, EngineSpec::from_profile(&profile));
-    let engine_gpus = super::command::gpus_from_name(&args.profile).unwrap_or(1);
-    let base = SimConfig {
-        interval_s: args.interval_s,
-        scale_up_delay_s: args.scale_up_delay_s,
-        limits: Limits {
-            min_replicas: args.min_replicas,
-            max_replicas: Some(args.max_replicas.max(args.min_replicas).max(1)),
-            max_gpu_budget: None,
-            prefill_gpus_per_engine: engine_gpus,
-            decode_gpus_per_engine: engine_gpus,
-        },
-        ..SimConfig::default()
-    };
-    let jobs = args
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .max(1);
-    let total = file.total_gpus;
-    let floor_gpus = args.min_replicas * 2 * engine_gpus;
+    Ok((graphs, sources, rate_scales))
+}
 
-    if !spec.runs_the_loop() {
-        return Err(input(format!(
-            "policy {:?}: a shared budget arbitrates the planning loop's policies (sla-*, upstream-*, load-based)",
-            file.policy
-        )));
-    }
+/// The demand run, then at each total the shared budget and the two static splits (even, and
+/// by demand), in parallel; the runs (demand first) and the sweep's rows.
+fn run_splits<C: PerformanceCurves + Sync>(
+    graphs: &[Graph],
+    latency: &LatencyModel<'_, C>,
+    base: &SimConfig,
+    spec: PolicySpec,
+    totals: &[u64],
+    jobs: usize,
+) -> Result<(Vec<SplitRun>, Vec<SweepRow>), BudgetError> {
+    let engine_gpus = base.limits.prefill_gpus_per_engine;
+    let floor_gpus = base.limits.min_replicas * 2 * engine_gpus;
     let demand = run_split(
-        &graphs,
-        &latency,
-        &base,
+        graphs,
+        latency,
+        base,
         spec,
         &Split::Unlimited,
         "no budget (demand)",
@@ -606,14 +659,12 @@ pub fn run_command(args: &BudgetArgs) -> Result<String, BudgetError> {
             ),
         ]
     };
-    let mut totals = vec![total];
-    totals.extend(file.sweep.iter().copied().filter(|t| *t != total));
     let jobs_list: Vec<(u64, Split, String)> = totals
         .iter()
         .flat_map(|&t| splits_at(t).map(|(split, label)| (t, split, label)))
         .collect();
     let mut all = parallel_map(&jobs_list, jobs, |(_, split, label)| {
-        run_split(&graphs, &latency, &base, spec, split, label)
+        run_split(graphs, latency, base, spec, split, label)
     })
     .into_iter()
     .collect::<Result<Vec<SplitRun>, BudgetError>>()?;
@@ -631,50 +682,39 @@ pub fn run_command(args: &BudgetArgs) -> Result<String, BudgetError> {
     let rest = all.split_off(3.min(all.len()));
     let sweep: Vec<SweepRow> = std::iter::once(&all[..])
         .chain(rest.chunks(3))
-        .zip(&totals)
+        .zip(totals)
         .map(|(runs, &t)| SweepRow::of(t, runs))
         .collect();
     let mut runs = vec![demand];
     runs.extend(all);
-    if let Some(path) = &args.intervals_csv {
-        let mut csv = String::from(report::INTERVALS_CSV_HEADER);
-        for run in &runs {
-            for ((graph, k), result) in graphs.iter().zip(&rate_scales).zip(&run.graphs) {
-                let mut named = result.clone();
-                named.policy = run.label.clone();
-                report::intervals_csv(
-                    &mut csv,
-                    &graph.name,
-                    k,
-                    base.scale_up_delay_s,
-                    &graph.sla,
-                    std::slice::from_ref(&named),
-                );
-            }
+    Ok((runs, sweep))
+}
+
+/// Every split's per-interval records per graph (the `policy` column names the split).
+fn write_intervals_csv(
+    path: &Path,
+    graphs: &[Graph],
+    rate_scales: &[String],
+    runs: &[SplitRun],
+    base: &SimConfig,
+) -> Result<(), BudgetError> {
+    let mut csv = String::from(report::INTERVALS_CSV_HEADER);
+    for run in runs {
+        for ((graph, k), result) in graphs.iter().zip(rate_scales).zip(&run.graphs) {
+            let mut named = result.clone();
+            named.policy = run.label.clone();
+            report::intervals_csv(
+                &mut csv,
+                &graph.name,
+                k,
+                base.scale_up_delay_s,
+                &graph.sla,
+                std::slice::from_ref(&named),
+            );
         }
-        std::fs::write(path, csv)
-            .map_err(|e| BudgetError::Output(format!("cannot write {}: {e}", path.display())))?;
     }
-    let seconds = started.elapsed().as_secs_f64();
-    let report = render(
-        &graphs,
-        &runs,
-        &sweep,
-        total,
-        &file.policy,
-        &args.profile,
-        &sources,
-        &base,
-        seconds,
-        jobs,
-    );
-    let mut out = report.clone();
-    if let Some(path) = &args.report {
-        std::fs::write(path, &report)
-            .map_err(|e| BudgetError::Output(format!("cannot write {}: {e}", path.display())))?;
-        let _ = writeln!(out, "report: {}", path.display());
-    }
-    Ok(out)
+    std::fs::write(path, csv)
+        .map_err(|e| BudgetError::Output(format!("cannot write {}: {e}", path.display())))
 }
 
 /// All graphs together under the shared budget and the two static splits of one total.

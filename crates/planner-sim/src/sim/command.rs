@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use planner_core::{
     aggregated::{AggregatedEngine, DEFAULT_CHUNK_TOKENS},
-    interpolation::PerformanceModel,
+    interpolation::{PerformanceCurves, PerformanceModel},
     profile::{Profile, builtin_names},
     sla::{Limits, SlaTargets},
     state::QueueingConfig,
@@ -424,27 +424,86 @@ pub(crate) fn k_label(k: f64) -> String {
     text.trim_end_matches(".0").to_string()
 }
 
-/// Runs the command; returns the text printed on standard output.
+/// Runs the command; returns the text printed on standard output. Its stages: read the
+/// settings, run every comparison, report.
 pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
     let started = Instant::now();
-    let (profile, profile_name) = match (&args.profile_dir, &args.profile) {
-        (Some(dir), _) => (crate::profile_from_dir(dir), dir.display().to_string()),
-        (None, Some(name)) => (Profile::builtin(name), name.clone()),
-        (None, None) => return Err(SimulateError::Input("give --profile or --profile-dir".into())),
-    };
-    let profile = profile.map_err(|e| SimulateError::Input(e.to_string()))?;
-    let model = PerformanceModel::new(&profile).map_err(|e| SimulateError::Input(e.to_string()))?;
-    let latency = LatencyModel::new(&model, EngineSpec::from_profile(&profile));
-    let gpus = args.profile.as_deref().and_then(gpus_from_name).unwrap_or(1);
-    let limits = Limits {
-        min_replicas: args.min_replicas,
-        max_replicas: Some(args.max_replicas.max(args.min_replicas).max(1)),
-        max_gpu_budget: args.max_gpu_budget,
-        prefill_gpus_per_engine: args.prefill_gpus.unwrap_or(gpus).max(1),
-        decode_gpus_per_engine: args.decode_gpus.unwrap_or(gpus).max(1),
-    };
-    let default_sla = SlaTargets::new(args.ttft_ms, args.itl_ms);
-    let traces = load_traces(args.suite.as_deref(), &args.trace, default_sla)?;
+    let setup = Setup::read(args)?;
+    let latency = LatencyModel::new(&setup.model, EngineSpec::from_profile(&setup.profile));
+    let comparisons = run_comparisons(args, &setup, &latency);
+    report_comparisons(args, &setup, &comparisons, started)
+}
+
+/// What `simulate` reads from its arguments.
+struct Setup {
+    profile: Profile,
+    profile_name: String,
+    model: PerformanceModel,
+    traces: Vec<TraceJob>,
+    specs: Vec<PolicySpec>,
+    delays: Vec<f64>,
+    base_config: SimConfig,
+    jobs: usize,
+}
+
+impl Setup {
+    /// The profile, traces, policies, delays and shared settings, checked.
+    fn read(args: &SimulateArgs) -> Result<Self, SimulateError> {
+        let (profile, profile_name) = match (&args.profile_dir, &args.profile) {
+            (Some(dir), _) => (crate::profile_from_dir(dir), dir.display().to_string()),
+            (None, Some(name)) => (Profile::builtin(name), name.clone()),
+            (None, None) => return Err(SimulateError::Input("give --profile or --profile-dir".into())),
+        };
+        let profile = profile.map_err(|e| SimulateError::Input(e.to_string()))?;
+        let model = PerformanceModel::new(&profile).map_err(|e| SimulateError::Input(e.to_string()))?;
+        let gpus = args.profile.as_deref().and_then(gpus_from_name).unwrap_or(1);
+        let limits = Limits {
+            min_replicas: args.min_replicas,
+            max_replicas: Some(args.max_replicas.max(args.min_replicas).max(1)),
+            max_gpu_budget: args.max_gpu_budget,
+            prefill_gpus_per_engine: args.prefill_gpus.unwrap_or(gpus).max(1),
+            decode_gpus_per_engine: args.decode_gpus.unwrap_or(gpus).max(1),
+        };
+        let default_sla = SlaTargets::new(args.ttft_ms, args.itl_ms);
+        let traces = load_traces(args.suite.as_deref(), &args.trace, default_sla)?;
+        let specs = policy_specs(args)?;
+        let jobs = args
+            .jobs
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .max(1);
+        let queueing = match &args.queueing_config {
+            Some(path) => read_queueing_config(path)?,
+            None => QueueingConfig::default(),
+        };
+        let delays = scale_up_delays(args)?;
+        let base_config = SimConfig {
+            queueing,
+            interval_s: args.interval_s,
+            step_s: args.step_s,
+            scale_up_delay_s: delays[0],
+            sla: default_sla,
+            limits,
+            aggregated: args.aggregated.then_some(AggregatedEngine {
+                chunk_tokens: args.chunk_tokens,
+            }),
+            ..SimConfig::default()
+        };
+        Ok(Self {
+            profile,
+            profile_name,
+            model,
+            traces,
+            specs,
+            delays,
+            base_config,
+            jobs,
+        })
+    }
+}
+
+/// The policies compared: the oracle first, then those named (every policy by default); with
+/// `--aggregated`, those that plan one pool.
+fn policy_specs(args: &SimulateArgs) -> Result<Vec<PolicySpec>, SimulateError> {
     let specs: Vec<PolicySpec> = if args.policies.is_empty() {
         PolicySpec::standard()
     } else {
@@ -452,27 +511,22 @@ pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
         specs.extend(args.policies.iter().filter_map(|n| PolicySpec::parse(n)));
         specs
     };
-    let specs = if args.aggregated {
-        if let Some(two_pools) = specs.iter().find(|s| !s.plans_aggregated())
-            && !args.policies.is_empty()
-        {
-            return Err(SimulateError::Input(format!(
-                "--aggregated: policy {} sizes two pools; the aggregated runs take oracle, sla-*, load-based, hpa and fixed-peak",
-                two_pools.name()
-            )));
-        }
-        specs.into_iter().filter(PolicySpec::plans_aggregated).collect()
-    } else {
-        specs
-    };
-    let jobs = args
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .max(1);
-    let queueing = match &args.queueing_config {
-        Some(path) => read_queueing_config(path)?,
-        None => QueueingConfig::default(),
-    };
+    if !args.aggregated {
+        return Ok(specs);
+    }
+    if let Some(two_pools) = specs.iter().find(|s| !s.plans_aggregated())
+        && !args.policies.is_empty()
+    {
+        return Err(SimulateError::Input(format!(
+            "--aggregated: policy {} sizes two pools; the aggregated runs take oracle, sla-*, load-based, hpa and fixed-peak",
+            two_pools.name()
+        )));
+    }
+    Ok(specs.into_iter().filter(PolicySpec::plans_aggregated).collect())
+}
+
+/// The scale-up delays to run at (the default one when none is given), checked.
+fn scale_up_delays(args: &SimulateArgs) -> Result<Vec<f64>, SimulateError> {
     let delays = if args.scale_up_delays_s.is_empty() {
         vec![SimConfig::default().scale_up_delay_s]
     } else {
@@ -491,31 +545,27 @@ pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
             "--expected-scale-up-delay-s must be a number of seconds >= 0, not {bad}"
         )));
     }
-    let base_config = SimConfig {
-        queueing,
-        interval_s: args.interval_s,
-        step_s: args.step_s,
-        scale_up_delay_s: delays[0],
-        sla: default_sla,
-        limits,
-        aggregated: args.aggregated.then_some(AggregatedEngine {
-            chunk_tokens: args.chunk_tokens,
-        }),
-        ..SimConfig::default()
-    };
+    Ok(delays)
+}
 
-    // Every (trace, k, delay); they run in parallel, each one's policies sequentially after
-    // its oracle (the runs outnumber the cores in the standard comparison).
-    let runs: Vec<(usize, f64, f64)> = delays
+/// Every (trace, k, delay), in parallel, each one's policies sequentially after its oracle
+/// (the runs outnumber the cores in the standard comparison).
+fn run_comparisons<C: PerformanceCurves + Sync>(
+    args: &SimulateArgs,
+    setup: &Setup,
+    latency: &LatencyModel<'_, C>,
+) -> Vec<Comparison> {
+    let runs: Vec<(usize, f64, f64)> = setup
+        .delays
         .iter()
         .flat_map(|&delay| {
-            (0..traces.len()).flat_map(move |t| args.rate_scales.iter().map(move |&k| (t, k, delay)))
+            (0..setup.traces.len()).flat_map(move |t| args.rate_scales.iter().map(move |&k| (t, k, delay)))
         })
         .collect();
-    let inner_jobs = if runs.len() >= jobs { 1 } else { jobs };
-    let comparisons: Vec<Comparison> = parallel_map(&runs, jobs, |&(t, k, delay_s)| {
+    let inner_jobs = if runs.len() >= setup.jobs { 1 } else { setup.jobs };
+    parallel_map(&runs, setup.jobs, |&(t, k, delay_s)| {
         let run_started = Instant::now();
-        let job = &traces[t];
+        let job = &setup.traces[t];
         let requests = trace::scale(&job.requests, k, args.jitter_s);
         let config = SimConfig {
             sla: job.sla,
@@ -523,9 +573,9 @@ pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
             expected_scale_up_delay_s: args
                 .expected_scale_up_delay_s
                 .or(args.expect_scale_up_delay.then_some(delay_s)),
-            ..base_config.clone()
+            ..setup.base_config.clone()
         };
-        let results = compare(&requests, &latency, &config, &specs, inner_jobs);
+        let results = compare(&requests, latency, &config, &setup.specs, inner_jobs);
         Comparison {
             trace: t,
             k,
@@ -535,11 +585,21 @@ pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
             seconds: run_started.elapsed().as_secs_f64(),
             load: LoadShape::of(&requests, args.interval_s),
         }
-    });
+    })
+}
 
+/// What `simulate` prints and writes: the intervals CSV, a table per run, the figures and the
+/// Markdown report.
+fn report_comparisons(
+    args: &SimulateArgs,
+    setup: &Setup,
+    comparisons: &[Comparison],
+    started: Instant,
+) -> Result<String, SimulateError> {
+    let traces = &setup.traces;
     if let Some(path) = &args.intervals_csv {
         let mut csv = String::from(report::INTERVALS_CSV_HEADER);
-        for c in &comparisons {
+        for c in comparisons {
             let job = &traces[c.trace];
             report::intervals_csv(
                 &mut csv,
@@ -553,12 +613,12 @@ pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
         std::fs::write(path, csv)
             .map_err(|e| SimulateError::Output(format!("cannot write {}: {e}", path.display())))?;
     }
-
     let mut out = String::new();
     let mut markdown = String::new();
     // One overview per scale-up delay, in the order given; the first one's runs also get
     // figures and a section of the report each.
-    let mut overviews: Vec<DelayOverview> = delays
+    let mut overviews: Vec<DelayOverview> = setup
+        .delays
         .iter()
         .map(|&delay_s| DelayOverview {
             delay_s,
@@ -566,125 +626,141 @@ pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
             shapes: Vec::new(),
         })
         .collect();
-    for c in &comparisons {
-        let job = &traces[c.trace];
-        let delay_note = if delays.len() > 1 {
-            format!(", scale-up delay {} s", c.delay_s)
-        } else {
-            String::new()
-        };
-        let title = format!(
-            "{} at k={} ({} requests), {}, SLA TTFT {} ms / ITL {} ms{delay_note}",
-            job.name,
-            k_label(c.k),
-            c.requests,
-            profile_name,
-            job.sla.ttft_ms,
-            job.sla.itl_ms
-        );
-        let _ = writeln!(
-            out,
-            "== {title} ({:.1} s)\n{}",
-            c.seconds,
-            report::text_table(&c.results)
-        );
-        let Some(delay_index) = delays.iter().position(|d| *d == c.delay_s) else {
-            continue;
-        };
-        let overview = &mut overviews[delay_index];
-        overview.shapes.push(c.load);
-        let overview = &mut overview.runs;
-        if delay_index == 0 {
-            let stem = format!(
-                "{}{}-k{}",
-                if args.aggregated { "agg-" } else { "" },
-                job.name,
-                k_label(c.k)
-            );
-            let mut figure_links = String::new();
-            if !args.no_plots {
-                let figure = Figure {
-                    title: title.clone(),
-                    results: &c.results,
-                    sla: job.sla,
-                    interval_s: args.interval_s,
-                };
-                let (png, svg) = figure
-                    .write(&args.out, &stem)
-                    .map_err(|e| SimulateError::Output(e.to_string()))?;
-                let _ = writeln!(out, "figures: {} {}\n", png.display(), svg.display());
-                if let Some(report_path) = &args.report {
-                    let rel = |p: &Path| relative(p, report_path.parent().unwrap_or(Path::new(".")));
-                    figure_links = format!("![{stem}]({})\n\n[SVG]({})\n\n", rel(&png), rel(&svg));
-                }
-            }
-            let _ = write!(
-                markdown,
-                "### {} at k={}\n\n`{}`, {} requests, SLA TTFT {} ms / ITL {} ms; simulated in {:.1} s.\n\n{}\n{}",
-                job.name,
-                k_label(c.k),
-                job.path.display(),
-                c.requests,
-                job.sla.ttft_ms,
-                job.sla.itl_ms,
-                c.seconds,
-                report::markdown_table(&c.results),
-                figure_links
-            );
-        }
-        let oracle = c
-            .results
-            .iter()
-            .find(|r| r.policy == "oracle")
-            .map_or(0.0, |r| r.summary.gpu_hours);
-        overview.push((
-            format!("{} k={}", job.name, k_label(c.k)),
-            c.results
-                .iter()
-                .map(|r| OverviewCell::of(r, oracle, &job.sla))
-                .collect(),
-        ));
+    for c in comparisons {
+        report_run(args, setup, c, &mut out, &mut markdown, &mut overviews)?;
     }
     let total = started.elapsed().as_secs_f64();
-    let _ = writeln!(out, "total: {total:.1} s on {jobs} threads");
+    let _ = writeln!(out, "total: {total:.1} s on {} threads", setup.jobs);
     if let Some(report_path) = &args.report {
         let text = render_report(
             args,
-            &profile_name,
-            &base_config,
-            &traces,
+            &setup.profile_name,
+            &setup.base_config,
+            traces,
             &overviews,
             &markdown,
             total,
-            jobs,
+            setup.jobs,
         );
-        if let Some(dir) = report_path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| SimulateError::Output(format!("cannot create {}: {e}", dir.display())))?;
-        }
-        let text = if args.append_report {
-            // One level down, after what the file holds.
-            let existing = std::fs::read_to_string(report_path)
-                .map_err(|e| SimulateError::Output(format!("cannot read {}: {e}", report_path.display())))?;
-            let section: String = text
-                .lines()
-                .map(|line| {
-                    if line.starts_with('#') {
-                        format!("#{line}\n")
-                    } else {
-                        format!("{line}\n")
-                    }
-                })
-                .collect();
-            format!("{}\n{section}", existing.trim_end())
-        } else {
-            text
-        };
-        std::fs::write(report_path, text)
-            .map_err(|e| SimulateError::Output(format!("cannot write {}: {e}", report_path.display())))?;
+        write_report(report_path, text, args.append_report)?;
         let _ = writeln!(out, "report: {}", report_path.display());
     }
     Ok(out)
+}
+
+/// One run's table, figures and report section, and its row of its delay's overview.
+fn report_run(
+    args: &SimulateArgs,
+    setup: &Setup,
+    c: &Comparison,
+    out: &mut String,
+    markdown: &mut String,
+    overviews: &mut [DelayOverview],
+) -> Result<(), SimulateError> {
+    let job = &setup.traces[c.trace];
+    let delay_note = if setup.delays.len() > 1 {
+        format!(", scale-up delay {} s", c.delay_s)
+    } else {
+        String::new()
+    };
+    let title = format!(
+        "{} at k={} ({} requests), {}, SLA TTFT {} ms / ITL {} ms{delay_note}",
+        job.name,
+        k_label(c.k),
+        c.requests,
+        setup.profile_name,
+        job.sla.ttft_ms,
+        job.sla.itl_ms
+    );
+    let _ = writeln!(
+        out,
+        "== {title} ({:.1} s)\n{}",
+        c.seconds,
+        report::text_table(&c.results)
+    );
+    let Some(delay_index) = setup.delays.iter().position(|d| *d == c.delay_s) else {
+        return Ok(());
+    };
+    let overview = &mut overviews[delay_index];
+    overview.shapes.push(c.load);
+    if delay_index == 0 {
+        let stem = format!(
+            "{}{}-k{}",
+            if args.aggregated { "agg-" } else { "" },
+            job.name,
+            k_label(c.k)
+        );
+        let mut figure_links = String::new();
+        if !args.no_plots {
+            let figure = Figure {
+                title: title.clone(),
+                results: &c.results,
+                sla: job.sla,
+                interval_s: args.interval_s,
+            };
+            let (png, svg) = figure
+                .write(&args.out, &stem)
+                .map_err(|e| SimulateError::Output(e.to_string()))?;
+            let _ = writeln!(out, "figures: {} {}\n", png.display(), svg.display());
+            if let Some(report_path) = &args.report {
+                let rel = |p: &Path| relative(p, report_path.parent().unwrap_or(Path::new(".")));
+                figure_links = format!("![{stem}]({})\n\n[SVG]({})\n\n", rel(&png), rel(&svg));
+            }
+        }
+        let _ = write!(
+            markdown,
+            "### {} at k={}\n\n`{}`, {} requests, SLA TTFT {} ms / ITL {} ms; simulated in {:.1} s.\n\n{}\n{}",
+            job.name,
+            k_label(c.k),
+            job.path.display(),
+            c.requests,
+            job.sla.ttft_ms,
+            job.sla.itl_ms,
+            c.seconds,
+            report::markdown_table(&c.results),
+            figure_links
+        );
+    }
+    let oracle = c
+        .results
+        .iter()
+        .find(|r| r.policy == "oracle")
+        .map_or(0.0, |r| r.summary.gpu_hours);
+    overview.runs.push((
+        format!("{} k={}", job.name, k_label(c.k)),
+        c.results
+            .iter()
+            .map(|r| OverviewCell::of(r, oracle, &job.sla))
+            .collect(),
+    ));
+    Ok(())
+}
+
+/// Writes the report (`append`: one level down, after what the file holds).
+fn write_report(path: &Path, text: String, append: bool) -> Result<(), SimulateError> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| SimulateError::Output(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    let text = if append {
+        let existing = std::fs::read_to_string(path)
+            .map_err(|e| SimulateError::Output(format!("cannot read {}: {e}", path.display())))?;
+        let section: String = text
+            .lines()
+            .map(|line| {
+                if line.starts_with('#') {
+                    format!("#{line}\n")
+                } else {
+                    format!("{line}\n")
+                }
+            })
+            .collect();
+        format!("{}\n{section}", existing.trim_end())
+    } else {
+        text
+    };
+    std::fs::write(path, text)
+        .map_err(|e| SimulateError::Output(format!("cannot write {}: {e}", path.display())))
 }
 
 /// `path` relative to `base` when it lies under it, else as given.
