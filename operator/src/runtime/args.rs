@@ -198,10 +198,9 @@ mod tests {
         run: RunArgs,
     }
 
-    fn allowances(entries: &str) -> Result<Vec<String>, String> {
+    fn allowances(entries: &str) -> Result<Vec<String>, clap::Error> {
         Command::try_parse_from(["run", "--allowed-dynamo-namespaces", entries])
             .map(|c| c.run.allowed_dynamo_namespaces)
-            .map_err(|e| e.to_string())
     }
 
     #[test]
@@ -211,7 +210,7 @@ mod tests {
             ["*", "*/shared", "team-a/dynamo"]
         );
         for bad in ["shared", "/shared", "team-a/", "team-a/x/y"] {
-            let error = allowances(bad).unwrap_err();
+            let error = allowances(bad).unwrap_err().to_string();
             assert!(
                 error.contains(&format!(
                     "{bad:?}: allowed: * (any), */<dynamo namespace> (every policy) or <namespace>/<dynamo namespace>"

@@ -421,11 +421,11 @@ pub fn validate_target(
     let mut pool = |pool: Pool, name: &str| -> PoolTarget {
         let component = graph.component(name);
         let gpus = match component.map(|c| c.gpus.clone()) {
-            Some(Err(value)) => {
+            Some(Err(bad)) => {
                 errors.push(PolicyError::BadGpuCount {
                     pool,
                     component: name.to_string(),
-                    value,
+                    value: bad.quantity,
                 });
                 1
             }
@@ -966,7 +966,9 @@ mod tests {
         set_requests(&mut dgd, "half");
         assert_eq!(
             view(&dgd).component("decode").unwrap().gpus,
-            Err("half".to_string())
+            Err(crate::target::BadGpuQuantity {
+                quantity: "half".into()
+            })
         );
         assert_eq!(view(&dgd).component("frontend").unwrap().gpus, Ok(1));
         let errors = validate_target(&policy("plannerpolicy-sla.yaml"), &view(&dgd)).unwrap_err();
