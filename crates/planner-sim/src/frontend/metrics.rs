@@ -136,8 +136,11 @@ fn osl_histogram() -> Histogram {
     histogram(&OSL_BOUNDS)
 }
 
-/// The histograms `{model}`: name, help and bounds.
-const HISTOGRAMS: [(&str, &str, fn() -> Histogram); 5] = [
+/// A histogram family: name, help and the constructor of one histogram over its bounds.
+type HistogramFamily = (&'static str, &'static str, fn() -> Histogram);
+
+/// The histograms `{model}`.
+const HISTOGRAMS: [HistogramFamily; 5] = [
     (
         "time_to_first_token_seconds",
         "Time to first token in seconds",
