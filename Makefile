@@ -15,9 +15,10 @@ build:
 test:
 	$(CARGO) test --workspace --locked
 
-## lint: formatting check and clippy with warnings denied
+## lint: formatting check, clippy with warnings denied, and no function over 150 lines outside tests
 lint:
 	$(CARGO) fmt --all -- --check
+	bash tools/fn-length.sh
 	$(CARGO) clippy --workspace --all-targets --all-features --locked -- -D warnings
 
 ## fmt: format the code

@@ -42,8 +42,16 @@ impl fmt::Display for ClusterTopologyApi {
     }
 }
 
+/// A `--cluster-topology-api-version` that is not `<group>/<version>`.
+#[derive(Debug, thiserror::Error)]
+#[error("{text:?} is not <group>/<version>, e.g. grove.io/v1alpha1")]
+pub struct ApiVersionError {
+    /// The value given.
+    pub text: String,
+}
+
 impl std::str::FromStr for ClusterTopologyApi {
-    type Err = String;
+    type Err = ApiVersionError;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         match text.split_once('/') {
@@ -53,9 +61,7 @@ impl std::str::FromStr for ClusterTopologyApi {
                     version: version.into(),
                 })
             }
-            _ => Err(format!(
-                "{text:?} is not <group>/<version>, e.g. grove.io/v1alpha1"
-            )),
+            _ => Err(ApiVersionError { text: text.into() }),
         }
     }
 }
@@ -134,7 +140,7 @@ pub async fn cluster_topology(
     if served.binding {
         match get_spec::<ClusterTopologySpec>(client, &api.binding_resource(), name).await? {
             Some(Ok(spec)) => return Ok(ClusterTopologyLookup::FoundBinding(spec)),
-            Some(Err(error)) => return Ok(ClusterTopologyLookup::BindingUnreadable(error)),
+            Some(Err(error)) => return Ok(ClusterTopologyLookup::BindingUnreadable(error.to_string())),
             None if !served.legacy => {
                 return Ok(ClusterTopologyLookup::BindingNotFound { legacy_served: false });
             }
@@ -147,7 +153,7 @@ pub async fn cluster_topology(
     Ok(
         match get_spec::<ClusterTopologySpec>(client, &api.resource(), name).await? {
             Some(Ok(spec)) => ClusterTopologyLookup::Found(spec),
-            Some(Err(error)) => ClusterTopologyLookup::Unreadable(error),
+            Some(Err(error)) => ClusterTopologyLookup::Unreadable(error.to_string()),
             None if served.binding => ClusterTopologyLookup::BindingNotFound { legacy_served: true },
             None => ClusterTopologyLookup::NotFound,
         },
@@ -160,7 +166,7 @@ async fn get_spec<T: serde::de::DeserializeOwned>(
     client: &Client,
     resource: &ApiResource,
     name: &str,
-) -> Result<Option<Result<T, String>>, LookupError> {
+) -> Result<Option<Result<T, serde_json::Error>>, LookupError> {
     let objects: Api<DynamicObject> = Api::all_with(client.clone(), resource);
     // Not `get_opt`: for a group/version nobody serves the API server answers 404 with a
     // plain-text body, which kube reports with reason "Failed to parse error data", and
@@ -168,7 +174,7 @@ async fn get_spec<T: serde::de::DeserializeOwned>(
     match objects.get(name).await {
         Ok(object) => {
             let spec = object.data.get("spec").cloned().unwrap_or_default();
-            Ok(Some(serde_json::from_value::<T>(spec).map_err(|e| e.to_string())))
+            Ok(Some(serde_json::from_value::<T>(spec)))
         }
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
         Err(source) => Err(LookupError::Kube {

@@ -132,7 +132,7 @@ pub const PERMISSIONS: &[Permission] = &[
         named_by: None,
         scope: Scope::Watched,
         needed: Needed::DgdController,
-        used_by: "the DGD controller (controller/dgd) and the startup wait for its CRD (runtime::wait_for_crds)",
+        used_by: "the DGD controller (controller/dgd) and the startup wait for its CRD (runtime::controllers::wait_for_crds)",
     },
     Permission {
         group: "nvidia.com",

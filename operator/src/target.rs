@@ -113,9 +113,9 @@ pub struct GraphComponent {
     pub replicas: Option<i32>,
     /// Whether a scaling adapter owns its replicas.
     pub scaling_adapter: bool,
-    /// GPUs of one replica (1 when none is asked for); the error is the value that is not a
-    /// positive whole number.
-    pub gpus: Result<u32, String>,
+    /// GPUs of one replica (1 when none is asked for), or the value that is not a positive whole
+    /// number.
+    pub gpus: Result<u32, BadGpuQuantity>,
     /// The main container's command and arguments (where the model name is read from).
     pub main_args: Vec<String>,
 }
@@ -492,14 +492,24 @@ fn quantity(value: &Value) -> Option<String> {
     }
 }
 
+/// A GPU quantity that is not a whole number, 1 or more.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{quantity:?} is not a whole number of GPUs, 1 or more")]
+pub struct BadGpuQuantity {
+    /// The quantity as written.
+    pub quantity: String,
+}
+
 /// GPUs of one replica from a quantity: a whole number, 1 or more.
-pub fn parse_gpus(quantity: &str) -> Result<u32, String> {
+pub fn parse_gpus(quantity: &str) -> Result<u32, BadGpuQuantity> {
     quantity
         .trim()
         .parse::<u32>()
         .ok()
         .filter(|gpus| *gpus > 0)
-        .ok_or_else(|| quantity.to_string())
+        .ok_or_else(|| BadGpuQuantity {
+            quantity: quantity.to_string(),
+        })
 }
 
 /// GPUs from a Kubernetes container's `resources`: the `nvidia.com/gpu` limit, then request.
@@ -789,7 +799,12 @@ mod tests {
         assert_eq!(counts(None, Some(0)).serving(), Some(0));
         assert_eq!(counts(None, None).serving(), None);
         assert_eq!(parse_gpus("2"), Ok(2));
-        assert_eq!(parse_gpus("0"), Err("0".into()));
-        assert_eq!(parse_gpus("half"), Err("half".into()));
+        let bad = |quantity: &str| {
+            Err(BadGpuQuantity {
+                quantity: quantity.into(),
+            })
+        };
+        assert_eq!(parse_gpus("0"), bad("0"));
+        assert_eq!(parse_gpus("half"), bad("half"));
     }
 }

@@ -67,10 +67,12 @@ impl World {
 }
 
 impl Lookups for World {
-    async fn cluster_topology(&self, name: &str) -> Result<ClusterTopologyLookup, String> {
+    type Error = std::io::Error;
+
+    async fn cluster_topology(&self, name: &str) -> Result<ClusterTopologyLookup, std::io::Error> {
         self.wait().await;
         if let Some(message) = &self.failing {
-            return Err(message.clone());
+            return Err(std::io::Error::other(message.clone()));
         }
         // Today's Grove: the ClusterTopologyBinding CRD served, as in the e2e cluster.
         Ok(if !self.grove_installed {
@@ -83,10 +85,10 @@ impl Lookups for World {
         })
     }
 
-    async fn target_graph(&self, namespace: &str, name: &str) -> Result<TargetLookup, String> {
+    async fn target_graph(&self, namespace: &str, name: &str) -> Result<TargetLookup, std::io::Error> {
         self.wait().await;
         if let Some(message) = &self.failing {
-            return Err(message.clone());
+            return Err(std::io::Error::other(message.clone()));
         }
         Ok(match self.dgds.get(&(namespace.into(), name.into())) {
             Some(dgd) => match TargetGraph::try_from(dgd) {
@@ -97,10 +99,10 @@ impl Lookups for World {
         })
     }
 
-    async fn gpu_budget(&self, name: &str) -> Result<Option<GpuBudget>, String> {
+    async fn gpu_budget(&self, name: &str) -> Result<Option<GpuBudget>, std::io::Error> {
         self.wait().await;
         if let Some(message) = &self.failing {
-            return Err(message.clone());
+            return Err(std::io::Error::other(message.clone()));
         }
         Ok(self.budgets.get(name).cloned())
     }

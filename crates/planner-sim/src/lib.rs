@@ -12,6 +12,7 @@
 pub mod bed;
 pub mod frontend;
 pub mod mocker_profile;
+mod signal;
 pub mod sim;
 
 use std::path::Path;

@@ -211,10 +211,10 @@ impl EtcdClient {
                 }
             };
             let status = response.status();
-            let bytes = read_capped(response).await.map_err(|reason| EtcdError::Decode {
+            let bytes = read_capped(response).await.map_err(|error| EtcdError::Decode {
                 endpoint: endpoint.clone(),
                 path,
-                reason,
+                reason: error.to_string(),
             })?;
             if !status.is_success() {
                 let message: String = serde_json::from_slice::<Value>(&bytes)
@@ -248,12 +248,23 @@ impl EtcdClient {
     }
 }
 
+/// Why a response body was not read whole.
+#[derive(Debug, thiserror::Error)]
+enum BodyError {
+    /// The connection failed.
+    #[error("{0}")]
+    Read(reqwest::Error),
+    /// Longer than [`MAX_BODY`].
+    #[error("response larger than {MAX_BODY} bytes")]
+    TooLarge,
+}
+
 /// Reads a response body up to [`MAX_BODY`] bytes.
-async fn read_capped(mut response: reqwest::Response) -> Result<Vec<u8>, String> {
+async fn read_capped(mut response: reqwest::Response) -> Result<Vec<u8>, BodyError> {
     let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
+    while let Some(chunk) = response.chunk().await.map_err(BodyError::Read)? {
         if body.len() + chunk.len() > MAX_BODY {
-            return Err(format!("response larger than {MAX_BODY} bytes"));
+            return Err(BodyError::TooLarge);
         }
         body.extend_from_slice(&chunk);
     }

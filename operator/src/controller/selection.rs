@@ -26,6 +26,28 @@ pub const CONTROLLER_LABEL: &str = "planner.dynamo.io/dgd-controller";
 /// Value of [`CONTROLLER_LABEL`] that selects this operator.
 pub const THIS_CONTROLLER: &str = "planner-operator";
 
+/// Why this operator does not render a DGD.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotSelected {
+    /// Labelled as another controller's.
+    #[error("labelled {CONTROLLER_LABEL}={controller}: another controller renders it")]
+    OtherController {
+        /// The label's value.
+        controller: String,
+    },
+    /// Not labelled as this operator's, in marked mode.
+    #[error("not labelled {CONTROLLER_LABEL}={THIS_CONTROLLER}, which --dgd-selection=marked requires")]
+    NotMarked,
+    /// Unlabelled, with a `status.state` that NVIDIA's operator wrote.
+    #[error(
+        "its status.state is {state:?}: NVIDIA's Dynamo operator renders it (label it {CONTROLLER_LABEL}={THIS_CONTROLLER} to render it here)"
+    )]
+    RenderedByNvidia {
+        /// The state.
+        state: String,
+    },
+}
+
 /// Which DGDs the DGD reconciler renders (`--dgd-selection`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum DgdSelection {
@@ -57,33 +79,31 @@ impl DgdSelection {
 
     /// `Ok` when this operator renders the DGD with `metadata` (and `status.state`, when it has
     /// one); else why not.
-    pub fn select_meta(self, metadata: &ObjectMeta, status_state: Option<&str>) -> Result<(), String> {
+    pub fn select_meta(self, metadata: &ObjectMeta, status_state: Option<&str>) -> Result<(), NotSelected> {
         static EMPTY: BTreeMap<String, String> = BTreeMap::new();
         let labels = metadata.labels.as_ref().unwrap_or(&EMPTY);
         match labels.get(CONTROLLER_LABEL).map(String::as_str) {
             Some(THIS_CONTROLLER) => {}
             Some(other) => {
-                return Err(format!(
-                    "labelled {CONTROLLER_LABEL}={other}: another controller renders it"
-                ));
+                return Err(NotSelected::OtherController {
+                    controller: other.to_string(),
+                });
             }
-            None if self == Self::Marked => {
-                return Err(format!(
-                    "not labelled {CONTROLLER_LABEL}={THIS_CONTROLLER}, which --dgd-selection=marked requires"
-                ));
-            }
+            None if self == Self::Marked => return Err(NotSelected::NotMarked),
             None => {}
         }
         match status_state {
-            Some(state) if !state.is_empty() && labels.get(CONTROLLER_LABEL).is_none() => Err(format!(
-                "its status.state is {state:?}: NVIDIA's Dynamo operator renders it (label it {CONTROLLER_LABEL}={THIS_CONTROLLER} to render it here)"
-            )),
+            Some(state) if !state.is_empty() && labels.get(CONTROLLER_LABEL).is_none() => {
+                Err(NotSelected::RenderedByNvidia {
+                    state: state.to_string(),
+                })
+            }
             _ => Ok(()),
         }
     }
 
     /// [`Self::select_meta`] for a parsed DGD.
-    pub fn select(self, dgd: &DynamoGraphDeployment) -> Result<(), String> {
+    pub fn select(self, dgd: &DynamoGraphDeployment) -> Result<(), NotSelected> {
         let state = dgd
             .status
             .as_ref()
@@ -127,12 +147,13 @@ mod tests {
             ))
             .unwrap_err();
         assert_eq!(
-            other,
+            other.to_string(),
             "labelled planner.dynamo.io/dgd-controller=nvidia: another controller renders it"
         );
         let rendered = mode
             .select(&dgd(json!({}), json!({"state": "successful"})))
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(
             rendered.contains("NVIDIA's Dynamo operator renders it"),
             "{rendered}"

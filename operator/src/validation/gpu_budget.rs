@@ -7,76 +7,8 @@
 
 use planner_api::{GpuBudget, GpuBudgetSpec, PlannerMode, PlannerPolicySpec};
 
-use super::planner_policy::TargetPools;
-
-/// Why a policy cannot join the budget it names.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum BudgetError {
-    /// No GpuBudget of that name.
-    #[error(
-        "spec.budgetRef.name: GpuBudget {name:?} not found; allowed: the name of a GpuBudget (cluster-scoped, created by the cluster admin), or no spec.budgetRef"
-    )]
-    NotFound {
-        /// The name.
-        name: String,
-    },
-    /// The budget could not be read.
-    #[error("spec.budgetRef.name: cannot read GpuBudget {name:?}: {error}")]
-    Unreadable {
-        /// The name.
-        name: String,
-        /// Why.
-        error: String,
-    },
-    /// No entry of the budget's `spec.members` names the policy.
-    #[error(
-        "spec.budgetRef.name: GpuBudget {name:?} does not admit PlannerPolicy {namespace}/{policy} (its spec.members name {entries}); allowed: a GpuBudget whose spec.members names namespace {namespace:?}, this policy, or \"*\" (ask the cluster admin)"
-    )]
-    NotAdmitted {
-        /// The budget.
-        name: String,
-        /// The policy's namespace.
-        namespace: String,
-        /// The policy's name.
-        policy: String,
-        /// The entries, shortened.
-        entries: String,
-    },
-    /// `mode: observe` never scales, so it has nothing to share.
-    #[error(
-        "spec.budgetRef: mode observe never scales, so it cannot share a GPU budget; allowed: mode sla or load with spec.budgetRef, or no spec.budgetRef"
-    )]
-    ObserveMode,
-    /// The policy's floor alone is more than the budget's total.
-    #[error(
-        "spec.budgetRef.name: the floor of this policy, spec.bounds.minReplicas {min} of {pools} = {floor} GPUs), is more than GpuBudget {name:?}'s total of {total} GPUs; allowed: a budget of at least {floor} GPUs, or a lower spec.bounds.minReplicas"
-    )]
-    FloorAboveTotal {
-        /// The budget.
-        name: String,
-        /// Its total.
-        total: i64,
-        /// `bounds.minReplicas`.
-        min: u32,
-        /// The pools and their GPUs, e.g. `both pools (2 x 4 GPUs of "prefill" + 2 x 4 GPUs of
-        /// "decode"`.
-        pools: String,
-        /// GPUs of the floor.
-        floor: u64,
-    },
-}
-
-impl BudgetError {
-    /// The CamelCase reason of the condition that reports this error.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Self::NotFound { .. } => "BudgetNotFound",
-            Self::Unreadable { .. } => "BudgetUnreadable",
-            Self::NotAdmitted { .. } => "NotPermitted",
-            Self::ObserveMode | Self::FloorAboveTotal { .. } => "InvalidSpec",
-        }
-    }
-}
+pub use super::error::BudgetError;
+use super::pools::TargetPools;
 
 /// What a budget lookup found.
 #[derive(Debug, Clone, Copy)]

@@ -15,13 +15,16 @@
 //! Every error names the field, the value and what is allowed.
 
 pub mod dgd;
+pub mod error;
 pub mod gpu_budget;
 pub mod planner_policy;
+pub mod pools;
 pub mod tenancy;
 
+pub use error::{BudgetError, PolicyError, describe};
 pub use planner_policy::{
-    DecisionTimeoutBounds, IntervalBounds, PolicyError, Pool, PoolTarget, ResolvedPools, TargetPools,
-    ValidatedPolicy, describe, interval_bounds, resolve_pools, validate, validate_spec, validate_target,
-    validate_unreadable,
+    DecisionTimeoutBounds, IntervalBounds, ResolvedPools, ValidatedPolicy, interval_bounds, resolve_pools,
+    validate, validate_spec, validate_target, validate_unreadable,
 };
+pub use pools::{Pool, PoolTarget, TargetPools};
 pub use tenancy::{PrometheusUrlPolicy, Tenancy};

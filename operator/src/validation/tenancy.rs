@@ -10,7 +10,7 @@
 
 use planner_api::{ConnectorKind, PlannerPolicySpec, labels::dynamo_namespace};
 
-use super::planner_policy::PolicyError;
+use super::error::PolicyError;
 use crate::sources::prometheus::redact;
 
 /// Which Prometheus URLs policies may name in `spec.metrics.prometheus.url`.

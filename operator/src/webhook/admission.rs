@@ -39,7 +39,7 @@ use tracing::{debug, warn};
 use planner_api::{DynamoGraphDeployment, GpuBudget, PlannerPolicy};
 
 use crate::{
-    lookup::{self, ClusterTopologyApi, TargetLookup},
+    lookup::{self, ClusterTopologyApi, LookupError, TargetLookup},
     metrics::operator::OperatorMetrics,
     topology::ClusterTopologyLookup,
     validation::{self, PolicyError},
@@ -65,21 +65,23 @@ pub const MAX_CONCURRENT_REVIEWS: usize = 32;
 pub const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The lookups the rules need, as an interface so that tests can run the handler without a
-/// cluster. Errors are messages for the user.
+/// cluster.
 pub trait Lookups: Send + Sync + 'static {
+    /// Why a lookup failed; its message is shown to the user in the denial.
+    type Error: std::error::Error + Send;
     /// The ClusterTopology a DGD names.
     fn cluster_topology(
         &self,
         name: &str,
-    ) -> impl Future<Output = Result<ClusterTopologyLookup, String>> + Send;
+    ) -> impl Future<Output = Result<ClusterTopologyLookup, Self::Error>> + Send;
     /// A PlannerPolicy's target DGD by namespace and name, of either served version.
     fn target_graph(
         &self,
         namespace: &str,
         name: &str,
-    ) -> impl Future<Output = Result<TargetLookup, String>> + Send;
+    ) -> impl Future<Output = Result<TargetLookup, Self::Error>> + Send;
     /// The GpuBudget a PlannerPolicy names (`None`: there is none).
-    fn gpu_budget(&self, name: &str) -> impl Future<Output = Result<Option<GpuBudget>, String>> + Send;
+    fn gpu_budget(&self, name: &str) -> impl Future<Output = Result<Option<GpuBudget>, Self::Error>> + Send;
 }
 
 /// [`Lookups`] against the API server.
@@ -91,24 +93,32 @@ pub struct KubeLookups {
     pub cluster_topology_api: ClusterTopologyApi,
 }
 
+/// Why a lookup against the API server failed.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeLookupError {
+    /// A lookup of [`crate::lookup`] failed.
+    #[error(transparent)]
+    Lookup(#[from] LookupError),
+    /// The API call failed.
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+}
+
 impl Lookups for KubeLookups {
-    async fn cluster_topology(&self, name: &str) -> Result<ClusterTopologyLookup, String> {
-        lookup::cluster_topology(&self.client, &self.cluster_topology_api, name)
-            .await
-            .map_err(|e| e.to_string())
+    type Error = KubeLookupError;
+
+    async fn cluster_topology(&self, name: &str) -> Result<ClusterTopologyLookup, KubeLookupError> {
+        Ok(lookup::cluster_topology(&self.client, &self.cluster_topology_api, name).await?)
     }
 
-    async fn target_graph(&self, namespace: &str, name: &str) -> Result<TargetLookup, String> {
-        lookup::target_graph(&self.client, namespace, name)
-            .await
-            .map_err(|e| e.to_string())
+    async fn target_graph(&self, namespace: &str, name: &str) -> Result<TargetLookup, KubeLookupError> {
+        Ok(lookup::target_graph(&self.client, namespace, name).await?)
     }
 
-    async fn gpu_budget(&self, name: &str) -> Result<Option<GpuBudget>, String> {
-        kube::Api::<GpuBudget>::all(self.client.clone())
+    async fn gpu_budget(&self, name: &str) -> Result<Option<GpuBudget>, KubeLookupError> {
+        Ok(kube::Api::<GpuBudget>::all(self.client.clone())
             .get_opt(name)
-            .await
-            .map_err(|e| e.to_string())
+            .await?)
     }
 }
 
@@ -212,7 +222,7 @@ async fn review_planner_policy<L: Lookups>(
 /// Why a body could not be read.
 enum BodyError {
     TooLarge,
-    Unreadable(String),
+    Unreadable(axum::Error),
 }
 
 /// Reads a body of at most `max` bytes.
@@ -220,7 +230,7 @@ async fn read_body(body: Body, max: usize) -> Result<Vec<u8>, BodyError> {
     let mut stream = body.into_data_stream();
     let mut bytes = Vec::new();
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| BodyError::Unreadable(e.to_string()))?;
+        let chunk = chunk.map_err(BodyError::Unreadable)?;
         if bytes.len() + chunk.len() > max {
             return Err(BodyError::TooLarge);
         }
@@ -371,15 +381,34 @@ fn invalid<L>(admission: &Admission<L>, kind: Kind, message: String) -> Response
     )
 }
 
+/// Why an object cannot be read as its typed form.
+#[derive(Debug, thiserror::Error)]
+enum ParseError {
+    /// Not in any one field (or the object would not serialize).
+    #[error("{0}")]
+    Object(serde_json::Error),
+    /// In the field at `path`.
+    #[error("{path}: {error}")]
+    Field {
+        /// The field, e.g. `spec.bounds.minReplicas`.
+        path: String,
+        /// What is wrong with it.
+        error: serde_json::Error,
+    },
+}
+
 /// Parses an object into its typed form; the error names the field.
-fn parse<K: DeserializeOwned>(object: &DynamicObject) -> Result<K, String> {
-    let value = serde_json::to_value(object).map_err(|e| e.to_string())?;
+fn parse<K: DeserializeOwned>(object: &DynamicObject) -> Result<K, ParseError> {
+    let value = serde_json::to_value(object).map_err(ParseError::Object)?;
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         if path == "." {
-            e.inner().to_string()
+            ParseError::Object(e.into_inner())
         } else {
-            format!("{path}: {}", e.inner())
+            ParseError::Field {
+                path,
+                error: e.into_inner(),
+            }
         }
     })
 }
@@ -417,14 +446,20 @@ enum Subject<'a> {
     },
 }
 
-fn subject(request: &AdmissionRequest<DynamicObject>) -> Result<Subject<'_>, String> {
+/// A create or update review without the object.
+#[derive(Debug, thiserror::Error)]
+#[error("the {operation:?} request carries no object")]
+struct NoObject {
+    operation: Operation,
+}
+
+fn subject(request: &AdmissionRequest<DynamicObject>) -> Result<Subject<'_>, NoObject> {
     if !matches!(request.operation, Operation::Create | Operation::Update) || request.sub_resource.is_some() {
         return Ok(Subject::Skip);
     }
-    let object = request
-        .object
-        .as_ref()
-        .ok_or_else(|| format!("the {:?} request carries no object", request.operation))?;
+    let object = request.object.as_ref().ok_or_else(|| NoObject {
+        operation: request.operation.clone(),
+    })?;
     if object.metadata.deletion_timestamp.is_some() {
         return Ok(Subject::Skip);
     }
@@ -439,6 +474,30 @@ fn subject(request: &AdmissionRequest<DynamicObject>) -> Result<Subject<'_>, Str
     Ok(Subject::Check { object, old })
 }
 
+/// Why the webhook cannot tell whether a policy may join the GpuBudget it names: a denial to
+/// retry.
+#[derive(Debug, thiserror::Error)]
+enum BudgetUnknown<E: std::error::Error> {
+    /// The lookup failed.
+    #[error(
+        "spec.budgetRef.name: cannot read GpuBudget {name:?} to check the policy joins it ({error}); retry, or check the operator's permissions"
+    )]
+    Failed {
+        /// The budget.
+        name: String,
+        /// Why.
+        error: E,
+    },
+    /// The lookup took too long.
+    #[error("spec.budgetRef.name: reading GpuBudget {name:?} took longer than {timeout:?}; retry")]
+    TimedOut {
+        /// The budget.
+        name: String,
+        /// The deadline.
+        timeout: Duration,
+    },
+}
+
 impl<L: Lookups> Admission<L> {
     /// The rules of a policy's `spec.budgetRef`, after looking the budget up; `Err` when the
     /// lookup failed (a denial to retry).
@@ -448,7 +507,7 @@ impl<L: Lookups> Admission<L> {
         namespace: &str,
         name: &str,
         target: &validation::TargetPools,
-    ) -> Result<Vec<PolicyError>, String> {
+    ) -> Result<Vec<PolicyError>, BudgetUnknown<L::Error>> {
         let Some(reference) = &policy.spec.budget_ref else {
             return Ok(Vec::new());
         };
@@ -456,15 +515,16 @@ impl<L: Lookups> Admission<L> {
         let found = match tokio::time::timeout(self.timeout, self.lookups.gpu_budget(budget_name)).await {
             Ok(Ok(found)) => found,
             Ok(Err(error)) => {
-                return Err(format!(
-                    "spec.budgetRef.name: cannot read GpuBudget {budget_name:?} to check the policy joins it ({error}); retry, or check the operator's permissions"
-                ));
+                return Err(BudgetUnknown::Failed {
+                    name: budget_name.clone(),
+                    error,
+                });
             }
             Err(_) => {
-                return Err(format!(
-                    "spec.budgetRef.name: reading GpuBudget {budget_name:?} took longer than {:?}; retry",
-                    self.timeout
-                ));
+                return Err(BudgetUnknown::TimedOut {
+                    name: budget_name.clone(),
+                    timeout: self.timeout,
+                });
             }
         };
         let lookup = match &found {
@@ -484,7 +544,7 @@ impl<L: Lookups> Admission<L> {
         let (object, old) = match subject(request) {
             Ok(Subject::Skip) => return response,
             Ok(Subject::Check { object, old }) => (object, old),
-            Err(message) => return deny(response, message),
+            Err(error) => return deny(response, error.to_string()),
         };
         let dgd: DynamoGraphDeployment = match parse(object) {
             Ok(dgd) => dgd,
@@ -546,7 +606,7 @@ impl<L: Lookups> Admission<L> {
         let (object, old) = match subject(request) {
             Ok(Subject::Skip) => return response,
             Ok(Subject::Check { object, old }) => (object, old),
-            Err(message) => return deny(response, message),
+            Err(error) => return deny(response, error.to_string()),
         };
         // Name an unknown built-in profile before the typed parse rejects it less helpfully.
         if let Some(Value::String(builtin)) = object.data.pointer("/spec/profile/builtin") {
@@ -590,7 +650,7 @@ impl<L: Lookups> Admission<L> {
                                 .await
                             {
                                 Ok(budget_errors) => errors.extend(budget_errors),
-                                Err(message) => return unavailable(response, message),
+                                Err(error) => return unavailable(response, error.to_string()),
                             }
                         }
                         Err(target_errors) => errors.extend(target_errors),

@@ -52,6 +52,7 @@ use tracing::{info, warn};
 use crate::{
     LoadArgs,
     frontend::pod_ready,
+    signal::wait_for_signal,
     sim::trace::{self, Arrivals},
 };
 
@@ -551,22 +552,6 @@ pub async fn run(args: DynamoBedArgs) -> Result<(), BedError> {
     let _ = write(&targets_file, "[]\n");
     let _ = server.await;
     Ok(())
-}
-
-/// Resolves on SIGTERM or Ctrl-C.
-async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {},
-                _ = tokio::signal::ctrl_c() => {},
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
 }
 
 #[cfg(test)]

@@ -39,7 +39,7 @@ use std::sync::atomic::AtomicU64;
 use prometheus_client::{
     encoding::{EncodeLabelSet, text::encode},
     metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
-    registry::Registry,
+    registry::{Metric, Registry},
 };
 
 use planner_sim_engine::latency::{Job, Observer, Outcome, Snapshot};
@@ -136,6 +136,83 @@ fn osl_histogram() -> Histogram {
     histogram(&OSL_BOUNDS)
 }
 
+/// A histogram family: name, help and the constructor of one histogram over its bounds.
+type HistogramFamily = (&'static str, &'static str, fn() -> Histogram);
+
+/// The histograms `{model}`.
+const HISTOGRAMS: [HistogramFamily; 5] = [
+    (
+        "time_to_first_token_seconds",
+        "Time to first token in seconds",
+        ttft_histogram,
+    ),
+    (
+        "inter_token_latency_seconds",
+        "Inter-token latency in seconds",
+        itl_histogram,
+    ),
+    (
+        "request_duration_seconds",
+        "Duration of LLM requests",
+        duration_histogram,
+    ),
+    (
+        "input_sequence_tokens",
+        "Input sequence length in tokens",
+        isl_histogram,
+    ),
+    (
+        "output_sequence_tokens",
+        "Output sequence length in tokens",
+        osl_histogram,
+    ),
+];
+
+/// The request gauges `{model}`: name and help.
+const REQUEST_GAUGES: [(&str, &str); 3] = [
+    ("inflight_requests", "Number of inflight requests"),
+    (
+        "active_requests",
+        "Number of requests currently being handled by the frontend, from HTTP handler entry to response completion",
+    ),
+    ("queued_requests", "Number of requests in HTTP processing queue"),
+];
+
+/// The gauges `{model}` a worker sets when it registers the model: name and help.
+const MODEL_GAUGES: [(&str, &str); 3] = [
+    (
+        "model_total_kv_blocks",
+        "Total KV cache blocks available for a worker serving the model",
+    ),
+    ("model_kv_cache_block_size", "KV cache block size in tokens"),
+    (
+        "model_ready",
+        "Whether the frontend can route at least one inference request for the model (1 = ready, 0 = not ready)",
+    ),
+];
+
+/// The per-worker gauges: name and help.
+const WORKER_GAUGES: [(&str, &str); 3] = [
+    (
+        "worker_last_time_to_first_token_seconds",
+        "Last time to first token of a worker",
+    ),
+    (
+        "worker_last_input_sequence_tokens",
+        "Last input sequence length of a worker",
+    ),
+    (
+        "worker_last_inter_token_latency_seconds",
+        "Last inter-token latency of a worker",
+    ),
+];
+
+/// Registers `metric` as `name` and hands back a handle to it.
+fn register<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
 /// The frontend's and the decode engines' metrics and the registries that expose them.
 #[derive(Debug)]
 pub struct FrontendMetrics {
@@ -190,122 +267,46 @@ impl FrontendMetrics {
         let model = ModelLabels {
             model: model.to_string(),
         };
-        let requests = Family::<RequestLabels, Counter>::default();
-        registry.register(
+        // In the real frontend's order of registration, which is the exposition's.
+        let requests = register(
+            &mut registry,
             "requests",
             "Total number of LLM requests processed",
-            requests.clone(),
+            Family::<RequestLabels, Counter>::default(),
         );
-        let started = Family::<StartedLabels, Counter>::default();
-        registry.register(
+        let started = register(
+            &mut registry,
             "requests_started",
             "Total number of LLM requests accepted by the frontend handler",
-            started.clone(),
+            Family::<StartedLabels, Counter>::default(),
         );
-        let histogram = |registry: &mut Registry, name: &str, help: &str, make: fn() -> Histogram| {
-            let family: Histograms = Family::new_with_constructor(make);
-            registry.register(name, help, family.clone());
-            family
-        };
-        let ttft = histogram(
+        let [ttft, itl, duration, isl, osl] = HISTOGRAMS.map(|(name, help, make)| {
+            register(&mut registry, name, help, Histograms::new_with_constructor(make))
+        });
+        let [inflight, active, queued] =
+            REQUEST_GAUGES.map(|(name, help)| register(&mut registry, name, help, Family::default()));
+        let stages = register(
             &mut registry,
-            "time_to_first_token_seconds",
-            "Time to first token in seconds",
-            ttft_histogram,
-        );
-        let itl = histogram(
-            &mut registry,
-            "inter_token_latency_seconds",
-            "Inter-token latency in seconds",
-            itl_histogram,
-        );
-        let duration = histogram(
-            &mut registry,
-            "request_duration_seconds",
-            "Duration of LLM requests",
-            duration_histogram,
-        );
-        let isl = histogram(
-            &mut registry,
-            "input_sequence_tokens",
-            "Input sequence length in tokens",
-            isl_histogram,
-        );
-        let osl = histogram(
-            &mut registry,
-            "output_sequence_tokens",
-            "Output sequence length in tokens",
-            osl_histogram,
-        );
-        let gauge = |registry: &mut Registry, name: &str, help: &str| {
-            let family = Family::<ModelLabels, Gauge>::default();
-            registry.register(name, help, family.clone());
-            family
-        };
-        let inflight = gauge(&mut registry, "inflight_requests", "Number of inflight requests");
-        let active = gauge(
-            &mut registry,
-            "active_requests",
-            "Number of requests currently being handled by the frontend, from HTTP handler entry to response completion",
-        );
-        let queued = gauge(
-            &mut registry,
-            "queued_requests",
-            "Number of requests in HTTP processing queue",
-        );
-        let stages = Family::<StageLabels, Gauge>::default();
-        registry.register(
             "stage_requests",
             "Number of requests currently in the given pipeline stage",
-            stages.clone(),
+            Family::<StageLabels, Gauge>::default(),
         );
-        let total_kv_blocks = gauge(
+        let [total_kv_blocks, block_size, ready] = MODEL_GAUGES
+            .map(|(name, help)| register(&mut registry, name, help, Family::<ModelLabels, Gauge>::default()));
+        let output_tokens = register(
             &mut registry,
-            "model_total_kv_blocks",
-            "Total KV cache blocks available for a worker serving the model",
-        );
-        let block_size = gauge(
-            &mut registry,
-            "model_kv_cache_block_size",
-            "KV cache block size in tokens",
-        );
-        let ready = gauge(
-            &mut registry,
-            "model_ready",
-            "Whether the frontend can route at least one inference request for the model (1 = ready, 0 = not ready)",
-        );
-        let output_tokens = Family::<ModelLabels, Counter>::default();
-        registry.register(
             "output_tokens",
             "Total output tokens generated",
-            output_tokens.clone(),
+            Family::<ModelLabels, Counter>::default(),
         );
-        let worker = |registry: &mut Registry, name: &str, help: &str| {
-            let family = Family::<WorkerLabels, FloatGauge>::default();
-            registry.register(name, help, family.clone());
-            family
-        };
-        let last_ttft = worker(
-            &mut registry,
-            "worker_last_time_to_first_token_seconds",
-            "Last time to first token of a worker",
-        );
-        let last_isl = worker(
-            &mut registry,
-            "worker_last_input_sequence_tokens",
-            "Last input sequence length of a worker",
-        );
-        let last_itl = worker(
-            &mut registry,
-            "worker_last_inter_token_latency_seconds",
-            "Last inter-token latency of a worker",
-        );
+        let [last_ttft, last_isl, last_itl] =
+            WORKER_GAUGES.map(|(name, help)| register(&mut registry, name, help, Family::default()));
         let mut engines = Registry::default();
-        let kv_usage = Family::<EngineLabels, FloatGauge>::default();
-        engines.register(
+        let kv_usage = register(
+            &mut engines,
             "vllm:kv_cache_usage_perc",
             "KV-cache usage as a fraction of available cache blocks.",
-            kv_usage.clone(),
+            Family::<EngineLabels, FloatGauge>::default(),
         );
         let blocks = if kv_block_size > 0 {
             (max_kv_tokens / f64::from(kv_block_size)).floor()

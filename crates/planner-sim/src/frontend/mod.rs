@@ -51,7 +51,7 @@ use planner_core::{
 };
 use planner_sim_engine::latency::{EngineSpec, LatencyModel};
 
-use crate::{LoadArgs, sim::trace};
+use crate::{LoadArgs, signal::wait_for_signal, sim::trace};
 
 use self::{metrics::FrontendMetrics, replay::Replay};
 
@@ -238,23 +238,68 @@ fn router(state: ServerState) -> Router {
 
 /// Runs the frontend until SIGTERM or Ctrl-C.
 pub async fn run(args: SyntheticFrontendArgs) -> Result<(), FrontendError> {
-    let profile = match (&args.profile_dir, &args.profile) {
-        (Some(dir), _) => crate::profile_from_dir(dir),
-        (None, Some(name)) => Profile::builtin(name),
-        (None, None) => return Err(FrontendError::Input("give --profile or --profile-dir".into())),
-    }
-    .map_err(|e| FrontendError::Input(e.to_string()))?;
-    let curves = PerformanceModel::new(&profile).map_err(|e| FrontendError::Input(e.to_string()))?;
-    let spec = EngineSpec::from_profile(&profile);
-    let requests = trace::load(&args.trace).map_err(|e| FrontendError::Input(e.to_string()))?;
+    let inputs = Inputs::load(&args)?;
     let metrics = Arc::new(Mutex::new(
-        FrontendMetrics::new(&args.model, spec.max_kv_tokens, args.kv_block_size).aggregated(args.aggregated),
+        FrontendMetrics::new(&args.model, inputs.spec.max_kv_tokens, args.kv_block_size)
+            .aggregated(args.aggregated),
     ));
     let rate_scale = Arc::new(AtomicU64::new(args.load.rate_scale.max(0.0).to_bits()));
-
-    // Capacity: fixed, or Ready pods polled from the API server.
-    let (workers_tx, workers_rx) = watch::channel(Workers::default());
     let (stop_tx, stop_rx) = watch::channel(false);
+    let (workers, poller) = capacity(&args, &stop_rx).await?;
+    let state = ServerState {
+        metrics: metrics.clone(),
+        rate_scale: rate_scale.clone(),
+    };
+    let server = serve(args.listen, state, stop_rx).await?;
+    info!(addr = %args.listen, trace = %args.trace.display(), requests = inputs.requests.len(), "synthetic frontend serving");
+
+    replay_until_signal(&args, inputs, &workers, &rate_scale, &metrics).await;
+
+    info!("stopping");
+    let _ = stop_tx.send(true);
+    if let Some(poller) = poller {
+        let _ = poller.await;
+    }
+    match server.await {
+        Ok(Ok(())) | Err(_) => Ok(()),
+        Ok(Err(error)) => Err(FrontendError::Serve(error)),
+    }
+}
+
+/// What the frontend replays, and the model it derives latencies from.
+struct Inputs {
+    curves: PerformanceModel,
+    spec: EngineSpec,
+    requests: Vec<trace::Request>,
+}
+
+impl Inputs {
+    /// Reads the profile and the trace.
+    fn load(args: &SyntheticFrontendArgs) -> Result<Self, FrontendError> {
+        let profile = match (&args.profile_dir, &args.profile) {
+            (Some(dir), _) => crate::profile_from_dir(dir),
+            (None, Some(name)) => Profile::builtin(name),
+            (None, None) => return Err(FrontendError::Input("give --profile or --profile-dir".into())),
+        }
+        .map_err(|e| FrontendError::Input(e.to_string()))?;
+        let curves = PerformanceModel::new(&profile).map_err(|e| FrontendError::Input(e.to_string()))?;
+        let spec = EngineSpec::from_profile(&profile);
+        let requests = trace::load(&args.trace).map_err(|e| FrontendError::Input(e.to_string()))?;
+        Ok(Self {
+            curves,
+            spec,
+            requests,
+        })
+    }
+}
+
+/// Capacity: fixed counts, or Ready pods polled from the API server until `stop` (the task that
+/// polls them is returned to be awaited).
+async fn capacity(
+    args: &SyntheticFrontendArgs,
+    stop: &watch::Receiver<bool>,
+) -> Result<(watch::Receiver<Workers>, Option<tokio::task::JoinHandle<()>>), FrontendError> {
+    let (workers_tx, workers_rx) = watch::channel(Workers::default());
     let poller = match (&args.dgd, args.prefill, args.decode) {
         (Some(dgd), _, _) => {
             let client = Client::try_default().await.map_err(FrontendError::Client)?;
@@ -262,52 +307,15 @@ pub async fn run(args: SyntheticFrontendArgs) -> Result<(), FrontendError> {
                 Some(ns) => Api::namespaced(client, ns),
                 None => Api::default_namespaced(client),
             };
-            let dgd = dgd.clone();
             let period = Duration::from_secs_f64(args.poll_interval_s.max(0.1));
-            let mut stop = stop_rx.clone();
-            let aggregated = args.aggregated;
-            Some(tokio::spawn(async move {
-                loop {
-                    let counts = if aggregated {
-                        ready_pods(&api, &dgd, "worker")
-                            .await
-                            .map(|workers| (Vec::new(), workers))
-                    } else {
-                        match (
-                            ready_pods(&api, &dgd, "prefill").await,
-                            ready_pods(&api, &dgd, "decode").await,
-                        ) {
-                            (Ok(prefill), Ok(decode)) => Ok((prefill, decode)),
-                            (Err(error), _) | (_, Err(error)) => Err(error),
-                        }
-                    };
-                    match counts {
-                        Ok((prefill, decode)) => {
-                            workers_tx.send_if_modified(|current| {
-                                let next = Workers { prefill, decode };
-                                if *current == next {
-                                    false
-                                } else {
-                                    info!(
-                                        prefill = next.prefill.len(),
-                                        decode = next.decode.len(),
-                                        "ready workers"
-                                    );
-                                    *current = next;
-                                    true
-                                }
-                            });
-                        }
-                        Err(error) => {
-                            warn!(%error, "cannot count the DGD's pods; keeping the last counts");
-                        }
-                    }
-                    tokio::select! {
-                        _ = tokio::time::sleep(period) => {},
-                        _ = stop.wait_for(|s| *s) => break,
-                    }
-                }
-            }))
+            Some(tokio::spawn(poll_workers(
+                api,
+                dgd.clone(),
+                args.aggregated,
+                period,
+                workers_tx,
+                stop.clone(),
+            )))
         }
         (None, Some(prefill), Some(decode)) => {
             let fixed = Workers::fixed(prefill, decode);
@@ -327,28 +335,88 @@ pub async fn run(args: SyntheticFrontendArgs) -> Result<(), FrontendError> {
             ));
         }
     };
+    Ok((workers_rx, poller))
+}
 
-    let listener = tokio::net::TcpListener::bind(args.listen)
+/// Counts the DGD's Ready workers every `period` until `stop`, and publishes them when they
+/// change (aggregated: the `worker` pods serve both pools).
+async fn poll_workers(
+    api: Api<Pod>,
+    dgd: String,
+    aggregated: bool,
+    period: Duration,
+    workers_tx: watch::Sender<Workers>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let counts = if aggregated {
+            ready_pods(&api, &dgd, "worker")
+                .await
+                .map(|workers| (Vec::new(), workers))
+        } else {
+            match (
+                ready_pods(&api, &dgd, "prefill").await,
+                ready_pods(&api, &dgd, "decode").await,
+            ) {
+                (Ok(prefill), Ok(decode)) => Ok((prefill, decode)),
+                (Err(error), _) | (_, Err(error)) => Err(error),
+            }
+        };
+        match counts {
+            Ok((prefill, decode)) => {
+                workers_tx.send_if_modified(|current| {
+                    let next = Workers { prefill, decode };
+                    if *current == next {
+                        false
+                    } else {
+                        info!(
+                            prefill = next.prefill.len(),
+                            decode = next.decode.len(),
+                            "ready workers"
+                        );
+                        *current = next;
+                        true
+                    }
+                });
+            }
+            Err(error) => {
+                warn!(%error, "cannot count the DGD's pods; keeping the last counts");
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(period) => {},
+            _ = stop.wait_for(|s| *s) => break,
+        }
+    }
+}
+
+/// Binds `listen` and serves the endpoints until `stop`.
+async fn serve(
+    listen: SocketAddr,
+    state: ServerState,
+    mut stop: watch::Receiver<bool>,
+) -> Result<tokio::task::JoinHandle<std::io::Result<()>>, FrontendError> {
+    let listener = tokio::net::TcpListener::bind(listen)
         .await
-        .map_err(|source| FrontendError::Bind {
-            addr: args.listen,
-            source,
-        })?;
-    info!(addr = %args.listen, trace = %args.trace.display(), requests = requests.len(), "synthetic frontend serving");
-    let state = ServerState {
-        metrics: metrics.clone(),
-        rate_scale: rate_scale.clone(),
-    };
-    let mut server_stop = stop_rx.clone();
-    let server = tokio::spawn(async move {
+        .map_err(|source| FrontendError::Bind { addr: listen, source })?;
+    Ok(tokio::spawn(async move {
         axum::serve(listener, router(state))
             .with_graceful_shutdown(async move {
-                let _ = server_stop.wait_for(|s| *s).await;
+                let _ = stop.wait_for(|s| *s).await;
             })
             .await
-    });
+    }))
+}
 
-    // The replay: one model step per tick, trace time = wall time * speedup.
+/// The replay until SIGTERM or Ctrl-C: one model step per tick, trace time = wall time *
+/// speedup, at the Ready capacity and the rate scale of the moment.
+async fn replay_until_signal(
+    args: &SyntheticFrontendArgs,
+    inputs: Inputs,
+    workers: &watch::Receiver<Workers>,
+    rate_scale: &AtomicU64,
+    metrics: &Mutex<FrontendMetrics>,
+) {
     let step = if args.step_s.is_finite() && args.step_s > 0.0 {
         args.step_s
     } else {
@@ -359,9 +427,9 @@ pub async fn run(args: SyntheticFrontendArgs) -> Result<(), FrontendError> {
     } else {
         1.0
     };
-    let mut replay = Replay::new(requests, args.load.jitter_s, args.load.looping, step)
+    let mut replay = Replay::new(inputs.requests, args.load.jitter_s, args.load.looping, step)
         .aggregated(args.aggregated.then(AggregatedEngine::default).as_ref());
-    let latency = LatencyModel::new(&curves, spec);
+    let latency = LatencyModel::new(&inputs.curves, inputs.spec);
     let mut ticker = tokio::time::interval(Duration::from_secs_f64((step / speedup).max(0.01)));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let started = Instant::now();
@@ -373,7 +441,7 @@ pub async fn run(args: SyntheticFrontendArgs) -> Result<(), FrontendError> {
             _ = ticker.tick() => {}
             () = &mut signal => break,
         }
-        let workers = workers_rx.borrow().clone();
+        let workers = workers.borrow().clone();
         let k = f64::from_bits(rate_scale.load(Ordering::Relaxed));
         let t = started.elapsed().as_secs_f64() * speedup;
         let Ok(mut m) = metrics.lock() else { break };
@@ -394,38 +462,6 @@ pub async fn run(args: SyntheticFrontendArgs) -> Result<(), FrontendError> {
                 "trace replayed; serving the final metrics until stopped"
             );
         }
-    }
-    info!("stopping");
-    let _ = stop_tx.send(true);
-    if let Some(poller) = poller {
-        let _ = poller.await;
-    }
-    match server.await {
-        Ok(Ok(())) | Err(_) => Ok(()),
-        Ok(Err(error)) => Err(FrontendError::Serve(error)),
-    }
-}
-
-/// Resolves on SIGTERM or Ctrl-C.
-async fn wait_for_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {},
-                    _ = tokio::signal::ctrl_c() => {},
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
     }
 }
 

@@ -454,131 +454,187 @@ const BASELINES: [&str; 4] = ["dynamo-throughput", "dynamo-latency", "dynamo-loa
 
 /// Scores the replays into the report; returns the text to print.
 pub fn replay_report(args: &ReplayReportArgs) -> Result<String, ReplayError> {
-    let input = |e: String| ReplayError::Input(e);
-    let text = std::fs::read_to_string(&args.manifest)
-        .map_err(|e| input(format!("cannot read {}: {e}", args.manifest.display())))?;
-    let manifest: Manifest =
-        serde_json::from_str(&text).map_err(|e| input(format!("{}: {e}", args.manifest.display())))?;
+    let manifest: Manifest = read_json(&args.manifest)?;
     let base = args.manifest.parent().unwrap_or(Path::new("."));
     let results_dir = args.results.clone().unwrap_or_else(|| base.join("results"));
-
-    let mut overview: Overview = Vec::new();
-    let mut sections = String::new();
-    let mut out = String::new();
-    let mut csv = String::from(report::INTERVALS_CSV_HEADER);
-    let mut versions = BTreeMap::new();
-    let mut startups: Vec<f64> = Vec::new();
-    let mut routers = BTreeMap::new();
-    let mut losses = String::new();
-    let mut not_run = String::new();
+    let mut gathered = Gathered::new();
     for run in &manifest.runs {
-        let stem = run.file.trim_end_matches(".jsonl");
-        let dir = results_dir.join(stem);
-        let mut results = Vec::new();
-        let mut walls = Vec::new();
-        let mut descriptions = Vec::new();
-        let all: Vec<PathBuf> = match std::fs::read_dir(&dir) {
-            Ok(entries) => entries.filter_map(Result::ok).map(|e| e.path()).collect(),
-            Err(e) => return Err(input(format!("cannot read {}: {e}", dir.display()))),
-        };
-        let mut entries: Vec<PathBuf> = all
+        let dir = results_dir.join(run.file.trim_end_matches(".jsonl"));
+        let replays = read_run(&dir, run, &manifest)?;
+        check_run(&dir, run, &replays.results, &args.expect_scaling)?;
+        gathered.add(run, &replays);
+    }
+    if let Some(path) = &args.intervals_csv {
+        std::fs::write(path, &gathered.csv)
+            .map_err(|e| ReplayError::Output(format!("cannot write {}: {e}", path.display())))?;
+    }
+    let md = render_report(args, &manifest, &gathered);
+    if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| ReplayError::Output(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    std::fs::write(&args.out, md)
+        .map_err(|e| ReplayError::Output(format!("cannot write {}: {e}", args.out.display())))?;
+    let mut out = gathered.out;
+    let _ = writeln!(out, "report: {}", args.out.display());
+    Ok(out)
+}
+
+/// Reads a JSON file; the error names it.
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ReplayError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ReplayError::Input(format!("cannot read {}: {e}", path.display())))?;
+    serde_json::from_str(&text).map_err(|e| ReplayError::Input(format!("{}: {e}", path.display())))
+}
+
+/// One run's replays, read and scored.
+struct RunReplays {
+    /// What each replay returned, in file-name order.
+    replays: Vec<ReplayResult>,
+    /// Each scored, in the tables' order ([`policy_rank`]).
+    results: Vec<RunResult>,
+    /// The policies the harness left out of the run (`<policy>.failed`), and why.
+    failed: Vec<(String, String)>,
+}
+
+/// Reads the replays of `run` from `dir` (`<policy>.json`, `<policy>.failed`) and scores each.
+fn read_run(dir: &Path, run: &ManifestRun, manifest: &Manifest) -> Result<RunReplays, ReplayError> {
+    let all: Vec<PathBuf> = match std::fs::read_dir(dir) {
+        Ok(entries) => entries.filter_map(Result::ok).map(|e| e.path()).collect(),
+        Err(e) => return Err(ReplayError::Input(format!("cannot read {}: {e}", dir.display()))),
+    };
+    let mut entries: Vec<PathBuf> = all
+        .iter()
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .cloned()
+        .collect();
+    entries.sort();
+    let mut failed: Vec<(String, String)> = all
+        .iter()
+        .filter(|p| p.extension().is_some_and(|x| x == "failed"))
+        .map(|p| {
+            let policy = p
+                .file_stem()
+                .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
+            let why = std::fs::read_to_string(p).unwrap_or_default().trim().to_string();
+            (policy, why)
+        })
+        .collect();
+    failed.sort();
+    let mut replays = Vec::new();
+    let mut results = Vec::new();
+    for path in entries {
+        let result: ReplayResult = read_json(&path)?;
+        results.push(score(&result, run, manifest)?);
+        replays.push(result);
+    }
+    results.sort_by_key(|r| policy_rank(&r.policy));
+    Ok(RunReplays {
+        replays,
+        results,
+        failed,
+    })
+}
+
+/// Fails when the scored policy has no replay in the run, or a policy of `--expect-scaling`
+/// did not run or never changed the replicas.
+fn check_run(
+    dir: &Path,
+    run: &ManifestRun,
+    results: &[RunResult],
+    expect_scaling: &[String],
+) -> Result<(), ReplayError> {
+    if !results.iter().any(|r| r.policy == SCORED) {
+        return Err(ReplayError::Input(format!(
+            "{}: no `{SCORED}` replay to score",
+            dir.display()
+        )));
+    }
+    for policy in expect_scaling {
+        let actions = results
             .iter()
-            .filter(|p| p.extension().is_some_and(|x| x == "json"))
-            .cloned()
-            .collect();
-        entries.sort();
-        // A policy the harness left out of this run, and why (`<policy>.failed`).
-        let mut failed: Vec<(String, String)> = all
-            .iter()
-            .filter(|p| p.extension().is_some_and(|x| x == "failed"))
-            .map(|p| {
-                let policy = p
-                    .file_stem()
-                    .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
-                let why = std::fs::read_to_string(p).unwrap_or_default().trim().to_string();
-                (policy, why)
-            })
-            .collect();
-        failed.sort();
-        for (policy, why) in &failed {
-            let _ = writeln!(not_run, "- **{}**, `{policy}`: {why}", run.name);
+            .find(|r| &r.policy == policy)
+            .map(|r| r.summary.scaling_actions);
+        if actions.is_none_or(|a| a == 0) {
+            return Err(ReplayError::Input(format!(
+                "{}: `{policy}` {} (--expect-scaling)",
+                run.name,
+                if actions.is_some() {
+                    "never changed the replicas"
+                } else {
+                    "did not run"
+                }
+            )));
         }
-        for path in entries {
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| input(format!("cannot read {}: {e}", path.display())))?;
-            let result: ReplayResult =
-                serde_json::from_str(&text).map_err(|e| input(format!("{}: {e}", path.display())))?;
-            versions.insert(result.dynamo_version.clone(), ());
-            if !startups.contains(&result.startup_s) {
-                startups.push(result.startup_s);
+    }
+    Ok(())
+}
+
+/// What the report gathers run by run.
+struct Gathered {
+    /// The text printed: each run's table.
+    out: String,
+    /// The per-interval records of every run (`--intervals-csv`).
+    csv: String,
+    /// Each run's cells, for the overview tables and the scorecard.
+    overview: Overview,
+    /// Each run's section of the report.
+    sections: String,
+    /// The intervals the scored policy missed and another met.
+    losses: String,
+    /// The replays the harness left out, one line each.
+    not_run: String,
+    /// Dynamo's versions, start-up delays (in first-seen order) and routers of the replays.
+    versions: BTreeMap<String, ()>,
+    startups: Vec<f64>,
+    routers: BTreeMap<String, ()>,
+}
+
+impl Gathered {
+    fn new() -> Self {
+        Self {
+            out: String::new(),
+            csv: String::from(report::INTERVALS_CSV_HEADER),
+            overview: Vec::new(),
+            sections: String::new(),
+            losses: String::new(),
+            not_run: String::new(),
+            versions: BTreeMap::new(),
+            startups: Vec::new(),
+            routers: BTreeMap::new(),
+        }
+    }
+
+    /// Adds one run's replays.
+    fn add(&mut self, run: &ManifestRun, replays: &RunReplays) {
+        for (policy, why) in &replays.failed {
+            let _ = writeln!(self.not_run, "- **{}**, `{policy}`: {why}", run.name);
+        }
+        for replay in &replays.replays {
+            self.versions.insert(replay.dynamo_version.clone(), ());
+            if !self.startups.contains(&replay.startup_s) {
+                self.startups.push(replay.startup_s);
             }
-            routers.insert(result.router.clone(), ());
-            walls.push((result.policy.clone(), result.wall_s));
-            descriptions.push((
-                result.policy.clone(),
-                result.description.clone(),
-                result.startup_s,
-            ));
-            results.push(score(&result, run, &manifest)?);
+            self.routers.insert(replay.router.clone(), ());
         }
-        results.sort_by_key(|r| policy_rank(&r.policy));
-        if !results.iter().any(|r| r.policy == SCORED) {
-            return Err(input(format!("{}: no `{SCORED}` replay to score", dir.display())));
-        }
-        for policy in &args.expect_scaling {
-            let actions = results
-                .iter()
-                .find(|r| &r.policy == policy)
-                .map(|r| r.summary.scaling_actions);
-            if actions.is_none_or(|a| a == 0) {
-                return Err(input(format!(
-                    "{}: `{policy}` {} (--expect-scaling)",
-                    run.name,
-                    if actions.is_some() {
-                        "never changed the replicas"
-                    } else {
-                        "did not run"
-                    }
-                )));
-            }
-        }
+        let results = &replays.results;
         let sla = SlaTargets::new(run.ttft_ms, run.itl_ms);
-        let startup = descriptions.first().map_or(f64::NAN, |d| d.2);
-        report::intervals_csv(&mut csv, &run.trace, &k_label(run.k), startup, &sla, &results);
+        let startup = replays.replays.first().map_or(f64::NAN, |r| r.startup_s);
+        report::intervals_csv(&mut self.csv, &run.trace, &k_label(run.k), startup, &sla, results);
         let reference = results
             .iter()
             .find(|r| r.policy == REFERENCE)
             .map_or(f64::NAN, |r| r.summary.gpu_hours);
         let _ = writeln!(
-            out,
+            self.out,
             "== {} ({} requests)\n{}",
             run.name,
             run.requests,
-            report::text_table_against(&results, REFERENCE)
+            report::text_table_against(results, REFERENCE)
         );
-        let mut walls_text: Vec<String> = walls.iter().map(|(p, w)| format!("{p} {w:.1} s")).collect();
-        walls_text.sort();
-        let _ = write!(
-            sections,
-            "### {}\n\n`{}`, {} requests ({} intervals), SLA TTFT {} ms / ITL {} ms; autoscaled policies start at \
-             {}P/{}D, `fixed-peak` runs {}P/{}D (the simulator's oracle's peak; the oracle costs {:.2} GPU-h in the \
-             simulator). Replay wall time: {}.\n\n{}\n",
-            run.name,
-            run.source,
-            run.requests,
-            run.intervals,
-            run.ttft_ms,
-            run.itl_ms,
-            run.initial[0],
-            run.initial[1],
-            run.fixed_peak[0],
-            run.fixed_peak[1],
-            run.sim_oracle_gpu_hours,
-            walls_text.join(", "),
-            report::markdown_table_against(&results, REFERENCE),
-        );
-        losses.push_str(&lost_intervals(run, &results));
-        overview.push((
+        self.sections.push_str(&run_section(run, replays));
+        self.losses.push_str(&lost_intervals(run, results));
+        self.overview.push((
             run.name.clone(),
             results
                 .iter()
@@ -586,15 +642,73 @@ pub fn replay_report(args: &ReplayReportArgs) -> Result<String, ReplayError> {
                 .collect(),
         ));
     }
-    if let Some(path) = &args.intervals_csv {
-        std::fs::write(path, &csv)
-            .map_err(|e| ReplayError::Output(format!("cannot write {}: {e}", path.display())))?;
-    }
+}
 
+/// A run's section: its settings, the replays' wall times and its table.
+fn run_section(run: &ManifestRun, replays: &RunReplays) -> String {
+    let mut walls: Vec<String> = replays
+        .replays
+        .iter()
+        .map(|r| format!("{} {:.1} s", r.policy, r.wall_s))
+        .collect();
+    walls.sort();
+    format!(
+        "### {}\n\n`{}`, {} requests ({} intervals), SLA TTFT {} ms / ITL {} ms; autoscaled policies start at \
+         {}P/{}D, `fixed-peak` runs {}P/{}D (the simulator's oracle's peak; the oracle costs {:.2} GPU-h in the \
+         simulator). Replay wall time: {}.\n\n{}\n",
+        run.name,
+        run.source,
+        run.requests,
+        run.intervals,
+        run.ttft_ms,
+        run.itl_ms,
+        run.initial[0],
+        run.initial[1],
+        run.fixed_peak[0],
+        run.fixed_peak[1],
+        run.sim_oracle_gpu_hours,
+        walls.join(", "),
+        report::markdown_table_against(&replays.results, REFERENCE),
+    )
+}
+
+/// The Markdown report: how the replays ran, the policies, the overview, the scorecard, the
+/// lost intervals and each run's section.
+fn render_report(args: &ReplayReportArgs, manifest: &Manifest, gathered: &Gathered) -> String {
     let mut md = String::new();
-    let version = versions.keys().cloned().collect::<Vec<_>>().join(", ");
-    let router = routers.keys().cloned().collect::<Vec<_>>().join(", ");
-    let startup = startups
+    md.push_str(&report_header(args, manifest, gathered));
+    md.push_str(&policies_text());
+    if !gathered.not_run.is_empty() {
+        let _ = writeln!(
+            md,
+            "**Replays that did not complete** (left out of their run's tables; the harness tries each again when \
+             Dynamo's replay stops on its own internal check):\n\n{}",
+            gathered.not_run
+        );
+    }
+    md.push_str(&overview_tables(&gathered.overview, "", REFERENCE));
+    md.push_str(&scorecard(&gathered.overview));
+    if !gathered.losses.is_empty() {
+        let _ = writeln!(
+            md,
+            "## Where `{SCORED}` misses an interval another policy meets\n\nEach interval `{SCORED}` missed while \
+             `{}` or `hpa` met it: arrivals, their mean prompt length, the replicas asked for and serving \
+             (time-averaged, prefill/decode) and the cohort's mean TTFT, for `{SCORED}` and the policy that met it.\n\n{}",
+            BASELINES[0], gathered.losses
+        );
+    }
+    let _ = writeln!(md, "## Runs\n\n{}", gathered.sections);
+    md
+}
+
+/// The title and how the replays ran: Dynamo's version, the router, the engines, the start-up
+/// delay and the command.
+fn report_header(args: &ReplayReportArgs, manifest: &Manifest, gathered: &Gathered) -> String {
+    let mut md = String::new();
+    let version = gathered.versions.keys().cloned().collect::<Vec<_>>().join(", ");
+    let router = gathered.routers.keys().cloned().collect::<Vec<_>>().join(", ");
+    let startup = gathered
+        .startups
         .iter()
         .map(|s| format!("{s} s"))
         .collect::<Vec<_>>()
@@ -618,8 +732,12 @@ pub fn replay_report(args: &ReplayReportArgs) -> Result<String, ReplayError> {
         manifest.engine.max_model_len,
         manifest.interval_s,
     );
-    let _ = writeln!(
-        md,
+    md
+}
+
+/// What each policy is, and what the columns mean.
+fn policies_text() -> String {
+    format!(
         "Policies: `{SCORED}` is this project's default (`mode: sla`, queueing model, ARIMA) and `hpa` the \
          simulator's HPA-style policy, both asked through `planner-sim bridge` (the simulator's policy code, fed \
          the replay's metrics every second); `{CAPPED}` is `{SCORED}` held to the GPU-hours `{}` spent on the \
@@ -634,36 +752,9 @@ pub fn replay_report(args: &ReplayReportArgs) -> Result<String, ReplayError> {
          `model_not_ready` and nothing scales; docs/replay.md). `fixed-peak` is a fixed pool of the simulator's \
          oracle's peak replicas. The columns are `make bench`'s: **GPU-h** counts every worker from the request \
          for it to the end of its draining, over the trace's intervals; **vs {REFERENCE}** divides by the fixed \
-         pool's; **intervals OK** is the share of intervals whose arrivals met both targets on average.\n",
+         pool's; **intervals OK** is the share of intervals whose arrivals met both targets on average.\n\n",
         BASELINES[0]
-    );
-    if !not_run.is_empty() {
-        let _ = writeln!(
-            md,
-            "**Replays that did not complete** (left out of their run's tables; the harness tries each again when \
-             Dynamo's replay stops on its own internal check):\n\n{not_run}"
-        );
-    }
-    md.push_str(&overview_tables(&overview, "", REFERENCE));
-    md.push_str(&scorecard(&overview));
-    if !losses.is_empty() {
-        let _ = writeln!(
-            md,
-            "## Where `{SCORED}` misses an interval another policy meets\n\nEach interval `{SCORED}` missed while \
-             `{}` or `hpa` met it: arrivals, their mean prompt length, the replicas asked for and serving \
-             (time-averaged, prefill/decode) and the cohort's mean TTFT, for `{SCORED}` and the policy that met it.\n\n{losses}",
-            BASELINES[0]
-        );
-    }
-    let _ = writeln!(md, "## Runs\n\n{sections}");
-    if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| ReplayError::Output(format!("cannot create {}: {e}", dir.display())))?;
-    }
-    std::fs::write(&args.out, md)
-        .map_err(|e| ReplayError::Output(format!("cannot write {}: {e}", args.out.display())))?;
-    let _ = writeln!(out, "report: {}", args.out.display());
-    Ok(out)
+    )
 }
 
 /// Order in the tables: the scored policy (free, then capped), Dynamo's, the HPA, the fixed
