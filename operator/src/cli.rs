@@ -104,24 +104,69 @@ fn run(args: crate::runtime::RunArgs) -> ExitCode {
     }
 }
 
+/// Why `plan` could not run; each names what is at fault.
+#[derive(Debug, thiserror::Error)]
+enum PlanError {
+    /// No profile was given.
+    #[error("give --profile-dir or --profile")]
+    NoProfile,
+    /// The profile cannot be read.
+    #[error(transparent)]
+    Profile(#[from] ProfileError),
+    /// The profile's curves cannot be interpolated.
+    #[error(transparent)]
+    Model(#[from] planner_core::interpolation::InterpolationError),
+    /// The cases cannot be read.
+    #[error("cannot read {file}: {error}")]
+    Read {
+        /// The file (`-`: standard input).
+        file: String,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// A case is not valid.
+    #[error("{file}: field `{path}`: {error}")]
+    Case {
+        /// The file.
+        file: String,
+        /// The field at fault.
+        path: String,
+        /// What is wrong with it.
+        error: serde_json::Error,
+    },
+    /// The results cannot be written.
+    #[error("cannot write the results: {0}")]
+    Output(serde_json::Error),
+}
+
 /// Runs every case; the error names the file and the field at fault.
-fn plan(args: &PlanArgs) -> Result<String, String> {
+fn plan(args: &PlanArgs) -> Result<String, PlanError> {
     let profile = match (&args.profile_dir, &args.profile) {
-        (Some(dir), _) => profile_from_dir(dir),
-        (None, Some(name)) => Profile::builtin(name),
-        (None, None) => return Err("give --profile-dir or --profile".into()),
-    }
-    .map_err(|e| e.to_string())?;
-    let model = PerformanceModel::new(&profile).map_err(|e| e.to_string())?;
+        (Some(dir), _) => profile_from_dir(dir)?,
+        (None, Some(name)) => Profile::builtin(name)?,
+        (None, None) => return Err(PlanError::NoProfile),
+    };
+    let model = PerformanceModel::new(&profile)?;
     let file = args.cases.display().to_string();
+    let read = |error| PlanError::Read {
+        file: if file == "-" {
+            "standard input".into()
+        } else {
+            file.clone()
+        },
+        error,
+    };
     let text = if file == "-" {
-        std::io::read_to_string(std::io::stdin()).map_err(|e| format!("cannot read standard input: {e}"))?
+        std::io::read_to_string(std::io::stdin()).map_err(read)?
     } else {
-        std::fs::read_to_string(&args.cases).map_err(|e| format!("cannot read {file}: {e}"))?
+        std::fs::read_to_string(&args.cases).map_err(read)?
     };
     let deserializer = &mut serde_json::Deserializer::from_str(&text);
-    let cases: CaseFile = serde_path_to_error::deserialize(deserializer)
-        .map_err(|e| format!("{file}: field `{}`: {}", e.path(), e.inner()))?;
+    let cases: CaseFile = serde_path_to_error::deserialize(deserializer).map_err(|e| PlanError::Case {
+        file: file.clone(),
+        path: e.path().to_string(),
+        error: e.into_inner(),
+    })?;
     let results: Vec<PlanResult> = cases.cases.iter().map(|case| case.evaluate(&model)).collect();
     #[derive(serde::Serialize)]
     struct Output {
@@ -133,7 +178,7 @@ fn plan(args: &PlanArgs) -> Result<String, String> {
         model: "upstream",
         results,
     })
-    .map_err(|e| e.to_string())
+    .map_err(PlanError::Output)
 }
 
 /// Reads an upstream profile directory (NPZ layout first, then JSON).

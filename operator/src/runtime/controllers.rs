@@ -82,7 +82,8 @@ pub(super) async fn run_controllers(
     }
 }
 
-/// The planner's controllers: the PlannerPolicy reconciler, on the shared context.
+/// The planner's controllers, side by side: the PlannerPolicy reconciler and the GpuBudget
+/// reconciler, which share the budgets' ledger.
 async fn run_planner(
     ctx: Arc<Context>,
     args: &RunArgs,
@@ -92,7 +93,15 @@ async fn run_planner(
         controller::planner_policy::PlannerContext::new(ctx, args.prometheus_url.clone())
             .with_tenancy(args.tenancy()),
     );
-    controller::planner_policy::run(planner_ctx, args.namespace.clone(), stop).await;
+    let budget_ctx = planner_ctx.budget_context();
+    // The policies' watch scope, for the ledger a new leader restores, before either starts.
+    planner_ctx.budgets.set_scope(args.namespace.clone());
+    let stop = futures::FutureExt::shared(stop);
+    futures::future::join(
+        controller::planner_policy::run(planner_ctx, args.namespace.clone(), stop.clone()),
+        controller::gpu_budget::run(budget_ctx, args.namespace.clone(), stop),
+    )
+    .await;
 }
 
 /// Events from this process, as `planner-operator` with its identity as the instance.

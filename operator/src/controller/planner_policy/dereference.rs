@@ -31,53 +31,100 @@ pub async fn target(client: &Client, policy: &PlannerPolicy) -> Result<TargetLoo
 /// Longest bearer token read from a Secret (service-account tokens are about 1 KiB).
 const MAX_TOKEN_BYTES: usize = 16 * 1024;
 
+/// The field naming the Prometheus bearer token's Secret.
+const TOKEN_FIELD: &str = "spec.metrics.prometheus.bearerTokenSecret";
+
+/// Why the bearer token the policy names cannot be used; the message says what to fix, is shown
+/// in `MetricsAvailable`, and never carries the Secret's data.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    /// The Secret cannot be read.
+    #[error("{TOKEN_FIELD}: cannot read Secret {name:?}: {error}")]
+    Unreadable {
+        /// The Secret.
+        name: String,
+        /// The API server's error.
+        error: String,
+    },
+    /// There is no such Secret.
+    #[error("{TOKEN_FIELD}: Secret {name:?} not found in namespace {namespace:?}")]
+    NotFound {
+        /// The Secret.
+        name: String,
+        /// The policy's namespace.
+        namespace: String,
+    },
+    /// The Secret has no such key.
+    #[error("{TOKEN_FIELD}: Secret {name:?} has no key {key:?}")]
+    NoKey {
+        /// The Secret.
+        name: String,
+        /// The key.
+        key: String,
+    },
+    /// The key holds something else than a token.
+    #[error(
+        "{TOKEN_FIELD}: key {key:?} of Secret {name:?} is not a token; allowed: 1 to {MAX_TOKEN_BYTES} bytes of text on one line"
+    )]
+    NotAToken {
+        /// The Secret.
+        name: String,
+        /// The key.
+        key: String,
+    },
+}
+
 /// The bearer token the policy names for Prometheus (`None`: it names none), read from its
-/// Secret on every call so a rotated token is used at once. The error says what to fix; it is
-/// shown in `MetricsAvailable` and never carries the Secret's data.
-pub async fn prometheus_token(client: &Client, policy: &PlannerPolicy) -> Result<Option<String>, String> {
+/// Secret on every call so a rotated token is used at once.
+pub async fn prometheus_token(client: &Client, policy: &PlannerPolicy) -> Result<Option<String>, TokenError> {
     let Some(reference) = &policy.spec.metrics.prometheus.bearer_token_secret else {
         return Ok(None);
     };
     let namespace = policy.namespace().unwrap_or_default();
-    let field = "spec.metrics.prometheus.bearerTokenSecret";
+    let name = reference.name.clone();
     let secret = Api::<Secret>::namespaced(client.clone(), &namespace)
         .get_opt(&reference.name)
         .await
-        .map_err(|error| {
-            format!(
-                "{field}: cannot read Secret {:?}: {}",
-                reference.name,
-                chain(&error)
-            )
+        .map_err(|error| TokenError::Unreadable {
+            name: name.clone(),
+            error: chain(&error),
         })?
-        .ok_or_else(|| {
-            format!(
-                "{field}: Secret {:?} not found in namespace {namespace:?}",
-                reference.name
-            )
+        .ok_or_else(|| TokenError::NotFound {
+            name: name.clone(),
+            namespace: namespace.clone(),
         })?;
     let bytes = secret
         .data
         .as_ref()
         .and_then(|data| data.get(&reference.key))
         .map(|value| value.0.as_slice())
-        .ok_or_else(|| {
-            format!(
-                "{field}: Secret {:?} has no key {:?}",
-                reference.name, reference.key
-            )
+        .ok_or_else(|| TokenError::NoKey {
+            name: name.clone(),
+            key: reference.key.clone(),
         })?;
     let token = std::str::from_utf8(bytes)
         .ok()
         .map(str::trim)
         .filter(|t| !t.is_empty() && t.len() <= MAX_TOKEN_BYTES && !t.contains(char::is_control))
-        .ok_or_else(|| {
-            format!(
-                "{field}: key {:?} of Secret {:?} is not a token; allowed: 1 to {MAX_TOKEN_BYTES} bytes of text on one line",
-                reference.key, reference.name
-            )
+        .ok_or_else(|| TokenError::NotAToken {
+            name: name.clone(),
+            key: reference.key.clone(),
         })?;
     Ok(Some(token.to_string()))
+}
+
+/// Why a performance model could not be built from its profile.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelBuildError {
+    /// The profile's data is not valid.
+    #[error(transparent)]
+    Profile(#[from] planner_core::profile::ProfileError),
+    /// The profile's curves cannot be interpolated.
+    #[error(transparent)]
+    Interpolation(#[from] planner_core::interpolation::InterpolationError),
+    /// The ConfigMap's entries are not a usable profile.
+    #[error(transparent)]
+    ConfigMap(#[from] planner_core::interpolation::ModelError),
 }
 
 /// Why the profile cannot be used; the message is shown in `ProfileLoaded`.
@@ -137,10 +184,13 @@ impl ModelCache {
         if let Some(builtin) = profile.builtin {
             let name = builtin.name();
             let model = self
-                .cached(format!("builtin:{name}"), move || {
-                    let profile = Profile::builtin(name).map_err(|e| e.to_string())?;
-                    PerformanceModel::new(&profile).map_err(|e| e.to_string())
-                })
+                .cached(
+                    format!("builtin:{name}"),
+                    move || -> Result<_, ModelBuildError> {
+                        let profile = Profile::builtin(name)?;
+                        Ok(PerformanceModel::new(&profile)?)
+                    },
+                )
                 .await?;
             return Ok((model, format!("builtin {name}")));
         }
@@ -172,7 +222,7 @@ impl ModelCache {
                             .and_then(|d| d.get(k).map(|b| b.0.clone()))
                     },
                 )
-                .map_err(|e| e.to_string())
+                .map_err(ModelBuildError::from)
             })
             .await?;
         Ok((model, source))
@@ -180,10 +230,10 @@ impl ModelCache {
 
     /// The model (or build error) cached under `key`, else built by `build` on the blocking pool
     /// (at most [`MODEL_BUILDS`] at once, each awaited for at most [`MODEL_BUILD_TIMEOUT`]).
-    async fn cached(
+    async fn cached<E: std::fmt::Display + Send + 'static>(
         &self,
         key: String,
-        build: impl FnOnce() -> Result<PerformanceModel, String> + Send + 'static,
+        build: impl FnOnce() -> Result<PerformanceModel, E> + Send + 'static,
     ) -> Result<Arc<PerformanceModel>, ProfileLoadError> {
         let find = |key: &str| self.models.lock().ok().and_then(|m| m.get(key).cloned());
         if let Some(cached) = find(&key) {
@@ -197,7 +247,7 @@ impl ModelCache {
         // The permit goes with the build: a build that outlives the timeout still holds its slot
         // until it really ends, so timed-out builds never pile up on the blocking pool.
         let task = tokio::task::spawn_blocking(move || {
-            let built = build();
+            let built = build().map_err(|e| e.to_string());
             drop(permit);
             built
         });
@@ -345,7 +395,7 @@ mod tests {
             .cached("slow".into(), move || {
                 std::thread::sleep(Duration::from_millis(600));
                 done.store(true, Ordering::SeqCst);
-                Err("never used".into())
+                Err::<PerformanceModel, _>("never used")
             })
             .await;
         let message = slow.err().map(|e| e.to_string()).unwrap_or_default();
@@ -375,7 +425,7 @@ mod tests {
             let bad = cache
                 .cached("bad@1".into(), move || {
                     builds.fetch_add(1, Ordering::Relaxed);
-                    Err("not a profile".into())
+                    Err::<PerformanceModel, _>("not a profile")
                 })
                 .await;
             assert_eq!(bad.err().map(|e| e.to_string()).as_deref(), Some("not a profile"));

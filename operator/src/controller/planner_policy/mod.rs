@@ -106,8 +106,8 @@ type Runtimes = HashMap<(String, String), Arc<tokio::sync::Mutex<PolicyRuntime>>
 #[derive(Debug, thiserror::Error)]
 pub enum PrometheusClientError {
     /// The bearer token could not be read.
-    #[error("{0}")]
-    Token(String),
+    #[error(transparent)]
+    Token(#[from] dereference::TokenError),
     /// The URL is not one a client can use.
     #[error("{0}")]
     Url(String),
@@ -211,9 +211,7 @@ impl PlannerContext {
         &self,
         policy: &PlannerPolicy,
     ) -> Result<PrometheusClient, PrometheusClientError> {
-        let token = dereference::prometheus_token(&self.base.client, policy)
-            .await
-            .map_err(PrometheusClientError::Token)?;
+        let token = dereference::prometheus_token(&self.base.client, policy).await?;
         self.prometheus(&self.prometheus_url(policy), token)
     }
 
@@ -244,15 +242,6 @@ pub async fn run(
         controller = controller.reconcile_on(wakes);
     }
     let store = controller.store();
-    let shutdown = futures::FutureExt::shared(shutdown);
-    let budgets = {
-        let (budget_ctx, namespace, shutdown) = (ctx.budget_context(), namespace.clone(), shutdown.clone());
-        // Ends with the others, at shutdown, whatever happens to it before.
-        async move {
-            super::gpu_budget::run(budget_ctx, namespace, shutdown.clone()).await;
-            shutdown.await;
-        }
-    };
     // Drop the metric series and state of deleted policies.
     let pruner = {
         let ctx = Arc::clone(&ctx);
@@ -288,7 +277,6 @@ pub async fn run(
     tokio::select! {
         () = controller => {},
         () = pruner => {},
-        () = budgets => {},
     }
 }
 
@@ -368,9 +356,9 @@ async fn plan(policy: &PlannerPolicy, ctx: &PlannerContext) -> Result<Action, Ha
     let mut runtime = runtime.lock().await;
     let interval = checked.validated.interval;
     let replicas = checked.replicas();
-    let prometheus = ctx.policy_prometheus(policy).await.map_err(|e| e.to_string());
+    let prometheus = ctx.policy_prometheus(policy).await;
     let reads = Reads {
-        query: checked.query(policy, prometheus.as_ref().map_err(Clone::clone)),
+        query: checked.query(policy, prometheus.as_ref()),
         fast: &ctx.fast,
         fast_period: checked.validated.fast_check_period,
         metrics: &ctx.base.metrics.policies,
@@ -514,7 +502,7 @@ impl Checked {
     fn query<'a>(
         &'a self,
         policy: &PlannerPolicy,
-        client: Result<&'a PrometheusClient, String>,
+        client: Result<&'a PrometheusClient, &'a PrometheusClientError>,
     ) -> observe::MetricsQuery<'a> {
         let validated = &self.validated;
         observe::MetricsQuery {

@@ -13,6 +13,7 @@ use planner_core::{
     state::{FastSignals, IntervalMetrics},
 };
 
+use super::PrometheusClientError;
 use crate::{
     metrics::policy::PolicyMetrics,
     sources::prometheus::{FastSnapshot, KvReading, MetricsError, PrometheusClient, Reading, SeriesFilter},
@@ -21,7 +22,7 @@ use crate::{
 /// Where and what to read.
 pub struct MetricsQuery<'a> {
     /// The client for the policy's Prometheus, or why there is none.
-    pub client: Result<&'a PrometheusClient, String>,
+    pub client: Result<&'a PrometheusClient, &'a PrometheusClientError>,
     /// The Dynamo namespace of the graph.
     pub dynamo_namespace: &'a str,
     /// The model (SLA planner).
@@ -56,9 +57,9 @@ pub async fn observe(
     };
     let client = match query.client {
         Ok(client) => client,
-        Err(ref reason) => {
+        Err(error) => {
             metrics.metrics_unavailable("client");
-            return (unavailable(reason.clone()), None);
+            return (unavailable(error.to_string()), None);
         }
     };
     let awaiting = |model: Option<&str>| {
