@@ -1,5 +1,5 @@
 //! Simulator benchmark: replay one hour of the Azure conversation trace (19,366 requests)
-//! through one policy, so what-if runs stay interactive (target: under 1 s). The SLA planner
+//! through one policy (the planning loop the operator runs), so what-if runs stay interactive (target: under 1 s). The SLA planner
 //! with ARIMA (upstream's default predictor) and correction factors, and with the constant
 //! predictor to show what the simulation itself costs; and the oracle, the most expensive
 //! policy (it simulates every candidate replica count forward).
@@ -12,15 +12,11 @@ use std::{hint::black_box, path::PathBuf, time::Duration};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use planner_core::{
-    interpolation::PerformanceModel,
-    latency::{EngineSpec, LatencyModel},
-    predictor::PredictorKind,
-    profile::Profile,
-    sla::Limits,
-    state::SlaModel,
+    interpolation::PerformanceModel, predictor::PredictorKind, profile::Profile, sla::Limits, state::SlaModel,
 };
 use planner_sim::sim::{
-    policy::{Oracle, SlaPolicy},
+    latency::{EngineSpec, LatencyModel},
+    policy::{LoopPolicy, Oracle},
     run::{SimConfig, run},
     trace,
 };
@@ -57,7 +53,7 @@ fn replay(c: &mut Criterion) {
     ] {
         group.bench_function(name, |b| {
             b.iter(|| {
-                let mut policy = SlaPolicy::new(&config, sla_model, kind, true, false);
+                let mut policy = LoopPolicy::sla(&config, sla_model, kind, true, false);
                 black_box(
                     run(&requests, &model, &config, &mut policy, Some((1, 1)))
                         .summary
@@ -69,7 +65,7 @@ fn replay(c: &mut Criterion) {
     group.bench_function("oracle", |b| {
         b.iter(|| {
             black_box(
-                run(&requests, &model, &config, &mut Oracle, None)
+                run(&requests, &model, &config, &mut Oracle::default(), None)
                     .summary
                     .gpu_hours,
             )

@@ -583,10 +583,10 @@ fn read_config(args: &BudgetArgs) -> Result<(BudgetFile, PolicySpec), BudgetErro
 
 /// The graphs (their traces, rate-scaled), how the report names their sources, and their rate
 /// scales.
-fn read_graphs(
-    args: &BudgetArgs,
-    file: &BudgetFile,
-) -> Result<(Vec<Graph>, Vec<String>, Vec<String>), BudgetError> {
+type ReadGraphs = (Vec<Graph>, Vec<String>, Vec<String>);
+
+/// Reads the graphs of the configuration file.
+fn read_graphs(args: &BudgetArgs, file: &BudgetFile) -> Result<ReadGraphs, BudgetError> {
     let base_dir = args.config.parent().unwrap_or(Path::new("."));
     let mut graphs = Vec::new();
     let mut sources = Vec::new();
