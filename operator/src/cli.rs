@@ -1,7 +1,7 @@
 //! Command line of the `planner-operator` binary.
 
 use std::{
-    path::{Path, PathBuf},
+    path::PathBuf,
     process::ExitCode,
 };
 
@@ -10,7 +10,7 @@ use clap::{ArgGroup, Args, Parser, Subcommand};
 use planner_core::{
     case::{CaseFile, PlanResult},
     interpolation::PerformanceModel,
-    profile::{Profile, ProfileError, builtin_names},
+    profile::{Profile, builtin_names},
 };
 
 /// Autoscales NVIDIA Dynamo disaggregated inference to latency SLAs.
@@ -93,7 +93,7 @@ fn run(args: crate::runtime::RunArgs) -> ExitCode {
 /// Runs every case; the error names the file and the field at fault.
 fn plan(args: &PlanArgs) -> Result<String, String> {
     let profile = match (&args.profile_dir, &args.profile) {
-        (Some(dir), _) => profile_from_dir(dir),
+        (Some(dir), _) => Profile::from_dir(dir),
         (None, Some(name)) => Profile::builtin(name),
         (None, None) => return Err("give --profile-dir or --profile".into()),
     }
@@ -114,21 +114,6 @@ fn plan(args: &PlanArgs) -> Result<String, String> {
         results: Vec<PlanResult>,
     }
     serde_json::to_string_pretty(&Output { results }).map_err(|e| e.to_string())
-}
-
-/// Reads an upstream profile directory (NPZ layout first, then JSON).
-fn profile_from_dir(dir: &Path) -> Result<Profile, ProfileError> {
-    Profile::from_dir_files(&dir.display().to_string(), |relative| {
-        let path = dir.join(relative);
-        match std::fs::read(&path) {
-            Ok(bytes) => Ok(Some(bytes)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(source) => Err(ProfileError::Read {
-                file: path.display().to_string(),
-                source,
-            }),
-        }
-    })
 }
 
 /// Prints a document; a closed pipe (`| head`) is not an error.

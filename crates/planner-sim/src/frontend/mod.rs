@@ -239,7 +239,7 @@ fn router(state: ServerState) -> Router {
 /// Runs the frontend until SIGTERM or Ctrl-C.
 pub async fn run(args: SyntheticFrontendArgs) -> Result<(), FrontendError> {
     let profile = match (&args.profile_dir, &args.profile) {
-        (Some(dir), _) => crate::profile_from_dir(dir),
+        (Some(dir), _) => Profile::from_dir(dir),
         (None, Some(name)) => Profile::builtin(name),
         (None, None) => return Err(FrontendError::Input("give --profile or --profile-dir".into())),
     }

@@ -428,7 +428,7 @@ pub(crate) fn k_label(k: f64) -> String {
 pub fn simulate(args: &SimulateArgs) -> Result<String, SimulateError> {
     let started = Instant::now();
     let (profile, profile_name) = match (&args.profile_dir, &args.profile) {
-        (Some(dir), _) => (crate::profile_from_dir(dir), dir.display().to_string()),
+        (Some(dir), _) => (Profile::from_dir(dir), dir.display().to_string()),
         (None, Some(name)) => (Profile::builtin(name), name.clone()),
         (None, None) => return Err(SimulateError::Input("give --profile or --profile-dir".into())),
     };
