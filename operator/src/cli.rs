@@ -1,11 +1,10 @@
 //! Command line of the `planner-operator` binary.
 
-use std::{
-    path::PathBuf,
-    process::ExitCode,
-};
+use std::{path::PathBuf, process::ExitCode};
 
 use clap::{ArgGroup, Args, Parser, Subcommand};
+
+mod profile;
 
 use planner_core::{
     case::{CaseFile, PlanResult},
@@ -30,6 +29,10 @@ enum Command {
     /// Compute the SLA planner's replicas for cases read from a JSON file (one planner interval
     /// each, in the format of the golden cases) and print the results as JSON.
     Plan(PlanArgs),
+    /// Check a profile (Dynamo's profiler output, the JSON form or a ConfigMap) and print what
+    /// it says, or write it as the ConfigMap a PlannerPolicy names.
+    #[command(subcommand)]
+    Profile(profile::ProfileCommand),
     /// Print the version.
     Version,
 }
@@ -50,7 +53,7 @@ struct PlanArgs {
     cases: PathBuf,
 }
 
-/// Exit code for bad input files (profile or cases).
+/// Exit code for bad input files (profile or cases) and bad flags of the profile commands.
 const EXIT_BAD_INPUT: u8 = 2;
 
 /// Parses the command line and runs the command.
@@ -66,6 +69,7 @@ pub fn main() -> ExitCode {
                 ExitCode::from(EXIT_BAD_INPUT)
             }
         },
+        Command::Profile(command) => profile::main(command),
         Command::Version => write_stdout(concat!("planner-operator ", env!("CARGO_PKG_VERSION"))),
     }
 }

@@ -9,7 +9,10 @@ use serde::Serialize;
 
 use super::{
     clough_tocher::{Triangulated, TriangulationError},
-    profile::{ConfigMapEntries, DecodeProfile, MAX_DECODE_POINTS, MAX_PREFILL_POINTS, PrefillProfile, Profile, ProfileError},
+    profile::{
+        ConfigMapEntries, DecodeProfile, MAX_DECODE_POINTS, MAX_PREFILL_POINTS, PrefillProfile, Profile,
+        ProfileError,
+    },
 };
 
 /// Grid resolution of the decode interpolator (upstream `resolution=100`).

@@ -103,7 +103,10 @@ pub enum ProfileError {
         present: Vec<String>,
     },
     /// A ConfigMap has neither key of one part of the profile.
-    #[error("{config_map}: no binaryData key `{binary}` and no data key `{text}`; {}", present_keys(present))]
+    #[error(
+        "{config_map}: no binaryData key `{binary}` and no data key `{text}`; {}",
+        present_keys(present)
+    )]
     MissingKey {
         /// The ConfigMap.
         config_map: String,
@@ -396,7 +399,10 @@ impl Profile {
     /// Builds a profile from the contents of a ConfigMap: `binary_data` holds the NPZ files, or
     /// `data` the JSON files, under the keys of this module's constants (the NPZ first, as in a
     /// directory). `source` names the ConfigMap in errors.
-    pub fn from_config_map_entries(source: &str, entries: &ConfigMapEntries<'_>) -> Result<Self, ProfileError> {
+    pub fn from_config_map_entries(
+        source: &str,
+        entries: &ConfigMapEntries<'_>,
+    ) -> Result<Self, ProfileError> {
         let name = |key: &str| format!("{source}/{key}");
         let missing = |binary: &'static str, text: &'static str| ProfileError::MissingKey {
             config_map: source.to_string(),
@@ -1139,6 +1145,78 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(npz_error.contains("d.npz is not valid NPZ"), "{npz_error}");
+    }
+
+    /// An NPZ file of float arrays.
+    fn npz(arrays: &[(&str, &[f64])]) -> Vec<u8> {
+        let mut npz = ndarray_npy::NpzWriter::new(Cursor::new(Vec::new()));
+        for (name, values) in arrays {
+            npz.add_array(*name, &ndarray::Array1::from(values.to_vec()))
+                .unwrap();
+        }
+        npz.finish().unwrap().into_inner()
+    }
+
+    #[test]
+    fn a_missing_array_lists_the_arrays_present() {
+        let bytes = npz(&[
+            ("prefill_isl", &[1.0, 2.0, 3.0, 4.0]),
+            ("prefill_ttft_ms", &[1.0, 2.0, 3.0, 4.0]),
+            ("prefill_thpt_per_gpu", &[1.0, 2.0, 3.0, 4.0]),
+        ]);
+        let error = PrefillProfile::from_npz(&bytes, "p.npz").unwrap_err().to_string();
+        assert_eq!(
+            error,
+            "p.npz: missing field `prefill_ttft`; it has: prefill_isl, prefill_ttft_ms, prefill_thpt_per_gpu"
+        );
+        let error = PrefillProfile::from_json(b"[1, 2]", "p.json")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(error, "p.json: missing field `prefill_isl`; it has none");
+    }
+
+    #[test]
+    fn nan_in_an_npz_is_named_with_its_index() {
+        let bytes = npz(&[
+            ("prefill_isl", &[1.0, 2.0, 3.0, 4.0]),
+            ("prefill_ttft", &[1.0, 2.0, f64::NAN, 4.0]),
+            ("prefill_thpt_per_gpu", &[1.0, 2.0, 3.0, 4.0]),
+        ]);
+        let error = PrefillProfile::from_npz(&bytes, "p.npz")
+            .unwrap()
+            .validated("p.npz")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with("p.npz: field `prefill_ttft`[2] = NaN is invalid"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_config_map_without_a_part_lists_its_keys() {
+        let entries = ConfigMapEntries {
+            data: [("prefill_raw_data.json", "{}")].into(),
+            binary_data: [("decode.npz", b"PK".as_slice())].into(),
+        };
+        let error = Profile::from_config_map_entries("ConfigMap p", &entries)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            error,
+            "ConfigMap p/prefill_raw_data.json: missing field `prefill_isl`; it has none"
+        );
+        let entries = ConfigMapEntries {
+            binary_data: [("decode.npz", b"PK".as_slice())].into(),
+            ..ConfigMapEntries::default()
+        };
+        let error = Profile::from_config_map_entries("ConfigMap p", &entries)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            error,
+            "ConfigMap p: no binaryData key `prefill_raw_data.npz` and no data key `prefill_raw_data.json`; it has: binaryData.decode.npz"
+        );
     }
 
     #[test]

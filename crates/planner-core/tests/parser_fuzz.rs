@@ -9,7 +9,8 @@ use std::{path::Path, sync::OnceLock};
 use planner_core::{
     interpolation::PerformanceModel,
     profile::{
-        ConfigMapEntries, DECODE_JSON, DECODE_NPZ_KEY, DecodeProfile, PREFILL_JSON, PREFILL_NPZ_KEY, PrefillProfile, Profile,
+        ConfigMapEntries, DECODE_JSON, DECODE_NPZ_KEY, DecodeProfile, PREFILL_JSON, PREFILL_NPZ_KEY,
+        PrefillProfile, Profile,
     },
     trace::{bucketize, parse_mooncake_jsonl},
 };

@@ -12,7 +12,8 @@ use std::{
 use ndarray::Array1;
 use ndarray_npy::{NpzWriter, WriteNpyExt};
 use planner_core::profile::{
-    ConfigMapEntries, DECODE_JSON, DECODE_NPZ_KEY, DecodeProfile, PREFILL_JSON, PREFILL_NPZ_KEY, PrefillProfile, Profile,
+    ConfigMapEntries, DECODE_JSON, DECODE_NPZ_KEY, DecodeProfile, PREFILL_JSON, PREFILL_NPZ_KEY,
+    PrefillProfile, Profile,
 };
 use zip::{CompressionMethod, ZipWriter, write::SimpleFileOptions};
 
@@ -69,8 +70,8 @@ fn a_deflate_bomb_is_cut_off_at_the_entry_cap() {
         ..ConfigMapEntries::default()
     };
     let error = Profile::from_config_map_entries("ConfigMap bomb", &entries)
-    .unwrap_err()
-    .to_string();
+        .unwrap_err()
+        .to_string();
     assert!(
         error.contains("ConfigMap bomb/prefill_raw_data.npz")
             && error.contains("prefill_isl")
@@ -174,8 +175,8 @@ fn json_profiles_are_capped_in_points_and_size() {
         ..ConfigMapEntries::default()
     };
     let error = Profile::from_config_map_entries("ConfigMap big", &entries)
-    .unwrap_err()
-    .to_string();
+        .unwrap_err()
+        .to_string();
     assert!(
         error.contains("ConfigMap big/decode_raw_data.json")
             && error.contains("`x_kv_usage` with 10001 points exceeds the limit of 10000 points"),
@@ -242,7 +243,6 @@ fn the_decode_npz_key_is_read_from_binary_data() {
         data: [(PREFILL_JSON, prefill)].into(),
         binary_data: [(DECODE_NPZ_KEY, bytes.as_slice())].into(),
     };
-    let profile = Profile::from_config_map_entries("ConfigMap ok", &entries)
-    .unwrap();
+    let profile = Profile::from_config_map_entries("ConfigMap ok", &entries).unwrap();
     assert_eq!(profile.decode.kv_usage, [0.1, 0.5, 0.9]);
 }
