@@ -27,7 +27,12 @@ use planner_core::{
 };
 use serde::Serialize;
 
-use crate::controller::planner_policy::dereference::config_map_entries;
+use planner_api::ComponentType;
+
+use crate::{
+    controller::planner_policy::dereference::config_map_entries,
+    target::{GPU_RESOURCE, TargetGraph},
+};
 
 /// The `profile` subcommands.
 #[derive(Debug, Subcommand)]
@@ -61,12 +66,13 @@ pub struct CheckArgs {
     /// ITL target in milliseconds (default: the PlannerPolicy's `sla.itlMs` default).
     #[arg(long, value_name = "MS", default_value_t = 50.0, value_parser = positive)]
     itl_ms: f64,
-    /// Prompt length (tokens) the figures are given at (default: Dynamo's profiler's `--isl`).
-    #[arg(long, value_name = "TOKENS", default_value_t = 3000.0, value_parser = positive)]
+    /// Prompt length (tokens) the figures are given at (default: the workload a
+    /// DynamoGraphDeploymentRequest profiles for when it names none, in Dynamo 1.6.1).
+    #[arg(long, value_name = "TOKENS", default_value_t = 4000.0, value_parser = positive)]
     isl: f64,
     /// Output length (tokens); decode is read at the context ISL + OSL/2, as Dynamo's planner
-    /// does (default: Dynamo's profiler's `--osl`).
-    #[arg(long, value_name = "TOKENS", default_value_t = 150.0, value_parser = positive)]
+    /// does (default: as for `--isl`).
+    #[arg(long, value_name = "TOKENS", default_value_t = 1000.0, value_parser = positive)]
     osl: f64,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Output::Text)]
@@ -276,8 +282,10 @@ struct Loaded {
     /// The file (or ConfigMap key) each part came from.
     prefill_file: String,
     decode_file: String,
-    /// GPUs of one engine, when the source records it.
-    engine_gpus: Option<u32>,
+    /// GPUs of one engine of each pool, when the source records them.
+    engine_gpus: EngineGpus,
+    /// What could not be read beside the profile itself.
+    warnings: Vec<String>,
     profile: Profile,
     model: PerformanceModel,
 }
@@ -331,11 +339,24 @@ fn load_dir(dir: &Path) -> Result<(Loaded, Vec<Part>), ProfileCommandError> {
     } else {
         "JSON form"
     };
+    let mut warnings = Vec::new();
+    let mut engine_gpus = |pool: &str| match engine_gpus(dir, pool) {
+        Ok(gpus) => gpus,
+        Err(warning) => {
+            warnings.push(warning);
+            None
+        }
+    };
+    let engine_gpus = EngineGpus {
+        prefill: engine_gpus("prefill"),
+        decode: engine_gpus("decode"),
+    };
     let loaded = Loaded {
         source: format!("{source} ({layout})"),
         prefill_file,
         decode_file,
-        engine_gpus: None,
+        engine_gpus,
+        warnings,
         profile,
         model,
     };
@@ -396,7 +417,8 @@ fn load_manifest(path: &Path) -> Result<Loaded, ProfileCommandError> {
         source: format!("{source} from {shown}"),
         prefill_file: key(PREFILL_NPZ_KEY, PREFILL_JSON),
         decode_file: key(DECODE_NPZ_KEY, DECODE_JSON),
-        engine_gpus: None,
+        engine_gpus: EngineGpus::default(),
+        warnings: Vec::new(),
         profile,
         model,
     })
@@ -413,10 +435,71 @@ fn load_builtin(name: &str) -> Result<Loaded, ProfileCommandError> {
         source: format!("built-in profile {name}"),
         prefill_file: format!("builtin:{name}/{PREFILL_NPZ}"),
         decode_file: format!("builtin:{name}/{DECODE_NPZ}"),
-        engine_gpus: builtin_engine_gpus(name),
+        engine_gpus: EngineGpus {
+            prefill: builtin_engine_gpus(name),
+            decode: builtin_engine_gpus(name),
+        },
+        warnings: Vec::new(),
         profile,
         model,
     })
+}
+
+/// GPUs of one engine of each pool.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+struct EngineGpus {
+    prefill: Option<u32>,
+    decode: Option<u32>,
+}
+
+/// GPUs of the engine Dynamo's profiler measured for `pool`, from the graph it deployed to do so
+/// (`selected_<pool>_interpolation/config.yaml`: a DynamoGraphDeployment whose one worker, of
+/// type `decode`, is that engine), counted as the operator counts a replica's GPUs, times the
+/// nodes of a multinode engine. `Ok(None)`: no such file; `Err`: a warning, the file unreadable.
+fn engine_gpus(dir: &Path, pool: &str) -> Result<Option<u32>, String> {
+    let path = dir.join(format!("selected_{pool}_interpolation/config.yaml"));
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(format!("cannot read {}: {error}", path.display())),
+    };
+    let unreadable = |reason: String| {
+        format!(
+            "{}: {reason}; the {pool} engine's GPUs are not reported",
+            path.display()
+        )
+    };
+    let graph: serde_json::Value =
+        serde_yaml::from_str(&text).map_err(|e| unreadable(format!("not YAML: {e}")))?;
+    let target = TargetGraph::from_value(&graph).map_err(|e| unreadable(e.to_string()))?;
+    let workers: Vec<_> = target
+        .components
+        .iter()
+        .filter(|c| {
+            matches!(
+                c.kind,
+                Some(ComponentType::Decode | ComponentType::Prefill | ComponentType::Worker)
+            )
+        })
+        .collect();
+    let [worker] = workers.as_slice() else {
+        return Err(unreadable(format!(
+            "{} worker components, expected the one engine profiled",
+            workers.len()
+        )));
+    };
+    let gpus = worker.gpus.clone().map_err(|quantity| {
+        unreadable(format!(
+            "component {:?} asks for {quantity:?} {GPU_RESOURCE}",
+            worker.name
+        ))
+    })?;
+    let nodes = graph
+        .pointer(&format!("/spec/components/{}/multinode/nodeCount", worker.index))
+        .and_then(serde_json::Value::as_u64)
+        .and_then(|n| u32::try_from(n).ok())
+        .unwrap_or(1);
+    Ok(Some(gpus.saturating_mul(nodes.max(1))))
 }
 
 fn check_name(
@@ -516,6 +599,8 @@ struct PrefillAtTargets {
     meets_ttft: bool,
     /// Profiled throughput per GPU at the ISL.
     thpt_per_gpu: f64,
+    /// That times the engine's GPUs, when known.
+    thpt_per_engine: Option<f64>,
     /// The longest profiled prompt whose TTFT meets the target (`None`: no prompt does).
     longest_isl_meeting_ttft: Option<f64>,
 }
@@ -528,6 +613,8 @@ struct DecodeAtTargets {
     itl_ms: f64,
     meets_itl: bool,
     thpt_per_gpu: f64,
+    /// That times the engine's GPUs, when known.
+    thpt_per_engine: Option<f64>,
     /// KV-cache usage of the point.
     kv_usage: f64,
     /// Requests in flight per engine there: KV usage x KV capacity / context.
@@ -540,8 +627,9 @@ struct Report {
     profile: String,
     prefill_file: String,
     decode_file: String,
-    /// GPUs of one engine, when the source records it; throughputs are per GPU either way.
-    gpus_per_engine: Option<u32>,
+    /// GPUs of one engine of each pool, when the source records them; throughputs are per GPU
+    /// either way.
+    gpus_per_engine: EngineGpus,
     prefill: PrefillCoverage,
     decode: DecodeCoverage,
     targets: Targets,
@@ -579,6 +667,10 @@ fn report(loaded: &Loaded, targets: Targets) -> Report {
         ttft_ms,
         meets_ttft: ttft_ms <= targets.ttft_ms,
         thpt_per_gpu: model.prefill_thpt_per_gpu(targets.isl),
+        thpt_per_engine: loaded
+            .engine_gpus
+            .prefill
+            .map(|gpus| model.prefill_thpt_per_gpu(targets.isl) * f64::from(gpus)),
         longest_isl_meeting_ttft,
     };
     let point = model.decode_best_point(targets.itl_ms, targets.context_length);
@@ -586,11 +678,15 @@ fn report(loaded: &Loaded, targets: Targets) -> Report {
         itl_ms: point.itl_ms,
         meets_itl: point.itl_ms <= targets.itl_ms,
         thpt_per_gpu: point.thpt_per_gpu,
+        thpt_per_engine: loaded
+            .engine_gpus
+            .decode
+            .map(|gpus| point.thpt_per_gpu * f64::from(gpus)),
         kv_usage: point.kv_usage,
         requests_per_engine: point.kv_usage * decode.max_kv_tokens / targets.context_length,
     };
 
-    let mut warnings = Vec::new();
+    let mut warnings = loaded.warnings.clone();
     if !isl.contains(targets.isl) {
         warnings.push(format!(
             "ISL {} is outside the profiled prompt lengths ({} to {} tokens): prefill is read at the nearest end",
@@ -654,12 +750,17 @@ fn render_text(report: &Report) -> String {
         decode_at_targets: dt,
         ..
     } = report;
-    let gpus = match report.gpus_per_engine {
-        Some(gpus) => gpus.to_string(),
-        None => {
-            "not recorded in the files (throughputs are per GPU; an engine's is that times its GPUs)".into()
+    let gpus = match (report.gpus_per_engine.prefill, report.gpus_per_engine.decode) {
+        (None, None) => {
+            "not recorded with the profile (throughputs are per GPU; an engine's is that times its GPUs)"
+                .into()
+        }
+        (prefill, decode) => {
+            let shown = |gpus: Option<u32>| gpus.map_or("unknown".to_string(), |g| g.to_string());
+            format!("prefill {}, decode {}", shown(prefill), shown(decode))
         }
     };
+    let per_engine = |thpt: Option<f64>| thpt.map_or(String::new(), |t| format!(" ({t:.0} per engine)"));
     let longest = match pt.longest_isl_meeting_ttft {
         Some(isl) => format!("prompts up to {isl:.0} tokens meet it"),
         None => "no profiled prompt length meets it".into(),
@@ -679,14 +780,16 @@ fn render_text(report: &Report) -> String {
             t.isl, t.osl, t.context_length, t.ttft_ms, t.itl_ms
         ),
         format!(
-            "  prefill: {:.0} tokens/s per GPU; TTFT {:.1} ms ({}); {longest}",
+            "  prefill: {:.0} tokens/s per GPU{}; TTFT {:.1} ms ({}); {longest}",
             pt.thpt_per_gpu,
+            per_engine(pt.thpt_per_engine),
             pt.ttft_ms,
             meets(pt.meets_ttft)
         ),
         format!(
-            "  decode:  {:.0} tokens/s per GPU at ITL {:.1} ms ({}), KV usage {:.2}, {:.1} requests per engine",
+            "  decode:  {:.0} tokens/s per GPU{} at ITL {:.1} ms ({}), KV usage {:.2}, {:.1} requests per engine",
             dt.thpt_per_gpu,
+            per_engine(dt.thpt_per_engine),
             dt.itl_ms,
             meets(dt.meets_itl),
             dt.kv_usage,
@@ -759,13 +862,20 @@ mod tests {
             let copy = dynamo_layout_copy(name);
             let dir = json(&["check", path_str(copy.path())]);
             for report in [&builtin, &dir] {
-                assert_eq!(report["targets"]["isl"], 3000.0, "{name}");
-                assert_eq!(report["targets"]["context_length"], 3075.0, "{name}");
+                assert_eq!(report["targets"]["isl"], 4000.0, "{name}");
+                assert_eq!(report["targets"]["context_length"], 4500.0, "{name}");
                 assert!(report["prefill"]["samples"].as_u64().unwrap() >= 9, "{name}");
                 assert!(report["decode_at_targets"]["thpt_per_gpu"].as_f64().unwrap() > 0.0);
             }
-            assert_eq!(builtin["gpus_per_engine"], builtin_engine_gpus(name).unwrap());
-            assert_eq!(dir["gpus_per_engine"], Value::Null);
+            let gpus = builtin_engine_gpus(name).unwrap();
+            assert_eq!(
+                builtin["gpus_per_engine"],
+                serde_json::json!({"prefill": gpus, "decode": gpus})
+            );
+            assert_eq!(
+                dir["gpus_per_engine"],
+                serde_json::json!({"prefill": null, "decode": null})
+            );
             assert_eq!(builtin["prefill"]["isl"], dir["prefill"]["isl"], "{name}");
             assert_eq!(builtin["decode"]["max_kv_tokens"], dir["decode"]["max_kv_tokens"]);
             assert!(
@@ -854,7 +964,7 @@ mod tests {
             "built-in profile h100-llama3.3-70b-tp8",
             "prompt lengths 100 to 16380 tokens",
             "KV capacity: 224133 tokens per decode engine",
-            "GPUs per engine: 8",
+            "GPUs per engine: prefill 8, decode 8",
             "TTFT target 500 ms, ITL target 50 ms",
             // The outlier of the published TP8 row.
             "prefill_ttft falls from 498.2 ms at ISL 6205 to 321.0 ms at ISL 8240",
@@ -932,6 +1042,71 @@ mod tests {
         assert_eq!(
             from_manifest["prefill_file"],
             "ConfigMap llama-8b-profile/prefill_raw_data.npz"
+        );
+    }
+
+    /// The graph Dynamo's profiler deploys to measure one engine (`convert_config`'s output):
+    /// a frontend and the engine as a `decode` worker.
+    fn interpolation_graph(gpus: &str, multinode: &str) -> String {
+        format!(
+            r#"apiVersion: nvidia.com/v1beta1
+kind: DynamoGraphDeployment
+metadata: {{name: vllm-agg-1a2b3c4d}}
+spec:
+  components:
+  - name: Frontend
+    type: frontend
+    podTemplate: {{spec: {{containers: [{{name: main, image: frontend}}]}}}}
+  - name: decode
+    type: decode
+    {multinode}
+    podTemplate:
+      spec:
+        containers:
+        - name: main
+          args: [--model, Qwen/Qwen3-0.6B, --tensor-parallel-size, "{gpus}"]
+          resources: {{limits: {{nvidia.com/gpu: "{gpus}"}}}}
+"#
+        )
+    }
+
+    #[test]
+    fn gpus_per_engine_come_from_the_graphs_the_profiler_measured() {
+        let copy = dynamo_layout_copy("h200-llama3.1-8b-tp1");
+        let config = |pool: &str| {
+            copy.path()
+                .join(format!("selected_{pool}_interpolation/config.yaml"))
+        };
+        std::fs::write(config("prefill"), interpolation_graph("2", "")).unwrap();
+        std::fs::write(
+            config("decode"),
+            interpolation_graph("8", "multinode: {nodeCount: 2}"),
+        )
+        .unwrap();
+        let report = json(&["check", path_str(copy.path())]);
+        assert_eq!(
+            report["gpus_per_engine"],
+            serde_json::json!({"prefill": 2, "decode": 16})
+        );
+        let per_gpu = report["prefill_at_targets"]["thpt_per_gpu"].as_f64().unwrap();
+        assert_eq!(report["prefill_at_targets"]["thpt_per_engine"], per_gpu * 2.0);
+        let per_gpu = report["decode_at_targets"]["thpt_per_gpu"].as_f64().unwrap();
+        assert_eq!(report["decode_at_targets"]["thpt_per_engine"], per_gpu * 16.0);
+        let text = run(&["check", path_str(copy.path())]).unwrap();
+        assert!(text.contains("GPUs per engine: prefill 2, decode 16"), "{text}");
+
+        // An unreadable graph costs the GPU count, not the profile.
+        std::fs::write(config("decode"), "spec: {components: 3}").unwrap();
+        let report = json(&["check", path_str(copy.path())]);
+        assert_eq!(
+            report["gpus_per_engine"],
+            serde_json::json!({"prefill": 2, "decode": null})
+        );
+        let warnings = report["warnings"].to_string();
+        assert!(
+            warnings.contains("selected_decode_interpolation/config.yaml")
+                && warnings.contains("the decode engine's GPUs are not reported"),
+            "{warnings}"
         );
     }
 
