@@ -22,7 +22,7 @@ use planner_core::{
     interpolation::{InterpolationError, ModelError, PerformanceCurves, PerformanceModel},
     profile::{
         ConfigMapEntries, DECODE_JSON, DECODE_NPZ, DECODE_NPZ_KEY, PREFILL_JSON, PREFILL_NPZ,
-        PREFILL_NPZ_KEY, Profile, ProfileError, builtin_engine_gpus, builtin_names,
+        PREFILL_NPZ_KEY, PrefillProfile, Profile, ProfileError, builtin_engine_gpus, builtin_names,
     },
 };
 use serde::Serialize;
@@ -630,6 +630,11 @@ struct Report {
     /// GPUs of one engine of each pool, when the source records them; throughputs are per GPU
     /// either way.
     gpus_per_engine: EngineGpus,
+    /// The GPUs the prefill throughputs were divided by: Dynamo's profiler writes an engine's
+    /// throughput (ISL / TTFT) over its GPUs (times its attention data-parallel size), so
+    /// ISL / TTFT / throughput per GPU gives them back. `None` when the samples disagree (the
+    /// figures were not computed that way).
+    prefill_gpus_implied: Option<f64>,
     prefill: PrefillCoverage,
     decode: DecodeCoverage,
     targets: Targets,
@@ -687,6 +692,14 @@ fn report(loaded: &Loaded, targets: Targets) -> Report {
     };
 
     let mut warnings = loaded.warnings.clone();
+    let prefill_gpus_implied = implied_gpus(prefill);
+    if let (Some(implied), Some(gpus)) = (prefill_gpus_implied, loaded.engine_gpus.prefill)
+        && (implied / f64::from(gpus) - 1.0).abs() > IMPLIED_GPUS_TOLERANCE
+    {
+        warnings.push(format!(
+            "the prefill engine has {gpus} GPUs, but its throughput per GPU is ISL / TTFT / {implied}: the planner would size prefill for {implied} GPUs' worth of work per engine"
+        ));
+    }
     if !isl.contains(targets.isl) {
         warnings.push(format!(
             "ISL {} is outside the profiled prompt lengths ({} to {} tokens): prefill is read at the nearest end",
@@ -724,6 +737,7 @@ fn report(loaded: &Loaded, targets: Targets) -> Report {
         prefill_file: loaded.prefill_file.clone(),
         decode_file: loaded.decode_file.clone(),
         gpus_per_engine: loaded.engine_gpus,
+        prefill_gpus_implied,
         prefill: prefill_coverage,
         decode: decode_coverage,
         targets,
@@ -731,6 +745,32 @@ fn report(loaded: &Loaded, targets: Targets) -> Report {
         decode_at_targets,
         warnings,
     }
+}
+
+/// How far (relative) the samples' implied GPUs may be from their median, and a recorded GPU
+/// count from the implied one: Dynamo's profiler computes the throughput from the same ISL and
+/// TTFT, so only rounding separates them.
+const IMPLIED_GPUS_TOLERANCE: f64 = 0.01;
+
+/// ISL / TTFT / throughput per GPU (in tokens/s), when every sample gives the same, rounded to
+/// two decimals.
+fn implied_gpus(prefill: &PrefillProfile) -> Option<f64> {
+    let mut ratios: Vec<f64> = prefill
+        .isl
+        .iter()
+        .zip(&prefill.ttft_ms)
+        .zip(&prefill.thpt_per_gpu)
+        .map(|((isl, ttft_ms), thpt)| isl / ttft_ms * 1000.0 / thpt)
+        .collect();
+    if ratios.iter().any(|r| !r.is_finite() || *r <= 0.0) {
+        return None;
+    }
+    ratios.sort_by(f64::total_cmp);
+    let median = *ratios.get(ratios.len() / 2)?;
+    let agree = ratios
+        .iter()
+        .all(|r| (r / median - 1.0).abs() <= IMPLIED_GPUS_TOLERANCE);
+    agree.then(|| (median * 100.0).round() / 100.0)
 }
 
 fn meets(met: bool) -> &'static str {
@@ -751,10 +791,15 @@ fn render_text(report: &Report) -> String {
         ..
     } = report;
     let gpus = match (report.gpus_per_engine.prefill, report.gpus_per_engine.decode) {
-        (None, None) => {
-            "not recorded with the profile (throughputs are per GPU; an engine's is that times its GPUs)"
-                .into()
-        }
+        (None, None) => match report.prefill_gpus_implied {
+            Some(implied) => format!(
+                "not recorded with the profile; prefill's throughput per GPU is ISL / TTFT / {implied}, as Dynamo's profiler writes it for an engine of {implied} GPUs"
+            ),
+            None => {
+                "not recorded with the profile (throughputs are per GPU; an engine's is that times its GPUs)"
+                    .into()
+            }
+        },
         (prefill, decode) => {
             let shown = |gpus: Option<u32>| gpus.map_or("unknown".to_string(), |g| g.to_string());
             format!("prefill {}, decode {}", shown(prefill), shown(decode))
@@ -876,6 +921,11 @@ mod tests {
                 dir["gpus_per_engine"],
                 serde_json::json!({"prefill": null, "decode": null})
             );
+            // The corrected built-in throughputs are per GPU of the engine; the published H100
+            // files divided every row by the sweep's 8 GPUs.
+            assert_eq!(builtin["prefill_gpus_implied"], f64::from(gpus), "{name}");
+            let published = if name.starts_with("h100") { 8.0 } else { 1.0 };
+            assert_eq!(dir["prefill_gpus_implied"], published, "{name}");
             assert_eq!(builtin["prefill"]["isl"], dir["prefill"]["isl"], "{name}");
             assert_eq!(builtin["decode"]["max_kv_tokens"], dir["decode"]["max_kv_tokens"]);
             assert!(
@@ -986,6 +1036,8 @@ mod tests {
             report["profile"].as_str().unwrap().contains("JSON form"),
             "{report}"
         );
+        // Upstream's placeholder figures are not ISL / TTFT over any one GPU count.
+        assert_eq!(report["prefill_gpus_implied"], Value::Null);
         assert!(report["prefill_file"].as_str().unwrap().ends_with(PREFILL_JSON));
         let yaml = run(&["configmap", path_str(&dir), "--name", "qwen3-profile"]).unwrap();
         let config_map: ConfigMap = serde_yaml::from_str(&yaml).unwrap();
@@ -1094,6 +1146,11 @@ spec:
         assert_eq!(report["decode_at_targets"]["thpt_per_engine"], per_gpu * 16.0);
         let text = run(&["check", path_str(copy.path())]).unwrap();
         assert!(text.contains("GPUs per engine: prefill 2, decode 16"), "{text}");
+        // The H200 figures are per GPU of a 1-GPU engine, not of the 2 GPUs this graph gives it.
+        assert!(
+            text.contains("the prefill engine has 2 GPUs, but its throughput per GPU is ISL / TTFT / 1"),
+            "{text}"
+        );
 
         // An unreadable graph costs the GPU count, not the profile.
         std::fs::write(config("decode"), "spec: {components: 3}").unwrap();
