@@ -697,7 +697,7 @@ fn report(loaded: &Loaded, targets: Targets) -> Report {
         && (implied / f64::from(gpus) - 1.0).abs() > IMPLIED_GPUS_TOLERANCE
     {
         warnings.push(format!(
-            "the prefill engine has {gpus} GPUs, but its throughput per GPU is ISL / TTFT / {implied}: the planner would size prefill for {implied} GPUs' worth of work per engine"
+            "the prefill engine has {gpus} GPUs, but its throughput per GPU is ISL / TTFT / {implied}, the figure of a {implied}-GPU engine: the planner's prefill sizing is off by the same factor"
         ));
     }
     if !isl.contains(targets.isl) {
@@ -793,12 +793,9 @@ fn render_text(report: &Report) -> String {
     let gpus = match (report.gpus_per_engine.prefill, report.gpus_per_engine.decode) {
         (None, None) => match report.prefill_gpus_implied {
             Some(implied) => format!(
-                "not recorded with the profile; prefill's throughput per GPU is ISL / TTFT / {implied}, as Dynamo's profiler writes it for an engine of {implied} GPUs"
+                "not recorded with the profile; the prefill figures are those of a {implied}-GPU engine (throughput per GPU = ISL / TTFT / {implied}, as Dynamo's profiler computes it)"
             ),
-            None => {
-                "not recorded with the profile (throughputs are per GPU; an engine's is that times its GPUs)"
-                    .into()
-            }
+            None => "not recorded with the profile, and the prefill throughput per GPU is not ISL / TTFT over one GPU count (not computed as Dynamo's profiler computes it)".into(),
         },
         (prefill, decode) => {
             let shown = |gpus: Option<u32>| gpus.map_or("unknown".to_string(), |g| g.to_string());
@@ -1038,6 +1035,8 @@ mod tests {
         );
         // Upstream's placeholder figures are not ISL / TTFT over any one GPU count.
         assert_eq!(report["prefill_gpus_implied"], Value::Null);
+        let text = run(&["check", path_str(&dir)]).unwrap();
+        assert!(text.contains("is not ISL / TTFT over one GPU count"), "{text}");
         assert!(report["prefill_file"].as_str().unwrap().ends_with(PREFILL_JSON));
         let yaml = run(&["configmap", path_str(&dir), "--name", "qwen3-profile"]).unwrap();
         let config_map: ConfigMap = serde_yaml::from_str(&yaml).unwrap();
