@@ -1,13 +1,15 @@
 //! Bringing a profile: Dynamo's profiler output (`selected_{prefill,decode}_interpolation/
-//! raw_data.npz`) turned into a ConfigMap by `planner-operator profile configmap`, applied to the
-//! API server, and named by the observe sample's PlannerPolicy, is loaded by the operator
-//! (`ProfileLoaded=True`); a ConfigMap with a truncated NPZ is refused with the message
-//! `planner-operator profile check` prints for it.
+//! raw_data.npz`, written by Dynamo 1.6.1's own profiler code) is read by
+//! `planner-operator profile check` as written, turned into a ConfigMap by `profile configmap`,
+//! applied to the API server, and, named by the observe sample's PlannerPolicy, loaded by the
+//! operator (`ProfileLoaded=True`); a ConfigMap with a truncated NPZ is refused with the message
+//! `profile check` prints for it.
 
 use std::{process::Command, sync::Mutex, time::Duration};
 
 use e2e::{
-    FIELD_MANAGER, Result, in_namespace, install_crds, load_yaml, operator_binary, poll_until, repo_root,
+    FIELD_MANAGER, Result, dynamo_runtime, in_namespace, install_crds, load_yaml, operator_binary,
+    poll_until, repo_root,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
@@ -20,6 +22,32 @@ use serde_json::json;
 use crate::{closed_loop::tempfile_dir, operator::start};
 
 const WAIT: Duration = Duration::from_secs(90);
+
+/// Writes a profile into `sys.argv[1]` with Dynamo 1.6.1's profiler code, the functions that
+/// turn its measurements into `selected_{prefill,decode}_interpolation/raw_data.npz`, fed with
+/// measurements of a 2-GPU engine with a 200,000-token KV cache instead of AIPerf runs. Only the
+/// plots are left out (matplotlib is not in the environment).
+const DYNAMO_PROFILER: &str = r#"
+import os, sys, types
+plot = types.ModuleType("dynamo.profiler.utils.plot")
+plot.plot_prefill_interpolation = lambda *args, **kwargs: None
+plot.plot_decode_3d_surface = lambda *args, **kwargs: None
+sys.modules["dynamo.profiler.utils.plot"] = plot
+from dynamo.profiler.utils.profile_decode import _profile_decode_helper
+from dynamo.profiler.utils.profile_prefill import _profile_prefill_helper
+
+out = sys.argv[1]
+for pool in ("prefill", "decode"):
+    os.makedirs(f"{out}/selected_{pool}_interpolation", exist_ok=True)
+# num_gpus 2, max_context_length 8192, granularity 16; TTFT in ms.
+_profile_prefill_helper(f"{out}/selected_prefill_interpolation", 2, 8192, 16, lambda isl: 10 + 0.02 * isl)
+# num_gpus 2, max_kv_tokens 200000, max_context_length 8192, granularity 6, attention DP 1;
+# (ITL ms, throughput per GPU) at isl, osl and n requests.
+_profile_decode_helper(
+    f"{out}/selected_decode_interpolation", 2, 200000, 8192, 6,
+    lambda isl, osl, n: (5 + 0.1 * n + isl / 1000, 50.0 * n), 1,
+)
+"#;
 
 /// Runs the `planner-operator` binary; its exit code, standard output and standard error.
 fn planner_operator(args: &[&str]) -> Result<(Option<i32>, String, String)> {
@@ -65,15 +93,32 @@ async fn profile_loaded(policies: &Api<PlannerPolicy>, name: &str) -> Result<(St
 async fn a_profile_configmap_from_dynamos_profiler_output_is_loaded() -> Result<()> {
     in_namespace("profile-configmap", |ns| async move {
         install_crds(&ns.client).await?;
-        // Dynamo's profiler output: the H200 profile's files in its layout.
+        // Dynamo's profiler output, written by its own code.
         let output = tempfile_dir(&ns.name)?;
-        let source = repo_root().join("config/profiles/h200-llama3.1-8b-tp1");
-        for pool in ["prefill", "decode"] {
-            let relative = format!("selected_{pool}_interpolation/raw_data.npz");
-            std::fs::create_dir_all(output.join(format!("selected_{pool}_interpolation")))?;
-            std::fs::copy(source.join(&relative), output.join(&relative))?;
-        }
         let dir = output.to_string_lossy().into_owned();
+        let written = Command::new(dynamo_runtime::python()?)
+            .args(["-c", DYNAMO_PROFILER, &dir])
+            .output()?;
+        if !written.status.success() {
+            return Err(format!(
+                "Dynamo's profiler code failed: {}",
+                String::from_utf8_lossy(&written.stderr)
+            )
+            .into());
+        }
+        // `check` reads it as written: Dynamo's KV capacity, and prefill throughputs per GPU of
+        // its 2-GPU engine.
+        let (code, report, stderr) = planner_operator(&["profile", "check", &dir, "--output", "json"])?;
+        if code != Some(0) {
+            return Err(format!("profile check exited with {code:?}: {stderr}").into());
+        }
+        let report: serde_json::Value = serde_json::from_str(&report)?;
+        if report["decode"]["max_kv_tokens"] != json!(200000.0)
+            || report["prefill_gpus_implied"] != json!(2.0)
+            || report["prefill"]["samples"].as_u64() < Some(4)
+        {
+            return Err(format!("profile check read Dynamo's files as {report}").into());
+        }
         let (code, yaml, stderr) = planner_operator(&[
             "profile",
             "configmap",
