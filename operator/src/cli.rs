@@ -1,16 +1,15 @@
 //! Command line of the `planner-operator` binary.
 
-use std::{
-    path::{Path, PathBuf},
-    process::ExitCode,
-};
+use std::{path::PathBuf, process::ExitCode};
 
 use clap::{ArgGroup, Args, Parser, Subcommand};
+
+mod profile;
 
 use planner_core::{
     case::{CaseFile, PlanResult},
     interpolation::PerformanceModel,
-    profile::{Profile, ProfileError, builtin_names},
+    profile::{Profile, builtin_names},
 };
 
 /// Autoscales NVIDIA Dynamo disaggregated inference to latency SLAs.
@@ -37,6 +36,10 @@ enum Command {
     /// and the share of intervals meeting the SLA. Exit status 2 on a policy the admission
     /// webhook would refuse, a bad trace or profile.
     WhatIf(Box<crate::whatif::WhatIfArgs>),
+    /// Check a profile (Dynamo's profiler output, the JSON form or a ConfigMap) and print what
+    /// it says, or write it as the ConfigMap a PlannerPolicy names.
+    #[command(subcommand)]
+    Profile(profile::ProfileCommand),
     /// Print the version.
     Version,
 }
@@ -57,7 +60,7 @@ struct PlanArgs {
     cases: PathBuf,
 }
 
-/// Exit code for bad input files (profile or cases).
+/// Exit code for bad input files (profile or cases) and bad flags of the profile commands.
 const EXIT_BAD_INPUT: u8 = 2;
 
 /// Parses the command line and runs the command.
@@ -80,6 +83,7 @@ pub fn main() -> ExitCode {
                 ExitCode::from(EXIT_BAD_INPUT)
             }
         },
+        Command::Profile(command) => profile::main(command),
         Command::Version => write_stdout(concat!("planner-operator ", env!("CARGO_PKG_VERSION"))),
     }
 }
@@ -112,7 +116,7 @@ enum PlanError {
     NoProfile,
     /// The profile cannot be read.
     #[error(transparent)]
-    Profile(#[from] ProfileError),
+    Profile(#[from] planner_core::profile::ProfileError),
     /// The profile's curves cannot be interpolated.
     #[error(transparent)]
     Model(#[from] planner_core::interpolation::InterpolationError),
@@ -142,7 +146,7 @@ enum PlanError {
 /// Runs every case; the error names the file and the field at fault.
 fn plan(args: &PlanArgs) -> Result<String, PlanError> {
     let profile = match (&args.profile_dir, &args.profile) {
-        (Some(dir), _) => profile_from_dir(dir)?,
+        (Some(dir), _) => Profile::from_dir(dir)?,
         (None, Some(name)) => Profile::builtin(name)?,
         (None, None) => return Err(PlanError::NoProfile),
     };
@@ -179,21 +183,6 @@ fn plan(args: &PlanArgs) -> Result<String, PlanError> {
         results,
     })
     .map_err(PlanError::Output)
-}
-
-/// Reads an upstream profile directory (NPZ layout first, then JSON).
-pub(crate) fn profile_from_dir(dir: &Path) -> Result<Profile, ProfileError> {
-    Profile::from_dir_files(&dir.display().to_string(), |relative| {
-        let path = dir.join(relative);
-        match std::fs::read(&path) {
-            Ok(bytes) => Ok(Some(bytes)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(source) => Err(ProfileError::Read {
-                file: path.display().to_string(),
-                source,
-            }),
-        }
-    })
 }
 
 /// Prints a document; a closed pipe (`| head`) is not an error.

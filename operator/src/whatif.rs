@@ -280,7 +280,7 @@ fn validate(
 /// with the built-in's name, when it is one.
 fn read_profile(policy: &PlannerPolicy, args: &WhatIfArgs) -> Result<(Profile, Option<String>), WhatIfError> {
     if let Some(dir) = &args.profile_dir {
-        let profile = crate::cli::profile_from_dir(dir).map_err(|e| WhatIfError::Profile(e.to_string()))?;
+        let profile = Profile::from_dir(dir).map_err(|e| WhatIfError::Profile(e.to_string()))?;
         return Ok((profile, None));
     }
     let named = policy.spec.profile.as_ref();

@@ -1,4 +1,5 @@
-//! The `planner-operator crd` command prints every CRD, ready for `kubectl apply`.
+//! The `planner-operator` commands: `crd` prints every CRD, ready for `kubectl apply`; `plan`
+//! runs the golden cases; `profile` checks a profile and writes its ConfigMap.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
@@ -127,4 +128,60 @@ fn plan_command_names_the_bad_file_and_field_and_exits_2() {
         "{stderr}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn profile(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_planner-operator"))
+        .arg("profile")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn profile_check_accepts_dynamos_layout_and_names_a_truncated_npz() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    for pool in ["prefill", "decode"] {
+        let relative = format!("selected_{pool}_interpolation/raw_data.npz");
+        std::fs::create_dir_all(dir.path().join(format!("selected_{pool}_interpolation"))).unwrap();
+        std::fs::copy(
+            root.join("../config/profiles/h200-llama3.1-8b-tp1")
+                .join(&relative),
+            dir.path().join(&relative),
+        )
+        .unwrap();
+    }
+    let path = dir.path().to_str().unwrap();
+    let output = profile(&["check", path, "--output", "json"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["decode"]["max_kv_tokens"], 945029.0);
+
+    let output = profile(&["configmap", path, "--name", "llama-profile"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let config_map: k8s_openapi::api::core::v1::ConfigMap = serde_yaml::from_slice(&output.stdout).unwrap();
+    assert_eq!(config_map.binary_data.unwrap().len(), 2);
+
+    let npz = dir.path().join("selected_prefill_interpolation/raw_data.npz");
+    let bytes = std::fs::read(&npz).unwrap();
+    std::fs::write(&npz, &bytes[..100]).unwrap();
+    for command in [vec!["check", path], vec!["configmap", path, "--name", "p"]] {
+        let output = profile(&command);
+        assert_eq!(output.status.code(), Some(2), "{command:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains(&format!("{} is not valid NPZ", npz.display())),
+            "{command:?}: {stderr}"
+        );
+        assert!(output.stdout.is_empty(), "{command:?}");
+    }
 }

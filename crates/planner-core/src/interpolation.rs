@@ -9,7 +9,10 @@ use serde::Serialize;
 
 use super::{
     clough_tocher::{Triangulated, TriangulationError},
-    profile::{DecodeProfile, MAX_DECODE_POINTS, MAX_PREFILL_POINTS, PrefillProfile, Profile, ProfileError},
+    profile::{
+        ConfigMapEntries, DecodeProfile, MAX_DECODE_POINTS, MAX_PREFILL_POINTS, PrefillProfile, Profile,
+        ProfileError,
+    },
 };
 
 /// Grid resolution of the decode interpolator (upstream `resolution=100`).
@@ -359,12 +362,8 @@ impl PerformanceModel {
     /// well under a second on one core (about 0.2 s in a release build). CPU-bound and
     /// synchronous: async callers run it on a blocking thread. `source` names the ConfigMap
     /// in errors.
-    pub fn from_config_map_entries(
-        source: &str,
-        get_text: impl Fn(&str) -> Option<String>,
-        get_binary: impl Fn(&str) -> Option<Vec<u8>>,
-    ) -> Result<Self, ModelError> {
-        let profile = Profile::from_config_map_entries(source, get_text, get_binary)?;
+    pub fn from_config_map_entries(source: &str, entries: &ConfigMapEntries<'_>) -> Result<Self, ModelError> {
+        let profile = Profile::from_config_map_entries(source, entries)?;
         Self::new(&profile).map_err(|error| ModelError::Interpolation {
             profile: source.to_string(),
             error,
@@ -493,7 +492,7 @@ mod tests {
             let published = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("../../config/profiles")
                 .join(name);
-            let profile = crate::profile::test_support::from_dir(&published).unwrap();
+            let profile = Profile::from_dir(&published).unwrap();
             let decode = DecodeInterpolator::new(&profile.decode).unwrap();
             for cell in cells.as_array().unwrap() {
                 let (iy, ix) = (

@@ -14,7 +14,10 @@
 //! [`MAX_PREFILL_POINTS`], [`MAX_DECODE_POINTS`]). Real profiles are far below every cap: the
 //! largest published ones have 17 prefill and 41 decode samples per configuration.
 
-use std::io::{Cursor, Read};
+use std::{
+    collections::BTreeMap,
+    io::{Cursor, Read},
+};
 
 use ndarray::ArrayD;
 use ndarray_npy::{ReadNpyError, ReadNpyExt};
@@ -89,13 +92,30 @@ pub enum ProfileError {
         /// The parser's explanation.
         reason: String,
     },
-    /// A required array is absent.
-    #[error("{file}: missing field `{field}`")]
+    /// A required array (or, in a ConfigMap, a required key) is absent.
+    #[error("{file}: missing field `{field}`; {}", present_keys(present))]
     MissingField {
         /// The file.
         file: String,
         /// The array's name.
         field: &'static str,
+        /// The fields (or keys) the file has, so a misspelt or renamed one shows.
+        present: Vec<String>,
+    },
+    /// A ConfigMap has neither key of one part of the profile.
+    #[error(
+        "{config_map}: no binaryData key `{binary}` and no data key `{text}`; {}",
+        present_keys(present)
+    )]
+    MissingKey {
+        /// The ConfigMap.
+        config_map: String,
+        /// The `binaryData` key of the NPZ form.
+        binary: &'static str,
+        /// The `data` key of the JSON form.
+        text: &'static str,
+        /// The keys it has (`data.<key>`, `binaryData.<key>`).
+        present: Vec<String>,
     },
     /// An array has a shape or type that is not a list of numbers.
     #[error("{file}: field `{field}` {reason}")]
@@ -167,6 +187,34 @@ pub enum ProfileError {
     },
 }
 
+/// How [`ProfileError::MissingField`] lists what a file has.
+fn present_keys(present: &[String]) -> String {
+    if present.is_empty() {
+        "it has none".to_string()
+    } else {
+        format!("it has: {}", present.join(", "))
+    }
+}
+
+/// The entries of a ConfigMap holding a profile, borrowed from whatever holds the ConfigMap:
+/// `data` (text) and `binary_data` (bytes) by key.
+#[derive(Clone, Debug, Default)]
+pub struct ConfigMapEntries<'a> {
+    /// The ConfigMap's `data`.
+    pub data: BTreeMap<&'a str, &'a str>,
+    /// The ConfigMap's `binaryData`, decoded.
+    pub binary_data: BTreeMap<&'a str, &'a [u8]>,
+}
+
+impl ConfigMapEntries<'_> {
+    /// Every key, `data` first, for errors.
+    fn keys(&self) -> Vec<String> {
+        let data = self.data.keys().map(|key| format!("data.{key}"));
+        let binary = self.binary_data.keys().map(|key| format!("binaryData.{key}"));
+        data.chain(binary).collect()
+    }
+}
+
 /// Prefill measurements, sorted by input length.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PrefillProfile {
@@ -217,6 +265,8 @@ struct Builtin {
     /// (the simulator showed it). The files in `config/profiles/` stay byte-identical to
     /// upstream's (the golden parity test reads them); the correction is made here.
     throughput_scale: f64,
+    /// GPUs of one engine (the tensor-parallel degree of the profiled configuration).
+    engine_gpus: u32,
 }
 
 /// The profiles compiled into the binary, from `config/profiles/`.
@@ -230,6 +280,7 @@ const BUILTIN: [Builtin; 4] = [
             "../../../config/profiles/h200-llama3.1-8b-tp1/selected_decode_interpolation/raw_data.npz"
         ),
         throughput_scale: 1.0,
+        engine_gpus: 1,
     },
     Builtin {
         name: "h100-llama3.3-70b-tp8",
@@ -240,6 +291,7 @@ const BUILTIN: [Builtin; 4] = [
             "../../../config/profiles/h100-llama3.3-70b-tp8/selected_decode_interpolation/raw_data.npz"
         ),
         throughput_scale: 1.0,
+        engine_gpus: 8,
     },
     Builtin {
         name: "h100-llama3.3-70b-tp4",
@@ -250,6 +302,7 @@ const BUILTIN: [Builtin; 4] = [
             "../../../config/profiles/h100-llama3.3-70b-tp4/selected_decode_interpolation/raw_data.npz"
         ),
         throughput_scale: 2.0,
+        engine_gpus: 4,
     },
     Builtin {
         name: "h100-llama3.3-70b-tp2",
@@ -260,12 +313,18 @@ const BUILTIN: [Builtin; 4] = [
             "../../../config/profiles/h100-llama3.3-70b-tp2/selected_decode_interpolation/raw_data.npz"
         ),
         throughput_scale: 4.0,
+        engine_gpus: 2,
     },
 ];
 
 /// Names of the built-in profiles.
 pub fn builtin_names() -> impl Iterator<Item = &'static str> {
     BUILTIN.iter().map(|builtin| builtin.name)
+}
+
+/// GPUs of one engine of a built-in profile, `None` for an unknown name.
+pub fn builtin_engine_gpus(name: &str) -> Option<u32> {
+    BUILTIN.iter().find(|b| b.name == name).map(|b| b.engine_gpus)
 }
 
 impl Profile {
@@ -318,46 +377,56 @@ impl Profile {
         Self::from_parts(prefill.0, &prefill.1, decode.0, &decode.1)
     }
 
-    /// Builds a profile from the contents of a ConfigMap: `data` holds the JSON files, or
-    /// `binary_data` the NPZ files, under the keys of this module's constants. `source` names the
-    /// ConfigMap in errors.
+    /// Reads an upstream `profile_results_dir` from the file system (as
+    /// [`Profile::from_dir_files`]: the NPZ layout first, then the JSON one); errors name the
+    /// files. The one place this crate reads files, behind the `fs` feature, so every tool reads
+    /// a directory the same way and the planner maths stays free of I/O.
+    #[cfg(any(test, feature = "fs"))]
+    pub fn from_dir(dir: &std::path::Path) -> Result<Self, ProfileError> {
+        Self::from_dir_files(&dir.display().to_string(), |relative| {
+            let path = dir.join(relative);
+            match std::fs::read(&path) {
+                Ok(bytes) => Ok(Some(bytes)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(source) => Err(ProfileError::Read {
+                    file: path.display().to_string(),
+                    source,
+                }),
+            }
+        })
+    }
+
+    /// Builds a profile from the contents of a ConfigMap: `binary_data` holds the NPZ files, or
+    /// `data` the JSON files, under the keys of this module's constants (the NPZ first, as in a
+    /// directory). `source` names the ConfigMap in errors.
     pub fn from_config_map_entries(
         source: &str,
-        get_text: impl Fn(&str) -> Option<String>,
-        get_binary: impl Fn(&str) -> Option<Vec<u8>>,
+        entries: &ConfigMapEntries<'_>,
     ) -> Result<Self, ProfileError> {
         let name = |key: &str| format!("{source}/{key}");
-        let prefill = if let Some(bytes) = get_binary(PREFILL_NPZ_KEY) {
-            (
-                PrefillProfile::from_npz(&bytes, &name(PREFILL_NPZ_KEY))?,
-                name(PREFILL_NPZ_KEY),
-            )
-        } else if let Some(text) = get_text(PREFILL_JSON) {
-            (
-                PrefillProfile::from_json(text.as_bytes(), &name(PREFILL_JSON))?,
-                name(PREFILL_JSON),
-            )
-        } else {
-            return Err(ProfileError::MissingField {
-                file: source.to_string(),
-                field: PREFILL_JSON,
-            });
+        let missing = |binary: &'static str, text: &'static str| ProfileError::MissingKey {
+            config_map: source.to_string(),
+            binary,
+            text,
+            present: entries.keys(),
         };
-        let decode = if let Some(bytes) = get_binary(DECODE_NPZ_KEY) {
-            (
-                DecodeProfile::from_npz(&bytes, &name(DECODE_NPZ_KEY))?,
-                name(DECODE_NPZ_KEY),
-            )
-        } else if let Some(text) = get_text(DECODE_JSON) {
-            (
-                DecodeProfile::from_json(text.as_bytes(), &name(DECODE_JSON))?,
-                name(DECODE_JSON),
-            )
+        let prefill = if let Some(bytes) = entries.binary_data.get(PREFILL_NPZ_KEY) {
+            let file = name(PREFILL_NPZ_KEY);
+            (PrefillProfile::from_npz(bytes, &file)?, file)
+        } else if let Some(text) = entries.data.get(PREFILL_JSON) {
+            let file = name(PREFILL_JSON);
+            (PrefillProfile::from_json(text.as_bytes(), &file)?, file)
         } else {
-            return Err(ProfileError::MissingField {
-                file: source.to_string(),
-                field: DECODE_JSON,
-            });
+            return Err(missing(PREFILL_NPZ_KEY, PREFILL_JSON));
+        };
+        let decode = if let Some(bytes) = entries.binary_data.get(DECODE_NPZ_KEY) {
+            let file = name(DECODE_NPZ_KEY);
+            (DecodeProfile::from_npz(bytes, &file)?, file)
+        } else if let Some(text) = entries.data.get(DECODE_JSON) {
+            let file = name(DECODE_JSON);
+            (DecodeProfile::from_json(text.as_bytes(), &file)?, file)
+        } else {
+            return Err(missing(DECODE_NPZ_KEY, DECODE_JSON));
         };
         Self::from_parts(prefill.0, &prefill.1, decode.0, &decode.1)
     }
@@ -652,6 +721,10 @@ impl<'a> Npz<'a> {
             return Err(ProfileError::MissingField {
                 file: file.to_string(),
                 field,
+                present: names
+                    .iter()
+                    .map(|name| name.trim_end_matches(".npy").to_string())
+                    .collect(),
             });
         };
         let bytes = self.entry(&name, field)?;
@@ -806,6 +879,10 @@ fn json_vector(
     let value = doc.get(field).ok_or_else(|| ProfileError::MissingField {
         file: file.to_string(),
         field,
+        present: doc
+            .as_object()
+            .map(|object| object.keys().cloned().collect())
+            .unwrap_or_default(),
     })?;
     let items = value.as_array().ok_or_else(|| ProfileError::BadField {
         file: file.to_string(),
@@ -869,34 +946,11 @@ fn check_values(
     }
 }
 
-/// Reading profile directories in tests (the library itself does no I/O).
-#[cfg(test)]
-pub(crate) mod test_support {
-    use std::path::Path;
-
-    use super::{Profile, ProfileError};
-
-    /// [`Profile::from_dir_files`] over the file system.
-    pub(crate) fn from_dir(dir: &Path) -> Result<Profile, ProfileError> {
-        Profile::from_dir_files(&dir.display().to_string(), |relative| {
-            let path = dir.join(relative);
-            match std::fs::read(&path) {
-                Ok(bytes) => Ok(Some(bytes)),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-                Err(source) => Err(ProfileError::Read {
-                    file: path.display().to_string(),
-                    source,
-                }),
-            }
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::path::{Path, PathBuf};
 
-    use super::{test_support::from_dir, *};
+    use super::*;
 
     fn prefill_json(isl: &str, ttft: &str, thpt: &str) -> String {
         format!(r#"{{"prefill_isl": {isl}, "prefill_ttft": {ttft}, "prefill_thpt_per_gpu": {thpt}}}"#)
@@ -929,6 +983,7 @@ mod tests {
             ("h100-llama3.3-70b-tp4", 4.0),
             ("h100-llama3.3-70b-tp2", 2.0),
         ] {
+            assert_eq!(builtin_engine_gpus(name), Some(engine_gpus as u32), "{name}");
             let prefill = Profile::builtin(name).unwrap().prefill;
             for ((isl, ttft_ms), thpt) in prefill
                 .isl
@@ -948,7 +1003,7 @@ mod tests {
     #[test]
     fn builtin_decode_throughput_scales_with_prefill() {
         // The decode columns were divided by the same sweep-wide GPU count.
-        let published = from_dir(
+        let published = Profile::from_dir(
             &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/profiles/h100-llama3.3-70b-tp4"),
         )
         .unwrap();
@@ -993,29 +1048,24 @@ mod tests {
         };
         let prefill = unwrap(fixture("h200-export/prefill.json"));
         let decode = unwrap(fixture("h200-export/decode.json"));
-        let from_json = Profile::from_config_map_entries(
-            "cm",
-            |key| match key {
-                PREFILL_JSON => Some(prefill.clone()),
-                DECODE_JSON => Some(decode.clone()),
-                _ => None,
-            },
-            |_| None,
-        )
-        .unwrap();
+        let entries = ConfigMapEntries {
+            data: [(PREFILL_JSON, prefill.as_str()), (DECODE_JSON, decode.as_str())].into(),
+            binary_data: BTreeMap::new(),
+        };
+        let from_json = Profile::from_config_map_entries("cm", &entries).unwrap();
         assert_eq!(from_json, Profile::builtin("h200-llama3.1-8b-tp1").unwrap());
     }
 
     #[test]
     fn reads_the_upstream_json_example() {
-        let profile = from_dir(&fixture("qwen3-0.6b")).unwrap();
+        let profile = Profile::from_dir(&fixture("qwen3-0.6b")).unwrap();
         assert_eq!(profile.prefill.isl, [128.0, 256.0, 512.0, 1024.0, 2048.0]);
         assert_eq!(profile.decode.kv_usage.len(), 20);
     }
 
     #[test]
     fn missing_directory_says_what_is_expected() {
-        let error = from_dir(Path::new("/nonexistent/profile"))
+        let error = Profile::from_dir(Path::new("/nonexistent/profile"))
             .unwrap_err()
             .to_string();
         assert!(
@@ -1095,6 +1145,78 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(npz_error.contains("d.npz is not valid NPZ"), "{npz_error}");
+    }
+
+    /// An NPZ file of float arrays.
+    fn npz(arrays: &[(&str, &[f64])]) -> Vec<u8> {
+        let mut npz = ndarray_npy::NpzWriter::new(Cursor::new(Vec::new()));
+        for (name, values) in arrays {
+            npz.add_array(*name, &ndarray::Array1::from(values.to_vec()))
+                .unwrap();
+        }
+        npz.finish().unwrap().into_inner()
+    }
+
+    #[test]
+    fn a_missing_array_lists_the_arrays_present() {
+        let bytes = npz(&[
+            ("prefill_isl", &[1.0, 2.0, 3.0, 4.0]),
+            ("prefill_ttft_ms", &[1.0, 2.0, 3.0, 4.0]),
+            ("prefill_thpt_per_gpu", &[1.0, 2.0, 3.0, 4.0]),
+        ]);
+        let error = PrefillProfile::from_npz(&bytes, "p.npz").unwrap_err().to_string();
+        assert_eq!(
+            error,
+            "p.npz: missing field `prefill_ttft`; it has: prefill_isl, prefill_ttft_ms, prefill_thpt_per_gpu"
+        );
+        let error = PrefillProfile::from_json(b"[1, 2]", "p.json")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(error, "p.json: missing field `prefill_isl`; it has none");
+    }
+
+    #[test]
+    fn nan_in_an_npz_is_named_with_its_index() {
+        let bytes = npz(&[
+            ("prefill_isl", &[1.0, 2.0, 3.0, 4.0]),
+            ("prefill_ttft", &[1.0, 2.0, f64::NAN, 4.0]),
+            ("prefill_thpt_per_gpu", &[1.0, 2.0, 3.0, 4.0]),
+        ]);
+        let error = PrefillProfile::from_npz(&bytes, "p.npz")
+            .unwrap()
+            .validated("p.npz")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with("p.npz: field `prefill_ttft`[2] = NaN is invalid"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_config_map_without_a_part_lists_its_keys() {
+        let entries = ConfigMapEntries {
+            data: [("prefill_raw_data.json", "{}")].into(),
+            binary_data: [("decode.npz", b"PK".as_slice())].into(),
+        };
+        let error = Profile::from_config_map_entries("ConfigMap p", &entries)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            error,
+            "ConfigMap p/prefill_raw_data.json: missing field `prefill_isl`; it has none"
+        );
+        let entries = ConfigMapEntries {
+            binary_data: [("decode.npz", b"PK".as_slice())].into(),
+            ..ConfigMapEntries::default()
+        };
+        let error = Profile::from_config_map_entries("ConfigMap p", &entries)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            error,
+            "ConfigMap p: no binaryData key `prefill_raw_data.npz` and no data key `prefill_raw_data.json`; it has: binaryData.decode.npz"
+        );
     }
 
     #[test]

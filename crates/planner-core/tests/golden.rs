@@ -8,7 +8,7 @@ use std::path::Path;
 use planner_core::{
     case::{CaseFile, PlanResult},
     interpolation::PerformanceModel,
-    profile::{Profile, ProfileError},
+    profile::Profile,
 };
 use serde::Deserialize;
 
@@ -43,21 +43,6 @@ fn relative_error(actual: f64, expected: f64) -> f64 {
     }
 }
 
-/// [`Profile::from_dir_files`] over the file system.
-fn from_dir(dir: &Path) -> Result<Profile, ProfileError> {
-    Profile::from_dir_files(&dir.display().to_string(), |relative| {
-        let path = dir.join(relative);
-        match std::fs::read(&path) {
-            Ok(bytes) => Ok(Some(bytes)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(source) => Err(ProfileError::Read {
-                file: path.display().to_string(),
-                source,
-            }),
-        }
-    })
-}
-
 fn check(file: &str) -> (usize, usize, Vec<String>) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/golden")
@@ -71,7 +56,7 @@ fn check(file: &str) -> (usize, usize, Vec<String>) {
     let published = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../config/profiles")
         .join(&profile_name);
-    let model = PerformanceModel::new(&from_dir(&published).unwrap()).unwrap();
+    let model = PerformanceModel::new(&Profile::from_dir(&published).unwrap()).unwrap();
     let mut replica_mismatches = 0;
     let mut report = Vec::new();
     for (case, golden) in inputs.cases.iter().zip(&golden.cases) {

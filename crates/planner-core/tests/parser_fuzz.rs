@@ -9,7 +9,8 @@ use std::{path::Path, sync::OnceLock};
 use planner_core::{
     interpolation::PerformanceModel,
     profile::{
-        DECODE_JSON, DECODE_NPZ_KEY, DecodeProfile, PREFILL_JSON, PREFILL_NPZ_KEY, PrefillProfile, Profile,
+        ConfigMapEntries, DECODE_JSON, DECODE_NPZ_KEY, DecodeProfile, PREFILL_JSON, PREFILL_NPZ_KEY,
+        PrefillProfile, Profile,
     },
     trace::{bucketize, parse_mooncake_jsonl},
 };
@@ -80,8 +81,12 @@ fn apply(bytes: &[u8], edits: &[Edit]) -> Vec<u8> {
 }
 
 /// Whatever parses and validates also builds (or is refused) without panicking.
-fn build_if_valid(text: impl Fn(&str) -> Option<String>, binary: impl Fn(&str) -> Option<Vec<u8>>) {
-    if let Ok(profile) = Profile::from_config_map_entries("ConfigMap fuzz", text, binary) {
+fn build_if_valid(text: &[(&str, &str)], binary: &[(&str, &[u8])]) {
+    let entries = ConfigMapEntries {
+        data: text.iter().copied().collect(),
+        binary_data: binary.iter().copied().collect(),
+    };
+    if let Ok(profile) = Profile::from_config_map_entries("ConfigMap fuzz", &entries) {
         let _ = PerformanceModel::new(&profile);
     }
 }
@@ -121,14 +126,7 @@ proptest! {
         let decode = apply(decode_npz(), &decode);
         let _ = PrefillProfile::from_npz(&prefill, "p.npz");
         let _ = DecodeProfile::from_npz(&decode, "d.npz");
-        build_if_valid(
-            |_| None,
-            |key| match key {
-                PREFILL_NPZ_KEY => Some(prefill.clone()),
-                DECODE_NPZ_KEY => Some(decode.clone()),
-                _ => None,
-            },
-        );
+        build_if_valid(&[], &[(PREFILL_NPZ_KEY, &prefill), (DECODE_NPZ_KEY, &decode)]);
     }
 
     #[test]
@@ -149,14 +147,7 @@ proptest! {
             "z_thpt_per_gpu": kv, "max_kv_tokens": max_kv,
         })
         .to_string();
-        build_if_valid(
-            |key| match key {
-                PREFILL_JSON => Some(prefill.clone()),
-                DECODE_JSON => Some(decode.clone()),
-                _ => None,
-            },
-            |_| None,
-        );
+        build_if_valid(&[(PREFILL_JSON, &prefill), (DECODE_JSON, &decode)], &[]);
     }
 
     #[test]
@@ -179,14 +170,7 @@ proptest! {
             "max_kv_tokens": 100_000,
         })
         .to_string();
-        build_if_valid(
-            |key| match key {
-                PREFILL_JSON => Some(prefill.clone()),
-                DECODE_JSON => Some(decode.clone()),
-                _ => None,
-            },
-            |_| None,
-        );
+        build_if_valid(&[(PREFILL_JSON, &prefill), (DECODE_JSON, &decode)], &[]);
     }
 
     #[test]

@@ -12,7 +12,8 @@ use std::{
 use ndarray::Array1;
 use ndarray_npy::{NpzWriter, WriteNpyExt};
 use planner_core::profile::{
-    DECODE_JSON, DECODE_NPZ_KEY, DecodeProfile, PREFILL_JSON, PREFILL_NPZ_KEY, PrefillProfile, Profile,
+    ConfigMapEntries, DECODE_JSON, DECODE_NPZ_KEY, DecodeProfile, PREFILL_JSON, PREFILL_NPZ_KEY,
+    PrefillProfile, Profile,
 };
 use zip::{CompressionMethod, ZipWriter, write::SimpleFileOptions};
 
@@ -64,13 +65,13 @@ fn a_deflate_bomb_is_cut_off_at_the_entry_cap() {
         .unwrap();
     let bytes = npz.finish().unwrap().into_inner();
     assert!(bytes.len() < 100 * 1024, "{} bytes", bytes.len());
-    let error = Profile::from_config_map_entries(
-        "ConfigMap bomb",
-        |_| None,
-        |key| (key == PREFILL_NPZ_KEY).then(|| bytes.clone()),
-    )
-    .unwrap_err()
-    .to_string();
+    let entries = ConfigMapEntries {
+        binary_data: [(PREFILL_NPZ_KEY, bytes.as_slice())].into(),
+        ..ConfigMapEntries::default()
+    };
+    let error = Profile::from_config_map_entries("ConfigMap bomb", &entries)
+        .unwrap_err()
+        .to_string();
     assert!(
         error.contains("ConfigMap bomb/prefill_raw_data.npz")
             && error.contains("prefill_isl")
@@ -169,17 +170,13 @@ fn json_profiles_are_capped_in_points_and_size() {
         r#"{{"prefill_isl": {0}, "prefill_ttft": {0}, "prefill_thpt_per_gpu": {0}}}"#,
         numbers(20)
     );
-    let error = Profile::from_config_map_entries(
-        "ConfigMap big",
-        |key| match key {
-            PREFILL_JSON => Some(prefill.clone()),
-            DECODE_JSON => Some(decode.clone()),
-            _ => None,
-        },
-        |_| None,
-    )
-    .unwrap_err()
-    .to_string();
+    let entries = ConfigMapEntries {
+        data: [(PREFILL_JSON, prefill.as_str()), (DECODE_JSON, decode.as_str())].into(),
+        ..ConfigMapEntries::default()
+    };
+    let error = Profile::from_config_map_entries("ConfigMap big", &entries)
+        .unwrap_err()
+        .to_string();
     assert!(
         error.contains("ConfigMap big/decode_raw_data.json")
             && error.contains("`x_kv_usage` with 10001 points exceeds the limit of 10000 points"),
@@ -242,11 +239,10 @@ fn the_decode_npz_key_is_read_from_binary_data() {
     ]);
     let prefill =
         r#"{"prefill_isl": [1,2,3,4], "prefill_ttft": [1,2,3,4], "prefill_thpt_per_gpu": [1,2,3,4]}"#;
-    let profile = Profile::from_config_map_entries(
-        "ConfigMap ok",
-        |key| (key == PREFILL_JSON).then(|| prefill.to_string()),
-        |key| (key == DECODE_NPZ_KEY).then(|| bytes.clone()),
-    )
-    .unwrap();
+    let entries = ConfigMapEntries {
+        data: [(PREFILL_JSON, prefill)].into(),
+        binary_data: [(DECODE_NPZ_KEY, bytes.as_slice())].into(),
+    };
+    let profile = Profile::from_config_map_entries("ConfigMap ok", &entries).unwrap();
     assert_eq!(profile.decode.kv_usage, [0.1, 0.5, 0.9]);
 }

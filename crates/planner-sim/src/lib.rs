@@ -15,10 +15,6 @@ pub mod mocker_profile;
 mod signal;
 pub mod sim;
 
-use std::path::Path;
-
-use planner_core::profile::{Profile, ProfileError};
-
 /// How a trace is replayed as load; `dynamo-bed` and `synthetic-frontend` take the same flags.
 #[derive(Debug, Clone, clap::Args)]
 pub struct LoadArgs {
@@ -34,19 +30,4 @@ pub struct LoadArgs {
     /// Start the trace again when it ends.
     #[arg(long = "loop")]
     pub looping: bool,
-}
-
-/// Reads an upstream profile directory from the file system (NPZ layout first, then JSON).
-pub fn profile_from_dir(dir: &Path) -> Result<Profile, ProfileError> {
-    Profile::from_dir_files(&dir.display().to_string(), |relative| {
-        let path = dir.join(relative);
-        match std::fs::read(&path) {
-            Ok(bytes) => Ok(Some(bytes)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(source) => Err(ProfileError::Read {
-                file: path.display().to_string(),
-                source,
-            }),
-        }
-    })
 }

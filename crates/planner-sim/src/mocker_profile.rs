@@ -62,7 +62,7 @@ pub enum MockerProfileError {
 /// Writes the NPZ file; returns a one-line summary.
 pub fn mocker_profile(args: &MockerProfileArgs) -> Result<String, MockerProfileError> {
     let profile = match (&args.profile_dir, &args.profile) {
-        (Some(dir), _) => crate::profile_from_dir(dir),
+        (Some(dir), _) => Profile::from_dir(dir),
         (None, Some(name)) => Profile::builtin(name),
         (None, None) => {
             return Err(MockerProfileError::Input(

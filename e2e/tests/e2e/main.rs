@@ -22,6 +22,7 @@ mod faults;
 mod leader_freeze;
 mod operator;
 mod policy_rules;
+mod profile;
 mod prometheus;
 mod real_metrics;
 mod scrape_interval;

@@ -302,7 +302,7 @@ fn router(state: ServerState) -> Router {
 /// The profile, the mocker-format NPZ written from it, and an engine's KV blocks.
 fn prepare_profile(args: &DynamoBedArgs, npz: &Path) -> Result<u64, BedError> {
     let profile = match (&args.profile_dir, &args.profile) {
-        (Some(dir), _) => crate::profile_from_dir(dir),
+        (Some(dir), _) => Profile::from_dir(dir),
         (None, Some(name)) => Profile::builtin(name),
         (None, None) => return Err(BedError::Input("give --profile or --profile-dir".into())),
     }

@@ -277,7 +277,7 @@ impl Inputs {
     /// Reads the profile and the trace.
     fn load(args: &SyntheticFrontendArgs) -> Result<Self, FrontendError> {
         let profile = match (&args.profile_dir, &args.profile) {
-            (Some(dir), _) => crate::profile_from_dir(dir),
+            (Some(dir), _) => Profile::from_dir(dir),
             (None, Some(name)) => Profile::builtin(name),
             (None, None) => return Err(FrontendError::Input("give --profile or --profile-dir".into())),
         }

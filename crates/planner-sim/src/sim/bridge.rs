@@ -180,7 +180,7 @@ pub enum BridgeError {
 pub fn bridge(args: &BridgeArgs, input: impl BufRead, mut output: impl Write) -> Result<usize, BridgeError> {
     let input_error = |e: String| BridgeError::Input(e);
     let profile = match (&args.profile_dir, &args.profile) {
-        (Some(dir), _) => crate::profile_from_dir(dir),
+        (Some(dir), _) => Profile::from_dir(dir),
         (None, Some(name)) => Profile::builtin(name),
         (None, None) => return Err(input_error("give --profile or --profile-dir".into())),
     }

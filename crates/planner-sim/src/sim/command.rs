@@ -450,7 +450,7 @@ impl Setup {
     /// The profile, traces, policies, delays and shared settings, checked.
     fn read(args: &SimulateArgs) -> Result<Self, SimulateError> {
         let (profile, profile_name) = match (&args.profile_dir, &args.profile) {
-            (Some(dir), _) => (crate::profile_from_dir(dir), dir.display().to_string()),
+            (Some(dir), _) => (Profile::from_dir(dir), dir.display().to_string()),
             (None, Some(name)) => (Profile::builtin(name), name.clone()),
             (None, None) => return Err(SimulateError::Input("give --profile or --profile-dir".into())),
         };

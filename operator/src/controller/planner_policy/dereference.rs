@@ -9,7 +9,12 @@ use kube::{Api, Client, ResourceExt};
 use tracing::{info, warn};
 
 use planner_api::PlannerPolicy;
-use planner_core::{interpolation::PerformanceModel, profile::Profile, state::SlaPlanner, trace};
+use planner_core::{
+    interpolation::PerformanceModel,
+    profile::{ConfigMapEntries, Profile},
+    state::SlaPlanner,
+    trace,
+};
 
 use crate::{
     controller::common::{KubeError, chain},
@@ -213,16 +218,8 @@ impl ModelCache {
         let shown = source.clone();
         let model = self
             .cached(key, move || {
-                PerformanceModel::from_config_map_entries(
-                    &shown,
-                    |k| cm.data.as_ref().and_then(|d| d.get(k).cloned()),
-                    |k| {
-                        cm.binary_data
-                            .as_ref()
-                            .and_then(|d| d.get(k).map(|b| b.0.clone()))
-                    },
-                )
-                .map_err(ModelBuildError::from)
+                PerformanceModel::from_config_map_entries(&shown, &config_map_entries(&cm))
+                    .map_err(ModelBuildError::from)
             })
             .await?;
         Ok((model, source))
@@ -267,6 +264,24 @@ impl ModelCache {
             models.insert(key, built.clone());
         }
         built.map_err(ProfileLoadError::Invalid)
+    }
+}
+
+/// A ConfigMap's entries as the profile reader takes them, borrowed.
+pub fn config_map_entries(cm: &ConfigMap) -> ConfigMapEntries<'_> {
+    ConfigMapEntries {
+        data: cm
+            .data
+            .iter()
+            .flatten()
+            .map(|(key, value)| (key.as_str(), value.as_str()))
+            .collect(),
+        binary_data: cm
+            .binary_data
+            .iter()
+            .flatten()
+            .map(|(key, value)| (key.as_str(), value.0.as_slice()))
+            .collect(),
     }
 }
 
