@@ -22,11 +22,11 @@ pub use gpu_budget::{
 };
 pub use planner_policy::{
     BUILTIN_PROFILES, Behavior, Bounds, BuiltinProfile, ConfigMapKeyRef, Connector, ConnectorKind,
-    Correction, CorrectionFactors, EtcdSource, KalmanSettings, KvTransferStatus, KvUsageSource,
+    Correction, CorrectionFactors, EtcdSource, KalmanSettings, KvTransferStatus, KvUsageSource, LastDecision,
     LoadThresholds, LocalObjectRef, MetricsSource, ObservedLoad, PlannerMode, PlannerPolicy,
-    PlannerPolicySpec, PlannerPolicyStatus, PoolComponents, PoolReplicas, PredictedLoad, Predictor,
-    PredictorKind, Profile, PrometheusSource, ProphetSettings, SecretKeyRef, Sla, SlaModel, TargetRef,
-    WarmupTrace,
+    PlannerPolicySpec, PlannerPolicyStatus, PolicySummary, PoolComponents, PoolReplicas, PredictedLoad,
+    Predictor, PredictorKind, Profile, PrometheusSource, ProphetSettings, SecretKeyRef, Sla, SlaAttainment,
+    SlaModel, TargetRef, WarmupTrace,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

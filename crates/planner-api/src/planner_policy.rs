@@ -54,33 +54,45 @@ pub const BUILTIN_PROFILES: [&str; 4] = [
     ),
     printcolumn(
         name = "Prefill",
-        type_ = "integer",
-        json_path = ".status.desired.prefill",
-        description = "Prefill replicas of the last decision"
+        type_ = "string",
+        json_path = ".status.summary.prefill",
+        description = "Prefill replicas serving / of the last decision (an aggregated graph's workers)"
     ),
     printcolumn(
         name = "Decode",
-        type_ = "integer",
-        json_path = ".status.desired.decode",
-        description = "Decode replicas of the last decision"
-    ),
-    printcolumn(
-        name = "Workers",
-        type_ = "integer",
-        json_path = ".status.desired.workers",
-        description = "Aggregated workers of the last decision (aggregated graphs)"
+        type_ = "string",
+        json_path = ".status.summary.decode",
+        description = "Decode replicas serving / of the last decision (an aggregated graph's workers)"
     ),
     printcolumn(
         name = "TTFT",
-        type_ = "number",
-        json_path = ".status.observed.ttftMs",
-        description = "Observed mean time to first token (ms)"
+        type_ = "string",
+        json_path = ".status.summary.ttft",
+        description = "Observed time to first token / target (ms), at the percentile targeted"
     ),
     printcolumn(
         name = "ITL",
-        type_ = "number",
-        json_path = ".status.observed.itlMs",
-        description = "Observed mean inter-token latency (ms)"
+        type_ = "string",
+        json_path = ".status.summary.itl",
+        description = "Observed mean inter-token latency / target (ms)"
+    ),
+    printcolumn(
+        name = "SLA",
+        type_ = "string",
+        json_path = ".status.summary.sla",
+        description = "Share of the last hour's intervals whose load met the SLA"
+    ),
+    printcolumn(
+        name = "Limited",
+        type_ = "string",
+        json_path = ".status.summary.limited",
+        description = "What limited the last decision (ScalingLimited's reason), '-' when nothing"
+    ),
+    printcolumn(
+        name = "LastScale",
+        type_ = "date",
+        json_path = ".status.lastScaleTime",
+        description = "When replicas were last changed"
     ),
     printcolumn(
         name = "Ready",
@@ -893,11 +905,82 @@ pub struct PlannerPolicyStatus {
     /// With `spec.budgetRef`: what the shared GPU budget granted at the last decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<BudgetGrant>,
+    /// The last decision: which check made it, what the model expects of its replicas, the
+    /// scale-up delay it planned with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_decision: Option<LastDecision>,
+    /// The intervals of the last hour whose load met the SLA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sla_attainment: Option<SlaAttainment>,
+    /// What `kubectl get plannerpolicies` shows, preformatted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<PolicySummary>,
     /// The target graph's KV-transfer topology as last read: its
     /// `spec.experimental.kvTransferPolicy`, or a frontend's `kvCacheTransferTopology` in that
     /// shape. Reported only; the planner renders nothing from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_transfer: Option<KvTransferStatus>,
+}
+
+/// A PlannerPolicy's last decision.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct LastDecision {
+    /// `interval` (an adjustment interval), `fast` (a check between intervals) or `grant` (a
+    /// shared budget's grant changed).
+    pub check: String,
+    /// When it was made.
+    pub time: Option<Time>,
+    /// Prefill replicas it decided (an aggregated graph's workers).
+    pub prefill: i32,
+    /// Decode replicas it decided (an aggregated graph's workers).
+    pub decode: i32,
+    /// The time to first token (ms) the queueing model expects of those replicas, for the load
+    /// it planned for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_ttft_ms: Option<f64>,
+    /// The inter-token latency (ms) the queueing model expects of those replicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_itl_ms: Option<f64>,
+    /// The scale-up delay it planned with, in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_up_delay_seconds: Option<f64>,
+    /// Where that delay comes from: `set` (`behavior.scaleUpDelay`), `measured` (on the target),
+    /// `expected` (`behavior.expectedScaleUpDelay`, until one is measured) or `assumed` (60 s,
+    /// nothing else known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_up_delay_source: Option<String>,
+}
+
+/// How many of the last hour's intervals met the SLA: their load's TTFT (at the percentile the
+/// policy targets, else the mean) and mean ITL within the targets. Intervals without traffic
+/// do not count.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct SlaAttainment {
+    /// Intervals with traffic in the last hour.
+    pub intervals: i32,
+    /// Of those, the ones that met the SLA.
+    pub met: i32,
+}
+
+/// What `kubectl get plannerpolicies` shows, preformatted (a printer column cannot compute).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicySummary {
+    /// Prefill replicas serving / of the last decision, e.g. `3/4`.
+    pub prefill: String,
+    /// Decode replicas serving / of the last decision.
+    pub decode: String,
+    /// Observed TTFT / target in ms, e.g. `312/500ms`, or `p90 845/1000ms` with a percentile
+    /// target; `-` before an interval with traffic.
+    pub ttft: String,
+    /// Observed mean ITL / target in ms.
+    pub itl: String,
+    /// Share of the last hour's intervals that met the SLA, e.g. `92%`; `-` before one.
+    pub sla: String,
+    /// What limited the last decision (`ScalingLimited`'s reason), `-` when nothing.
+    pub limited: String,
 }
 
 /// Where a graph keeps its KV-cache transfers, in the shape of NVIDIA's `kvTransferPolicy`.
@@ -941,6 +1024,13 @@ pub struct ObservedLoad {
     /// Mean inter-token latency, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub itl_ms: Option<f64>,
+    /// Time to first token at the percentile `spec.sla.ttftPercentile` names (the 90th when it
+    /// names none), in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_percentile_ms: Option<f64>,
+    /// The percentile of `ttftPercentileMs`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_percentile: Option<f64>,
     /// Mean KV-cache usage of the decode workers (0 to 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decode_kv_usage: Option<f64>,

@@ -19,6 +19,34 @@ pub struct PlannedDelay {
     pub delay: Duration,
     /// `true` when it is only [`DEFAULT_SCALE_UP_DELAY`]: nothing set, measured or expected.
     pub assumed: bool,
+    /// Where it comes from.
+    pub source: DelaySource,
+}
+
+/// Where a planned scale-up delay comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum DelaySource {
+    /// The policy sets it (`spec.behavior.scaleUpDelay`).
+    Set,
+    /// Measured on the target.
+    Measured,
+    /// The policy says to expect it until one is measured (`spec.behavior.expectedScaleUpDelay`).
+    Expected,
+    /// Nothing else known: [`DEFAULT_SCALE_UP_DELAY`].
+    Assumed,
+}
+
+impl DelaySource {
+    /// `set`, `measured`, `expected` or `assumed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Set => "set",
+            Self::Measured => "measured",
+            Self::Expected => "expected",
+            Self::Assumed => "assumed",
+        }
+    }
 }
 
 /// The scale-up delay a planner plans with: the one the policy sets, else the one measured,
@@ -29,15 +57,16 @@ pub fn planned_delay(
     measured: Option<Duration>,
     expected: Option<Duration>,
 ) -> PlannedDelay {
-    match set.or(measured).or(expected) {
-        Some(delay) => PlannedDelay {
-            delay,
-            assumed: false,
-        },
-        None => PlannedDelay {
-            delay: DEFAULT_SCALE_UP_DELAY,
-            assumed: true,
-        },
+    let (delay, source) = match (set, measured, expected) {
+        (Some(set), _, _) => (set, DelaySource::Set),
+        (None, Some(measured), _) => (measured, DelaySource::Measured),
+        (None, None, Some(expected)) => (expected, DelaySource::Expected),
+        (None, None, None) => (DEFAULT_SCALE_UP_DELAY, DelaySource::Assumed),
+    };
+    PlannedDelay {
+        delay,
+        assumed: source == DelaySource::Assumed,
+        source,
     }
 }
 

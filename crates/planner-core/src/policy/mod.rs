@@ -306,7 +306,7 @@ impl PolicyLoop {
             Input::Grant => Decision::keep(Check::Grant),
         };
         guard::guard(&mut decision, replicas.asked, &self.settings.guards);
-        decision.scale_up_delay_s = Some((delay.delay.as_secs_f64(), delay.assumed));
+        decision.scale_up_delay_s = Some((delay.delay.as_secs_f64(), delay.source));
         let ask = self.settings.membership.clone().map(|membership| {
             let want = match decision.target {
                 Some(target) => target,
@@ -375,13 +375,16 @@ impl PolicyLoop {
     /// Share of the intervals of the last [`ATTAINMENT_WINDOW`] that met the SLA (`None`
     /// before one with traffic).
     pub fn attainment(&self, now: Duration) -> Option<f64> {
-        let recent: Vec<bool> = self
-            .attainment
+        let (intervals, met) = self.attainment_counts(now);
+        (intervals > 0).then(|| met as f64 / intervals as f64)
+    }
+
+    /// The intervals with traffic of the last [`ATTAINMENT_WINDOW`], and those that met the SLA.
+    pub fn attainment_counts(&self, now: Duration) -> (usize, usize) {
+        self.attainment
             .iter()
             .filter(|(at, _)| now.saturating_sub(*at) <= ATTAINMENT_WINDOW)
-            .map(|(_, met)| *met)
-            .collect();
-        (!recent.is_empty()).then(|| recent.iter().filter(|met| **met).count() as f64 / recent.len() as f64)
+            .fold((0, 0), |(n, met), (_, ok)| (n + 1, met + usize::from(*ok)))
     }
 
     /// The SLA targets the SLA planner plans for (`None` for the load planner, which has none).

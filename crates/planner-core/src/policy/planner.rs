@@ -110,7 +110,12 @@ impl Planner {
                     SlaModel::Queueing => replicas.asked,
                 };
                 let tick = planner.tick(config, model, metrics, current);
-                sla_decision(Check::Interval, &tick)
+                let mut decision = sla_decision(Check::Interval, &tick);
+                // Only upstream's formulas apply correction factors.
+                if config.model != SlaModel::Upstream {
+                    decision.corrections = None;
+                }
+                decision
             }
             (
                 Self::Load {

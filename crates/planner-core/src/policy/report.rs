@@ -8,6 +8,7 @@ use crate::{
     load::{LoadDecision, LoadSamples},
     queueing::QueueingPlan,
     sla::{Corrections, Limit, Load, Observation},
+    startup::DelaySource,
 };
 
 /// Which check a decision came from.
@@ -219,8 +220,8 @@ pub struct Decision {
     pub deferred: Option<String>,
     /// Whether the interval's arrivals met the SLA (`None` without traffic or metrics).
     pub sla_met: Option<bool>,
-    /// The scale-up delay planned with (s), and whether it is only assumed.
-    pub scale_up_delay_s: Option<(f64, bool)>,
+    /// The scale-up delay planned with (s), and where it comes from.
+    pub scale_up_delay_s: Option<(f64, DelaySource)>,
     /// One line saying why.
     pub message: String,
 }

@@ -121,6 +121,7 @@ impl QueueingState {
             sustained,
             current,
         );
+        let expected = sizer.expected(&demand, held.replicas);
         Decided {
             predicted: Load {
                 num_req: forecast.requests,
@@ -129,7 +130,7 @@ impl QueueingState {
             },
             plan: report(
                 &demand,
-                &sizing,
+                (&sizing, expected),
                 forecast.requests,
                 multipliers,
                 held,
@@ -161,10 +162,12 @@ impl QueueingState {
         // 3. Demand.
         let demand = trigger.demand(&self.learned, settings);
         // 4. Size.
-        let sizing = Sizer::new(curves, ctx, interval_s).size(&demand);
+        let sizer = Sizer::new(curves, ctx, interval_s);
+        let sizing = sizer.size(&demand);
         // 5. Hold: up only.
         let now = self.clock_s + signals.elapsed_s.max(0.0);
         let held = hold::hold_scale_up(&mut self.window, ctx, now, &sizing, current, &trigger)?;
+        let expected = sizer.expected(&demand, held.replicas);
         let no_margin = Multipliers {
             forecast: 1.0,
             service: 1.0,
@@ -178,7 +181,7 @@ impl QueueingState {
             },
             plan: report(
                 &demand,
-                &sizing,
+                (&sizing, expected),
                 trigger.recent * interval_s,
                 no_margin,
                 held,
@@ -192,7 +195,7 @@ impl QueueingState {
 /// The plan a decision reports, with every intermediate.
 fn report(
     demand: &demand::Demand,
-    sizing: &size::Sizing,
+    (sizing, expected): (&size::Sizing, (f64, f64)),
     forecast_requests: f64,
     multipliers: Multipliers,
     held: hold::Held,
@@ -213,6 +216,8 @@ fn report(
         decode_sizing: sizing.decode,
         desired: held.desired,
         replicas: held.replicas,
+        expected_ttft_ms: expected.0,
+        expected_itl_ms: expected.1,
         reason: held.reason,
         limits: held.limits,
         aggregated,

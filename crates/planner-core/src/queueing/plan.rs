@@ -116,6 +116,10 @@ pub struct QueueingPlan {
     pub desired: (u32, u32),
     /// Replicas to run.
     pub replicas: (u32, u32),
+    /// The TTFT (ms) the model expects of the replicas to run, for the demand planned for.
+    pub expected_ttft_ms: f64,
+    /// The ITL (ms) the model expects of the replicas to run, for the demand planned for.
+    pub expected_itl_ms: f64,
     /// Why.
     pub reason: ScaleReason,
     /// Bounds and budget that changed the result.
@@ -145,23 +149,39 @@ impl QueueingPlan {
             plan.isl.mean,
             plan.osl.mean,
         );
+        // A pool held above what the load needed (the stabilisation window, a backlog) says
+        // what it keeps and what would do; one cut below it, the limits below say why.
+        let pool = |kept: u32, needed: u32, noun: &str, why: String| {
+            if kept > needed {
+                format!("{kept} {noun} kept ({needed} would do: {why})")
+            } else {
+                format!("{kept} {noun} ({why})")
+            }
+        };
         let mut line = if plan.aggregated {
             // One pool serves both phases: both sizings report its replicas.
-            format!(
-                "{head}: {} workers serving prefill and decode (prefill {}, TTFT {:.0} ms; decode {})",
-                plan.replicas.0,
+            let why = format!(
+                "prefill {}, TTFT {:.0} ms; decode {}",
                 bound(plan.prefill_sizing.bound),
                 plan.prefill_sizing.ttft_ms,
-                bound(plan.decode_sizing.bound),
+                bound(plan.decode_sizing.bound)
+            );
+            let needed = plan.prefill_sizing.replicas.max(plan.decode_sizing.replicas);
+            format!(
+                "{head}: {}",
+                pool(plan.replicas.0, needed, "workers serving prefill and decode", why)
             )
         } else {
-            format!(
-                "{head}: {} prefill ({}, TTFT {:.0} ms) and {} decode ({}) replicas",
-                plan.replicas.0,
+            let prefill = format!(
+                "{}, TTFT {:.0} ms",
                 bound(plan.prefill_sizing.bound),
-                plan.prefill_sizing.ttft_ms,
-                plan.replicas.1,
-                bound(plan.decode_sizing.bound),
+                plan.prefill_sizing.ttft_ms
+            );
+            let decode = bound(plan.decode_sizing.bound).to_string();
+            format!(
+                "{head}: {} and {} replicas",
+                pool(plan.replicas.0, plan.prefill_sizing.replicas, "prefill", prefill),
+                pool(plan.replicas.1, plan.decode_sizing.replicas, "decode", decode),
             )
         };
         for limit in plan

@@ -84,6 +84,29 @@ impl<'a, C: PerformanceCurves> Sizer<'a, C> {
         (prefill, decode)
     }
 
+    /// The TTFT and ITL (ms) the models expect of `replicas` for the demand's arrivals (with
+    /// its backlog drained): what the decision's replicas deliver, whatever held them.
+    pub fn expected(&self, demand: &Demand, replicas: (u32, u32)) -> (f64, f64) {
+        let pinned = |n: u32| Sizer {
+            curves: self.curves,
+            settings: self.settings,
+            targets: self.targets,
+            min: n,
+            max: n,
+            interval_s: self.interval_s,
+            aggregated: self.aggregated,
+        };
+        let sizing = if self.aggregated.is_some() {
+            pinned(replicas.0.max(replicas.1)).size(demand)
+        } else {
+            Sizing {
+                prefill: pinned(replicas.0).size(demand).prefill,
+                decode: pinned(replicas.1).size(demand).decode,
+            }
+        };
+        (sizing.prefill.ttft_ms, sizing.decode.itl_ms)
+    }
+
     /// One aggregated pool for the demand's arrivals and `drain` requests drained within one
     /// interval, reported as both pools.
     fn aggregated(&self, engine: &AggregatedEngine, demand: &Demand, drain: f64) -> Sizing {

@@ -393,6 +393,12 @@ async fn plan(policy: &PlannerPolicy, ctx: &PlannerContext) -> Result<Action, Ha
         aggregated: checked.validated.target.aggregated,
         kv_transfer: checked.dgd.kv_transfer.clone(),
         left_budget: !member && policy.status.as_ref().is_some_and(|s| s.budget.is_some()),
+        attainment: runtime.policy.attainment_counts(now),
+        targets: (
+            policy.spec.sla.ttft_ms,
+            policy.spec.sla.itl_ms,
+            policy.spec.sla.ttft_percentile,
+        ),
     };
     report::planned(policy, ctx, planned).await?;
     Ok(runtime.next_wake(interval))

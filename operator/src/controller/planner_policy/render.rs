@@ -55,6 +55,8 @@ pub fn render(decision: &Decision, origin: &MetricsOrigin, kv: Option<&KvReading
             osl: finite(o.osl),
             ttft_ms: finite(o.ttft_ms),
             itl_ms: finite(o.itl_ms),
+            ttft_percentile_ms: o.ttft_quantile_ms.and_then(|(_, ms)| finite(ms)),
+            ttft_percentile: o.ttft_quantile_ms.map(|(q, _)| (q * 100.0 * 1e6).round() / 1e6),
             decode_kv_usage: kv.and_then(|kv| kv.mean).and_then(finite),
             decode_kv_usage_source: kv.map(|kv| kv.source),
         }),

@@ -9,7 +9,7 @@ use kube::{
 };
 use tracing::info;
 
-use planner_api::{KvTransferStatus, PlannerPolicy, PoolReplicas};
+use planner_api::{KvTransferStatus, LastDecision, PlannerPolicy, PoolReplicas};
 use planner_core::policy::{Check, Decision};
 
 use super::{
@@ -54,6 +54,10 @@ pub struct Planned<'a> {
     pub kv_transfer: Option<KvTransferStatus>,
     /// The policy left a shared budget.
     pub left_budget: bool,
+    /// The last hour's intervals with traffic, and those that met the SLA.
+    pub attainment: (usize, usize),
+    /// The SLA targets: TTFT and ITL (ms), the TTFT percentile targeted.
+    pub targets: (f64, f64, Option<f64>),
 }
 
 /// Reports a planned reconcile: Events on transitions, the metrics of an interval, status when it
@@ -73,6 +77,8 @@ pub async fn planned(
         aggregated,
         kv_transfer,
         left_budget,
+        attainment,
+        targets,
     } = planned;
     let mut outcome = Outcome {
         aggregated,
@@ -115,6 +121,9 @@ pub async fn planned(
     }
     outcome.scaled = actuated.from.is_some();
     outcome.decision_id = actuated.decision_id;
+    outcome.last_decision = Some(last_decision(decision, aggregated));
+    outcome.attainment = Some(attainment);
+    outcome.targets = Some(targets);
     let (namespace, name) = (policy.namespace().unwrap_or_default(), policy.name_any());
     if let (Some(from), Some(to)) = (actuated.from, decision.target) {
         let up = to.0 + to.1 > from.0 + from.1;
@@ -149,6 +158,26 @@ pub async fn planned(
     }
     write_status(policy, ctx, &outcome).await?;
     Ok(())
+}
+
+/// The decision as `status.lastDecision` shows it.
+fn last_decision(decision: &Decision, aggregated: bool) -> LastDecision {
+    let replicas = decision.target.map(|t| replicas(t, aggregated));
+    let finite = |v: f64| v.is_finite().then_some(v);
+    LastDecision {
+        check: decision.check.as_str().into(),
+        time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            Timestamp::now(),
+        )),
+        prefill: replicas.map_or(0, |r| r.prefill),
+        decode: replicas.map_or(0, |r| r.decode),
+        expected_ttft_ms: decision.plan.as_ref().and_then(|p| finite(p.expected_ttft_ms)),
+        expected_itl_ms: decision.plan.as_ref().and_then(|p| finite(p.expected_itl_ms)),
+        scale_up_delay_seconds: decision.scale_up_delay_s.map(|(s, _)| s),
+        scale_up_delay_source: decision
+            .scale_up_delay_s
+            .map(|(_, source)| source.as_str().into()),
+    }
 }
 
 /// Replicas for status; an aggregated pool's are its `workers` too (both pools are it).

@@ -3,7 +3,8 @@
 use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 
 use planner_api::{
-    CorrectionFactors, KvTransferStatus, ObservedLoad, PlannerPolicyStatus, PoolReplicas, PredictedLoad,
+    CorrectionFactors, KvTransferStatus, LastDecision, ObservedLoad, PlannerPolicyStatus, PolicySummary,
+    PoolReplicas, PredictedLoad, SlaAttainment,
 };
 
 use planner_core::sla::Limit;
@@ -50,6 +51,13 @@ pub struct Outcome {
     pub aggregated: bool,
     /// The target's KV-transfer topology, when the target was read (`Some(None)`: it has none).
     pub kv_transfer: Option<Option<KvTransferStatus>>,
+    /// The last decision.
+    pub last_decision: Option<LastDecision>,
+    /// The last hour's intervals with traffic, and those that met the SLA.
+    pub attainment: Option<(usize, usize)>,
+    /// The targets `kubectl get` shows the observed latencies against: TTFT and ITL (ms) and the
+    /// TTFT percentile targeted; the summary is rewritten when they are given.
+    pub targets: Option<(f64, f64, Option<f64>)>,
 }
 
 /// What the status says about a shared GPU budget.
@@ -152,7 +160,64 @@ pub fn next(
     if let Some(kv_transfer) = &outcome.kv_transfer {
         status.kv_transfer = kv_transfer.clone();
     }
+    if outcome.last_decision.is_some() {
+        status.last_decision = outcome.last_decision.clone();
+    }
+    if let Some((intervals, met)) = outcome.attainment {
+        let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
+        status.sla_attainment = Some(SlaAttainment {
+            intervals: count(intervals),
+            met: count(met),
+        });
+    }
+    if let Some(targets) = outcome.targets {
+        status.summary = Some(summary(&status, targets));
+    }
     status
+}
+
+/// What `kubectl get` shows of a status, against the targets (TTFT and ITL in ms, the TTFT
+/// percentile targeted).
+pub fn summary(
+    status: &PlannerPolicyStatus,
+    (ttft_ms, itl_ms, percentile): (f64, f64, Option<f64>),
+) -> PolicySummary {
+    let pool = |current: Option<i32>, desired: Option<i32>| {
+        let shown = |n: Option<i32>| n.map_or_else(|| "-".to_string(), |n| n.to_string());
+        format!("{}/{}", shown(current), shown(desired))
+    };
+    let (current, desired) = (status.current, status.desired);
+    let observed = status.observed.as_ref();
+    let ms = |value: Option<f64>, target: f64| match value {
+        Some(v) if v >= 10.0 => format!("{v:.0}/{target:.0}ms"),
+        Some(v) => format!("{v:.1}/{target:.0}ms"),
+        None => format!("-/{target:.0}ms"),
+    };
+    let ttft = match percentile {
+        Some(p) => format!(
+            "p{p:.0} {}",
+            ms(observed.and_then(|o| o.ttft_percentile_ms), ttft_ms)
+        ),
+        None => ms(observed.and_then(|o| o.ttft_ms), ttft_ms),
+    };
+    let limited = conditions::find(&status.conditions, SCALING_LIMITED)
+        .filter(|c| c.status == "True")
+        .map_or_else(|| "-".to_string(), |c| c.reason.clone());
+    PolicySummary {
+        prefill: pool(current.map(|c| c.prefill), desired.map(|d| d.prefill)),
+        decode: pool(current.map(|c| c.decode), desired.map(|d| d.decode)),
+        ttft,
+        itl: ms(observed.and_then(|o| o.itl_ms), itl_ms),
+        sla: status
+            .sla_attainment
+            .as_ref()
+            .filter(|a| a.intervals > 0)
+            .map_or_else(
+                || "-".to_string(),
+                |a| format!("{:.0}%", 100.0 * f64::from(a.met) / f64::from(a.intervals)),
+            ),
+        limited,
+    }
 }
 
 /// Whether writing `new` changes what `old` says (condition transition times aside).
@@ -247,6 +312,64 @@ mod tests {
             Some(&second),
             &next(Some(&second), Some(1), &quiet, now())
         ));
+    }
+
+    #[test]
+    fn the_summary_shows_serving_over_decided_observed_over_target_and_the_share_met() {
+        let pools = |prefill, decode| PoolReplicas {
+            prefill,
+            decode,
+            workers: None,
+        };
+        let interval = Outcome {
+            conditions: vec![scaling_limited(&[Limit::MaxReplicas {
+                pool: Pool::Prefill,
+                needed: 9,
+                max: 4,
+            }])],
+            desired: Some(pools(4, 2)),
+            current: Some(pools(3, 2)),
+            observed: Some(ObservedLoad {
+                ttft_ms: Some(312.4),
+                itl_ms: Some(7.25),
+                ttft_percentile_ms: Some(845.0),
+                ttft_percentile: Some(90.0),
+                ..ObservedLoad::default()
+            }),
+            ticked: true,
+            attainment: Some((12, 9)),
+            targets: Some((500.0, 50.0, None)),
+            ..Outcome::default()
+        };
+        let status = next(None, Some(1), &interval, now());
+        let summary = status.summary.clone().unwrap();
+        assert_eq!(
+            (summary.prefill.as_str(), summary.decode.as_str()),
+            ("3/4", "2/2")
+        );
+        assert_eq!(
+            (summary.ttft.as_str(), summary.itl.as_str()),
+            ("312/500ms", "7.2/50ms")
+        );
+        assert_eq!(
+            (summary.sla.as_str(), summary.limited.as_str()),
+            ("75%", "MaxReplicas")
+        );
+        assert_eq!(
+            status.sla_attainment,
+            Some(SlaAttainment {
+                intervals: 12,
+                met: 9
+            })
+        );
+        // A percentile target shows the observed percentile; before traffic, dashes.
+        let percentile = summary(&status, (1000.0, 50.0, Some(90.0)));
+        assert_eq!(percentile.ttft, "p90 845/1000ms");
+        let empty = summary(&PlannerPolicyStatus::default(), (500.0, 50.0, None));
+        assert_eq!(
+            (empty.prefill, empty.ttft, empty.sla, empty.limited),
+            ("-/-".into(), "-/500ms".into(), "-".into(), "-".into())
+        );
     }
 
     #[test]
