@@ -316,9 +316,48 @@ fn prepare_profile(args: &DynamoBedArgs, npz: &Path) -> Result<u64, BedError> {
     Ok((kv_tokens / f64::from(args.block_size)).floor().max(1.0) as u64)
 }
 
-/// Runs the bed until SIGTERM or Ctrl-C, then stops every process it started.
+/// Runs the bed until SIGTERM or Ctrl-C, then stops every process it started. Its stages:
+/// check the settings, prepare the work directory, serve the endpoints and start the load,
+/// follow the pods until a signal, shut down.
 pub async fn run(args: DynamoBedArgs) -> Result<(), BedError> {
-    // Inputs: settings, work directory, profile tables, trace.
+    check_settings(&args)?;
+    let prepared = prepare(&args)?;
+    let pods = graph_pods(&args).await?;
+    let endpoints = serve(&args).await?;
+    let (frontends_tx, frontends_rx) = watch::channel(Vec::new());
+    let load = start_load(&args, prepared.arrivals, &endpoints, frontends_rx);
+    let mut supervisor = Supervisor::new(Launcher {
+        python: args.python.clone(),
+        model_dir: args.model_dir.clone(),
+        model: args.model.clone(),
+        profile_npz: prepared.npz,
+        kv_blocks: prepared.kv_blocks,
+        block_size: args.block_size,
+        speedup_ratio: args.speedup_ratio,
+        startup: Duration::from_secs_f64(args.engine_startup_s),
+        discovery_dir: prepared.discovery_dir,
+        log_dir: prepared.log_dir,
+        dynamo_log: args.dynamo_log.clone(),
+        system_ports: args.system_ports,
+        stop_grace: Duration::from_secs_f64(args.stop_grace_s),
+    });
+    let mut follow = Follow {
+        pods,
+        selector: format!("{LABEL_GRAPH}={}", args.dgd),
+        targets_file: &prepared.targets_file,
+        frontends: frontends_tx,
+        last_targets: String::new(),
+        last_report: std::time::Instant::now(),
+    };
+    follow
+        .until_signal(&mut supervisor, &endpoints, args.poll_interval_s)
+        .await?;
+    shutdown(endpoints, load, supervisor, &prepared.targets_file).await;
+    Ok(())
+}
+
+/// Every number in range, and Dynamo's Python and model where they are expected.
+fn check_settings(args: &DynamoBedArgs) -> Result<(), BedError> {
     for (flag, value) in [
         ("--speedup-ratio", args.speedup_ratio),
         ("--speedup", args.load.speedup),
@@ -354,6 +393,22 @@ pub async fn run(args: DynamoBedArgs) -> Result<(), BedError> {
             args.model_dir.display()
         )));
     }
+    Ok(())
+}
+
+/// What the bed reads and writes before it starts anything.
+struct Prepared {
+    discovery_dir: PathBuf,
+    log_dir: PathBuf,
+    npz: PathBuf,
+    kv_blocks: u64,
+    arrivals: Option<Arrivals>,
+    targets_file: PathBuf,
+}
+
+/// The work directory, the profile tables, the trace, an empty targets file and, when asked
+/// for, the Prometheus configuration.
+fn prepare(args: &DynamoBedArgs) -> Result<Prepared, BedError> {
     let discovery_dir = args.workdir.join("discovery");
     let log_dir = args.workdir.join("logs");
     for dir in [&discovery_dir, &log_dir] {
@@ -363,7 +418,7 @@ pub async fn run(args: DynamoBedArgs) -> Result<(), BedError> {
         })?;
     }
     let npz = args.workdir.join("profile.npz");
-    let kv_blocks = prepare_profile(&args, &npz)?;
+    let kv_blocks = prepare_profile(args, &npz)?;
     let arrivals = match &args.trace {
         Some(path) => Some(Arrivals::new(
             trace::load(path).map_err(|e| BedError::Input(e.to_string()))?,
@@ -392,16 +447,38 @@ pub async fn run(args: DynamoBedArgs) -> Result<(), BedError> {
             ),
         )?;
     }
+    Ok(Prepared {
+        discovery_dir,
+        log_dir,
+        npz,
+        kv_blocks,
+        arrivals,
+        targets_file,
+    })
+}
 
-    // The graph's pods.
+/// The API of the graph's pods (the `--namespace`, else the kubeconfig's).
+async fn graph_pods(args: &DynamoBedArgs) -> Result<Api<Pod>, BedError> {
     let client = Client::try_default().await.map_err(BedError::Client)?;
-    let pods: Api<Pod> = match &args.namespace {
+    Ok(match &args.namespace {
         Some(ns) => Api::namespaced(client, ns),
         None => Api::default_namespaced(client),
-    };
-    let selector = format!("{LABEL_GRAPH}={}", args.dgd);
+    })
+}
 
-    // Status and control.
+/// The status and control endpoints, serving, and what they share with the bed.
+struct Endpoints {
+    status: Arc<Mutex<BedStatus>>,
+    rate_scale: Arc<AtomicU64>,
+    stats: Arc<LoadStats>,
+    stop_tx: watch::Sender<bool>,
+    stop_rx: watch::Receiver<bool>,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+/// Binds `--listen` and serves `/status`, `/healthz` and the rate-scale control until the
+/// stop signal.
+async fn serve(args: &DynamoBedArgs) -> Result<Endpoints, BedError> {
     let rate_scale = Arc::new(AtomicU64::new(args.load.rate_scale.to_bits()));
     let stats = Arc::new(LoadStats::new());
     let status = Arc::new(Mutex::new(BedStatus {
@@ -437,10 +514,25 @@ pub async fn run(args: DynamoBedArgs) -> Result<(), BedError> {
             .await
     });
     info!(addr = %args.listen, dgd = %args.dgd, workdir = %args.workdir.display(), "Dynamo test bed serving");
+    Ok(Endpoints {
+        status,
+        rate_scale,
+        stats,
+        stop_tx,
+        stop_rx,
+        server,
+    })
+}
 
-    // The load generator.
-    let (frontends_tx, frontends_rx) = watch::channel(Vec::new());
-    let load = arrivals.map(|arrivals| {
+/// The load generator over the trace, sending to the frontends it is told of; none without a
+/// trace.
+fn start_load(
+    args: &DynamoBedArgs,
+    arrivals: Option<Arrivals>,
+    endpoints: &Endpoints,
+    frontends: watch::Receiver<Vec<SocketAddr>>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    arrivals.map(|arrivals| {
         tokio::spawn(load::run(
             arrivals,
             LoadSettings {
@@ -449,41 +541,54 @@ pub async fn run(args: DynamoBedArgs) -> Result<(), BedError> {
                 max_in_flight: args.max_in_flight.max(1),
                 timeout: Duration::from_secs_f64(args.request_timeout_s.max(1.0)),
             },
-            rate_scale.clone(),
-            frontends_rx,
-            stats.clone(),
-            stop_rx.clone(),
+            endpoints.rate_scale.clone(),
+            frontends,
+            endpoints.stats.clone(),
+            endpoints.stop_rx.clone(),
         ))
-    });
+    })
+}
 
-    // The processes, following the pods.
-    let mut supervisor = Supervisor::new(Launcher {
-        python: args.python.clone(),
-        model_dir: args.model_dir.clone(),
-        model: args.model.clone(),
-        profile_npz: npz,
-        kv_blocks,
-        block_size: args.block_size,
-        speedup_ratio: args.speedup_ratio,
-        startup: Duration::from_secs_f64(args.engine_startup_s),
-        discovery_dir,
-        log_dir,
-        dynamo_log: args.dynamo_log.clone(),
-        system_ports: args.system_ports,
-        stop_grace: Duration::from_secs_f64(args.stop_grace_s),
-    });
-    let mut ticker = tokio::time::interval(Duration::from_secs_f64(args.poll_interval_s));
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let mut last_targets = String::new();
-    let mut last_report = std::time::Instant::now();
-    let signal = wait_for_signal();
-    tokio::pin!(signal);
-    loop {
-        tokio::select! {
-            _ = ticker.tick() => {}
-            () = &mut signal => break,
+/// The processes following the pods: what each poll reads and writes.
+struct Follow<'a> {
+    pods: Api<Pod>,
+    selector: String,
+    targets_file: &'a Path,
+    frontends: watch::Sender<Vec<SocketAddr>>,
+    last_targets: String,
+    last_report: std::time::Instant,
+}
+
+impl Follow<'_> {
+    /// Polls every `poll_interval_s` until SIGTERM or Ctrl-C.
+    async fn until_signal(
+        &mut self,
+        supervisor: &mut Supervisor,
+        endpoints: &Endpoints,
+        poll_interval_s: f64,
+    ) -> Result<(), BedError> {
+        let mut ticker = tokio::time::interval(Duration::from_secs_f64(poll_interval_s));
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let signal = wait_for_signal();
+        tokio::pin!(signal);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {}
+                () = &mut signal => return Ok(()),
+            }
+            self.poll(supervisor, endpoints).await?;
         }
-        match pods.list(&ListParams::default().labels(&selector)).await {
+    }
+
+    /// One look at the pods: the processes reconciled with them, the load generator told of
+    /// the frontends, the targets file rewritten when it changed, a log line every 10 s and
+    /// the status updated.
+    async fn poll(&mut self, supervisor: &mut Supervisor, endpoints: &Endpoints) -> Result<(), BedError> {
+        match self
+            .pods
+            .list(&ListParams::default().labels(&self.selector))
+            .await
+        {
             Ok(list) => supervisor.reconcile(replicas(&list.items)),
             // An API blip stops nothing: the processes keep serving as the pods would.
             Err(error) => {
@@ -491,20 +596,20 @@ pub async fn run(args: DynamoBedArgs) -> Result<(), BedError> {
                 supervisor.keep();
             }
         }
-        frontends_tx.send_if_modified(|current| {
+        self.frontends.send_if_modified(|current| {
             let next = supervisor.frontends();
             let changed = *current != next;
             *current = next;
             changed
         });
         let targets = serde_json::to_string_pretty(&supervisor.targets()).unwrap_or_else(|_| "[]".into());
-        if targets != last_targets {
-            write(&targets_file, &targets)?;
-            last_targets = targets;
+        if targets != self.last_targets {
+            write(self.targets_file, &targets)?;
+            self.last_targets = targets;
         }
-        if last_report.elapsed() >= Duration::from_secs(10) {
-            last_report = std::time::Instant::now();
-            let load = stats.status();
+        if self.last_report.elapsed() >= Duration::from_secs(10) {
+            self.last_report = std::time::Instant::now();
+            let load = endpoints.stats.status();
             let (prefill, decode, workers) = supervisor.running_engines();
             info!(
                 prefill,
@@ -519,7 +624,7 @@ pub async fn run(args: DynamoBedArgs) -> Result<(), BedError> {
                 "running"
             );
         }
-        if let Ok(mut status) = status.lock() {
+        if let Ok(mut status) = endpoints.status.lock() {
             let (cpu_s, peak_rss_bytes) = supervisor.cost();
             status.processes = supervisor.status();
             (status.prefill, status.decode, status.workers) = supervisor.running_engines();
@@ -528,17 +633,25 @@ pub async fn run(args: DynamoBedArgs) -> Result<(), BedError> {
             status.cpu_s = cpu_s;
             status.peak_rss_bytes = peak_rss_bytes;
         }
+        Ok(())
     }
+}
 
-    // Shutdown: no more requests, then every process, then the endpoints.
+/// No more requests, then every process, then the endpoints; logs what the run cost.
+async fn shutdown(
+    endpoints: Endpoints,
+    load: Option<tokio::task::JoinHandle<()>>,
+    mut supervisor: Supervisor,
+    targets_file: &Path,
+) {
     info!("stopping");
-    let _ = stop_tx.send(true);
+    let _ = endpoints.stop_tx.send(true);
     if let Some(load) = load {
         let _ = load.await;
     }
     supervisor.shutdown().await;
     let (cpu_s, peak_rss_bytes) = supervisor.cost();
-    let load = stats.status();
+    let load = endpoints.stats.status();
     info!(
         sent = load.sent,
         completed = load.completed,
@@ -549,9 +662,8 @@ pub async fn run(args: DynamoBedArgs) -> Result<(), BedError> {
         peak_rss_mib = peak_rss_bytes / (1 << 20),
         "every process stopped"
     );
-    let _ = write(&targets_file, "[]\n");
-    let _ = server.await;
-    Ok(())
+    let _ = write(targets_file, "[]\n");
+    let _ = endpoints.server.await;
 }
 
 #[cfg(test)]
