@@ -606,7 +606,7 @@ fn read_graphs(args: &BudgetArgs, file: &BudgetFile) -> Result<ReadGraphs, Budge
         sources.push(format!(
             "`{}` ({}) at k={}, SLA {} ms / {} ms, priority {}, weight {}{}",
             entry.name,
-            entry.path.display(),
+            super::command::trace_file(&entry.path),
             entry.rate_scale,
             entry.ttft_ms,
             entry.itl_ms,

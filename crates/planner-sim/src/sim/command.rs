@@ -23,7 +23,10 @@ use super::{
     compare,
     latency::{EngineSpec, LatencyModel},
     parallel_map,
-    plot::Figure,
+    plot::{
+        Figure, Point, Tradeoff,
+        tradeoff::{Panel, without_twins},
+    },
     policy::PolicySpec,
     report,
     run::{RunResult, SimConfig},
@@ -337,11 +340,13 @@ impl OverviewCell {
 /// Per run (name), per policy.
 pub(crate) type Overview = Vec<(String, Vec<OverviewCell>)>;
 
-/// The overview of every run at one scale-up delay, with each run's load shape.
+/// The overview of every run at one scale-up delay, with each run's load shape and the links
+/// to its trade-off figure.
 struct DelayOverview {
     delay_s: f64,
     runs: Overview,
     shapes: Vec<LoadShape>,
+    figure: String,
 }
 
 /// The policy the scorecard judges (the default `mode: sla` with the default predictor) and
@@ -624,10 +629,16 @@ fn report_comparisons(
             delay_s,
             runs: Vec::new(),
             shapes: Vec::new(),
+            figure: String::new(),
         })
         .collect();
     for c in comparisons {
         report_run(args, setup, c, &mut out, &mut markdown, &mut overviews)?;
+    }
+    if !args.no_plots {
+        for overview in &mut overviews {
+            overview.figure = summary_figure(args, overview, &mut out)?;
+        }
     }
     let total = started.elapsed().as_secs_f64();
     let _ = writeln!(out, "total: {total:.1} s on {} threads", setup.jobs);
@@ -690,29 +701,17 @@ fn report_run(
             job.name,
             k_label(c.k)
         );
-        let mut figure_links = String::new();
-        if !args.no_plots {
-            let figure = Figure {
-                title: title.clone(),
-                results: &c.results,
-                sla: job.sla,
-                interval_s: args.interval_s,
-            };
-            let (png, svg) = figure
-                .write(&args.out, &stem)
-                .map_err(|e| SimulateError::Output(e.to_string()))?;
-            let _ = writeln!(out, "figures: {} {}\n", png.display(), svg.display());
-            if let Some(report_path) = &args.report {
-                let rel = |p: &Path| relative(p, report_path.parent().unwrap_or(Path::new(".")));
-                figure_links = format!("![{stem}]({})\n\n[SVG]({})\n\n", rel(&png), rel(&svg));
-            }
-        }
+        let figure_links = if args.no_plots {
+            String::new()
+        } else {
+            run_figures(args, &title, &stem, job, c, out)?
+        };
         let _ = write!(
             markdown,
             "### {} at k={}\n\n`{}`, {} requests, SLA TTFT {} ms / ITL {} ms; simulated in {:.1} s.\n\n{}\n{}",
             job.name,
             k_label(c.k),
-            job.path.display(),
+            trace_file(&job.path),
             c.requests,
             job.sla.ttft_ms,
             job.sla.itl_ms,
@@ -734,6 +733,135 @@ fn report_run(
             .collect(),
     ));
     Ok(())
+}
+
+/// A trace as the reports name it: its file name (the path it was read from depends on where
+/// the command ran).
+pub(crate) fn trace_file(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
+
+/// The trade-off points of one run: every policy's GPU-hours over the oracle's and share of
+/// intervals meeting the SLA.
+fn tradeoff_points(cells: &[OverviewCell]) -> Vec<Point> {
+    without_twins(
+        cells
+            .iter()
+            .map(|c| Point {
+                policy: c.policy.clone(),
+                cost: c.ratio,
+                met: c.interval_attainment,
+            })
+            .collect(),
+    )
+}
+
+/// One run's timeline and trade-off figures; returns the report's links to them.
+fn run_figures(
+    args: &SimulateArgs,
+    title: &str,
+    stem: &str,
+    job: &TraceJob,
+    c: &Comparison,
+    out: &mut String,
+) -> Result<String, SimulateError> {
+    let output = |e: super::plot::PlotError| SimulateError::Output(e.to_string());
+    let timeline = Figure {
+        title: title.to_string(),
+        results: &c.results,
+        sla: job.sla,
+        interval_s: args.interval_s,
+    };
+    let (png, svg) = timeline.write(&args.out, stem).map_err(output)?;
+    let oracle = c
+        .results
+        .iter()
+        .find(|r| r.policy == "oracle")
+        .map_or(0.0, |r| r.summary.gpu_hours);
+    let cells: Vec<OverviewCell> = c
+        .results
+        .iter()
+        .map(|r| OverviewCell::of(r, oracle, &job.sla))
+        .collect();
+    let tradeoff = Tradeoff {
+        title: format!("{title}: GPU-hours against intervals meeting the SLA"),
+        panels: vec![Panel {
+            title: format!("{} k={}", job.name, k_label(c.k)),
+            points: tradeoff_points(&cells),
+        }],
+        bar: Some((SCORE_COST, SCORE_INTERVALS)),
+    };
+    let (trade_png, trade_svg) = tradeoff
+        .write(&args.out, &format!("{stem}-tradeoff"))
+        .map_err(output)?;
+    let _ = writeln!(
+        out,
+        "figures: {} {} {} {}\n",
+        png.display(),
+        svg.display(),
+        trade_png.display(),
+        trade_svg.display()
+    );
+    let Some(report_path) = &args.report else {
+        return Ok(String::new());
+    };
+    let rel = |p: &Path| relative(p, report_path.parent().unwrap_or(Path::new(".")));
+    Ok(format!(
+        "![{stem}]({}) ![{stem}-tradeoff]({})\n\n[timeline SVG]({}), [trade-off SVG]({})\n\n",
+        rel(&png),
+        rel(&trade_png),
+        rel(&svg),
+        rel(&trade_svg)
+    ))
+}
+
+/// The trade-off figure of every run at one delay (small multiples); returns the report's
+/// link to it (empty without runs).
+fn summary_figure(
+    args: &SimulateArgs,
+    overview: &DelayOverview,
+    out: &mut String,
+) -> Result<String, SimulateError> {
+    if overview.runs.is_empty() {
+        return Ok(String::new());
+    }
+    let kind = if args.aggregated {
+        "aggregated engines"
+    } else {
+        "disaggregated prefill and decode"
+    };
+    let figure = Tradeoff {
+        title: format!(
+            "Every run at a {} s scale-up delay ({kind}): GPU-hours against intervals meeting the SLA",
+            overview.delay_s
+        ),
+        panels: overview
+            .runs
+            .iter()
+            .map(|(run, cells)| Panel {
+                title: run.clone(),
+                points: tradeoff_points(cells),
+            })
+            .collect(),
+        bar: Some((SCORE_COST, SCORE_INTERVALS)),
+    };
+    let stem = format!(
+        "{}tradeoff-{}s",
+        if args.aggregated { "agg-" } else { "" },
+        k_label(overview.delay_s)
+    );
+    let (png, svg) = figure
+        .write(&args.out, &stem)
+        .map_err(|e| SimulateError::Output(e.to_string()))?;
+    let _ = writeln!(out, "figures: {} {}", png.display(), svg.display());
+    let Some(report_path) = &args.report else {
+        return Ok(String::new());
+    };
+    let rel = |p: &Path| relative(p, report_path.parent().unwrap_or(Path::new(".")));
+    Ok(format!("![{stem}]({})\n\n[SVG]({})\n\n", rel(&png), rel(&svg)))
 }
 
 /// Writes the report (`append`: one level down, after what the file holds).
@@ -862,8 +990,9 @@ fn render_report(
          90th-percentile TTFT met the target (and mean ITL did); **p90 TTFT**: over all requests.\n"
     );
     if let Some(first) = overviews.first() {
-        md.push_str(&overview_tables(&first.runs, "", "oracle"));
         md.push_str(&scorecard(&first.runs, &first.shapes, ""));
+        md.push_str(&first.figure);
+        md.push_str(&overview_tables(&first.runs, "", "oracle"));
     }
     for other in overviews.iter().skip(1) {
         let _ = writeln!(
@@ -871,75 +1000,81 @@ fn render_report(
             "## At a {} s scale-up delay\n\nThe same runs with replicas serving {} s after they are asked for.\n",
             other.delay_s, other.delay_s
         );
-        md.push_str(&overview_tables(&other.runs, "#", "oracle"));
         md.push_str(&scorecard(&other.runs, &other.shapes, "#"));
+        md.push_str(&other.figure);
+        md.push_str(&overview_tables(&other.runs, "#", "oracle"));
     }
     let _ = writeln!(md, "## Runs\n\n{sections}");
     md
 }
 
 /// The overview and tail tables of one set of runs; `deeper` is prepended to their headings.
+/// A policy whose cells equal an earlier policy's in every run is shown once (said under the
+/// table).
 pub(crate) fn overview_tables(overview: &Overview, deeper: &str, reference: &str) -> String {
     let mut md = String::new();
-    if let Some((_, first)) = overview.first() {
-        type Table = (String, fn(&OverviewCell) -> String);
-        let tables: [Table; 2] = [
-            (
+    let Some((_, first)) = overview.first() else {
+        return md;
+    };
+    type Table = (String, fn(&OverviewCell) -> String);
+    let tables: [Table; 2] = [
+        (
+            format!(
+                "## Overview: GPU-hours vs {reference} / intervals meeting the SLA / requests meeting it\n"
+            ),
+            |c| {
                 format!(
-                    "## Overview: GPU-hours vs {reference} / intervals meeting the SLA / requests meeting it\n"
-                ),
-                |c| {
-                    let ratio = if c.ratio.is_finite() {
-                        format!("{:.2}x", c.ratio)
-                    } else {
-                        "-".into()
-                    };
-                    format!(
-                        "{ratio} / {:.0}% / {:.0}%",
-                        c.interval_attainment * 100.0,
-                        c.request_attainment * 100.0
-                    )
-                },
-            ),
-            (
-                "## Tail: 90th-percentile TTFT of all requests / TTFT target, and intervals whose \
-                 arrivals' 90th-percentile TTFT met the target (and whose mean ITL did)\n"
-                    .to_string(),
-                |c| {
-                    let ratio = if c.p90_ratio.is_finite() {
-                        format!("{:.2}x", c.p90_ratio)
-                    } else {
-                        "inf".into()
-                    };
-                    format!("{ratio} / {:.0}%", c.p90_attainment * 100.0)
-                },
-            ),
-        ];
-        for (title, cell) in tables {
-            let _ = writeln!(md, "{deeper}{title}");
-            let _ = write!(md, "| policy |");
-            for (run, _) in overview {
-                let _ = write!(md, " {run} |");
-            }
-            let _ = write!(md, "\n|---|");
-            for _ in overview {
-                let _ = write!(md, "---:|");
-            }
-            md.push('\n');
-            for (i, row) in first.iter().enumerate() {
-                let _ = write!(md, "| {} |", row.policy);
-                for (_, cells) in overview {
-                    match cells.get(i) {
-                        Some(c) => {
-                            let _ = write!(md, " {} |", cell(c));
-                        }
-                        None => md.push_str(" |"),
-                    }
-                }
-                md.push('\n');
-            }
-            md.push('\n');
+                    "{} / {} / {}",
+                    report::ratio(c.ratio),
+                    report::share(c.interval_attainment),
+                    report::share(c.request_attainment)
+                )
+            },
+        ),
+        (
+            "## Tail: 90th-percentile TTFT of all requests / TTFT target, and intervals whose \
+             arrivals' 90th-percentile TTFT met the target (and whose mean ITL did)\n\n\
+             `inf`: more than a tenth of the run's requests never got a first token before the \
+             run ended.\n"
+                .to_string(),
+            |c| {
+                let ratio = if c.p90_ratio.is_finite() {
+                    format!("{:.2}x", c.p90_ratio)
+                } else {
+                    "inf".into()
+                };
+                format!("{ratio} / {}", report::share(c.p90_attainment))
+            },
+        ),
+    ];
+    for (title, cell) in tables {
+        let _ = writeln!(md, "{deeper}{title}");
+        let _ = write!(md, "| policy |");
+        for (run, _) in overview {
+            let _ = write!(md, " {run} |");
         }
+        let _ = write!(md, "\n|---|");
+        for _ in overview {
+            let _ = write!(md, "---:|");
+        }
+        md.push('\n');
+        let rows: Vec<(String, Vec<String>)> = first
+            .iter()
+            .enumerate()
+            .map(|(i, row)| {
+                let cells = overview
+                    .iter()
+                    .map(|(_, cells)| cells.get(i).map_or_else(String::new, cell))
+                    .collect();
+                (row.policy.clone(), cells)
+            })
+            .collect();
+        let (kept, same) = report::collapse(rows);
+        for (policy, cells) in kept {
+            let _ = writeln!(md, "| {policy} | {} |", cells.join(" | "));
+        }
+        md.push_str(&report::same_note(&same));
+        md.push('\n');
     }
     md
 }
@@ -999,7 +1134,13 @@ fn scorecard(overview: &Overview, shapes: &[LoadShape], deeper: &str) -> String 
         if meets {
             good += 1;
         }
-        let cell = |c: &OverviewCell| format!("{:.2}x / {:.0}%", c.ratio, c.interval_attainment * 100.0);
+        let cell = |c: &OverviewCell| {
+            format!(
+                "{} / {}",
+                report::ratio(c.ratio),
+                report::share(c.interval_attainment)
+            )
+        };
         let _ = writeln!(
             md,
             "| {run} | {} | {} | {verdict} | {} | {:.1}x / {:.1}x |",

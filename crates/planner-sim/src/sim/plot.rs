@@ -1,8 +1,16 @@
-//! Figures of a comparison: arriving load, GPUs asked for, and the cohort TTFT and ITL
-//! against the SLA, per interval, one line per policy. Rendered with plotters to PNG (bitmap
-//! backend, DejaVu Sans embedded through ab_glyph: no system fonts) and SVG.
+//! Figures of a comparison, rendered with plotters to PNG (bitmap backend, DejaVu Sans embedded
+//! through ab_glyph: no system fonts) and SVG:
+//! - [`Figure`] ([`timeline`]): one run over time: arriving load, GPUs asked for, and the cohort
+//!   TTFT and ITL against the SLA, for the oracle, the default policy, the HPA and the fixed pool.
+//! - [`Tradeoff`] ([`tradeoff`]): GPU-hours against the share of intervals meeting the SLA, one
+//!   point per policy, for one run or for every run of a comparison as small multiples.
+//!
+//! Every policy has one colour, chosen by its name ([`colour`]), in every figure.
 
-use std::path::Path;
+pub mod timeline;
+pub mod tradeoff;
+
+use std::path::{Path, PathBuf};
 
 use plotters::{
     coord::Shift,
@@ -10,9 +18,10 @@ use plotters::{
     style::{FontStyle, register_font},
 };
 
-use planner_core::sla::SlaTargets;
-
-use super::run::RunResult;
+pub use self::{
+    timeline::Figure,
+    tradeoff::{Point, Tradeoff},
+};
 
 /// Why a figure could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -41,9 +50,13 @@ pub enum PlotError {
     },
 }
 
-const FONT: &str = "sans-serif";
-const WIDTH: u32 = 1400;
-const HEIGHT: u32 = 1500;
+pub(crate) const FONT: &str = "sans-serif";
+
+pub(crate) type DrawResult<T> = Result<T, PlotError>;
+
+pub(crate) fn draw_error<E: std::fmt::Debug>(e: E) -> PlotError {
+    PlotError::Draw(format!("{e:?}"))
+}
 
 fn ensure_font() -> Result<(), PlotError> {
     static REGISTERED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -52,345 +65,369 @@ fn ensure_font() -> Result<(), PlotError> {
     if ok { Ok(()) } else { Err(PlotError::Font) }
 }
 
-/// A line colour per policy, the oracle in black.
-fn colour(index: usize, policy: &str) -> RGBColor {
-    const PALETTE: [RGBColor; 12] = [
-        RGBColor(31, 119, 180),
-        RGBColor(255, 127, 14),
-        RGBColor(44, 160, 44),
-        RGBColor(214, 39, 40),
-        RGBColor(148, 103, 189),
-        RGBColor(140, 86, 75),
-        RGBColor(227, 119, 194),
-        RGBColor(127, 127, 127),
-        RGBColor(188, 189, 34),
-        RGBColor(23, 190, 207),
-        RGBColor(174, 199, 232),
-        RGBColor(255, 187, 120),
-    ];
-    if policy == "oracle" {
-        BLACK
-    } else {
-        PALETTE[index % PALETTE.len()]
-    }
-}
+/// The policies the timelines draw (the others are in the tables and the trade-off figures):
+/// the lower bound, the default policy, the HPA baseline and the fixed pool sized for the peak.
+pub const TIMELINE_POLICIES: [&str; 4] = ["oracle", "sla-arima", "hpa", "fixed-peak"];
 
-/// What the figure shows.
-pub struct Figure<'a> {
-    /// Title (trace, rate scale, profile).
-    pub title: String,
-    /// The runs (the oracle among them).
-    pub results: &'a [RunResult],
-    /// Targets drawn as dashed lines.
-    pub sla: SlaTargets,
-    /// Interval length (s), for the request rate.
-    pub interval_s: f64,
-}
+/// Colours of policies no entry of [`colour`] names, picked by a hash of the name.
+const SPARE: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(23, 190, 207),
+];
 
-type DrawResult<T> = Result<T, PlotError>;
-
-fn draw_error<E: std::fmt::Debug>(e: E) -> PlotError {
-    PlotError::Draw(format!("{e:?}"))
-}
-
-/// Segments of consecutive finite points (a NaN breaks the line).
-fn segments(points: impl Iterator<Item = (f64, f64)>) -> Vec<Vec<(f64, f64)>> {
-    let mut out: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
-    for (x, y) in points {
-        if y.is_finite() {
-            if let Some(last) = out.last_mut() {
-                last.push((x, y));
+/// A policy's colour, by its name: the same in every figure whatever the policies around it.
+/// The four a timeline draws are Okabe-Ito colours (distinguishable with every common colour
+/// vision deficiency): the oracle black, `sla-arima` blue, `hpa` vermillion, `fixed-peak`
+/// bluish green. The other Okabe-Ito hues go to the other baselines, shades of blue to the
+/// other `sla-*` predictors, earth tones to upstream's formulas and greens and reds to their
+/// `-u70` variants (trade-off figures also label every point); a `-nocorr` variant is its
+/// parent's colour lightened.
+pub fn colour(policy: &str) -> RGBColor {
+    match policy {
+        "oracle" => RGBColor(0, 0, 0),
+        "sla-arima" => RGBColor(0, 114, 178),
+        "hpa" => RGBColor(213, 94, 0),
+        "fixed-peak" => RGBColor(0, 158, 115),
+        "load-based" => RGBColor(204, 121, 167),
+        "perfect-prediction" => RGBColor(230, 159, 0),
+        "sla-constant" => RGBColor(86, 180, 233),
+        "sla-kalman" => RGBColor(29, 53, 110),
+        "sla-prophet" => RGBColor(117, 112, 179),
+        "upstream-constant" => RGBColor(140, 86, 75),
+        "upstream-arima" => RGBColor(166, 118, 29),
+        "upstream-kalman" => RGBColor(110, 110, 110),
+        "upstream-prophet" => RGBColor(84, 48, 5),
+        "upstream-constant-u70" => RGBColor(161, 161, 20),
+        "upstream-arima-u70" => RGBColor(77, 146, 33),
+        "upstream-kalman-u70" => RGBColor(128, 20, 60),
+        "upstream-prophet-u70" => RGBColor(240, 200, 0),
+        // Dynamo's offline replay.
+        "sla-arima-capped" => RGBColor(107, 174, 214),
+        "oracle-schedule" => RGBColor(90, 90, 90),
+        "dynamo-throughput" => RGBColor(118, 185, 0),
+        "dynamo-latency" => RGBColor(60, 100, 0),
+        "dynamo-load" => RGBColor(184, 134, 11),
+        other => match other.find("-nocorr") {
+            Some(at) => {
+                let parent = format!("{}{}", &other[..at], &other[at + "-nocorr".len()..]);
+                lighten(colour(&parent), 0.45)
             }
-        } else if out.last().is_some_and(|s| !s.is_empty()) {
-            out.push(Vec::new());
-        }
+            None => SPARE[(fnv1a(other) % SPARE.len() as u64) as usize],
+        },
     }
-    out.retain(|s| !s.is_empty());
-    out
 }
 
-impl Figure<'_> {
-    fn minutes(&self) -> f64 {
-        self.results
-            .iter()
-            .filter_map(|r| r.intervals.last())
-            .map(|i| (i.start_s + self.interval_s) / 60.0)
-            .fold(1.0, f64::max)
-    }
+fn lighten(c: RGBColor, by: f64) -> RGBColor {
+    let mix = |v: u8| (f64::from(v) + (255.0 - f64::from(v)) * by).round() as u8;
+    RGBColor(mix(c.0), mix(c.1), mix(c.2))
+}
 
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<()> {
-        root.fill(&WHITE).map_err(draw_error)?;
-        let (title, body) = root.split_vertically(50);
-        title
-            .draw_text(&self.title, &(FONT, 26).into_text_style(&title), (20, 12))
-            .map_err(draw_error)?;
-        let panels = body.split_evenly((4, 1));
-        let x_max = self.minutes();
-        self.draw_load(&panels[0], x_max)?;
-        self.draw_metric(&panels[1], x_max, "GPUs asked for", |i| i.gpus, None, false, true)?;
-        self.draw_metric(
-            &panels[2],
-            x_max,
-            "TTFT of the interval's arrivals (ms, log)",
-            |i| i.ttft_ms,
-            Some(self.sla.ttft_ms),
-            true,
-            false,
-        )?;
-        self.draw_metric(
-            &panels[3],
-            x_max,
-            "ITL of the interval's arrivals (ms)",
-            |i| i.itl_ms,
-            Some(self.sla.itl_ms),
-            false,
-            false,
-        )?;
-        root.present().map_err(draw_error)
-    }
+fn fnv1a(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
 
-    fn draw_load<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>, x_max: f64) -> DrawResult<()> {
-        let Some(run) = self.results.first() else {
-            return Ok(());
+/// A tick label: `1k`, `20k` rather than `1000.0`, `20000.0`; whole numbers without decimals,
+/// others with the fewest decimals (at most two) that show them.
+pub fn tick(value: f64) -> String {
+    if !value.is_finite() {
+        return String::new();
+    }
+    let trim = |text: String| {
+        if text.contains('.') {
+            text.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            text
+        }
+    };
+    let magnitude = value.abs();
+    if magnitude >= 1e6 {
+        format!("{}M", trim(format!("{:.1}", value / 1e6)))
+    } else if magnitude >= 1e3 {
+        format!("{}k", trim(format!("{:.1}", value / 1e3)))
+    } else if magnitude >= 10.0 {
+        format!("{value:.0}")
+    } else {
+        trim(format!("{value:.2}"))
+    }
+}
+
+/// How a legend entry is drawn.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Swatch {
+    /// A solid line of this width.
+    Line(RGBColor, u32),
+    /// A dashed line.
+    Dashed(RGBColor),
+    /// A filled circle.
+    Dot(RGBColor),
+    /// A filled triangle (a value above the axis).
+    Triangle(RGBColor),
+}
+
+impl Swatch {
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>, (x, y): (i32, i32)) -> DrawResult<()> {
+        match *self {
+            Self::Line(c, width) => area.draw(&PathElement::new(
+                vec![(x, y), (x + SWATCH_W, y)],
+                c.stroke_width(width),
+            )),
+            Self::Dashed(c) => {
+                for start in [0, 10, 20] {
+                    area.draw(&PathElement::new(
+                        vec![(x + start, y), (x + start + 6, y)],
+                        c.stroke_width(2),
+                    ))
+                    .map_err(draw_error)?;
+                }
+                Ok(())
+            }
+            Self::Dot(c) => area.draw(&Circle::new((x + SWATCH_W / 2, y), 6, c.filled())),
+            Self::Triangle(c) => area.draw(&TriangleMarker::new((x + SWATCH_W / 2, y), 7, c.filled())),
+        }
+        .map_err(draw_error)
+    }
+}
+
+const SWATCH_W: i32 = 26;
+
+/// A row-wrapped legend drawn outside the data: where each entry goes, and the height.
+pub(crate) struct Legend {
+    entries: Vec<(Swatch, String)>,
+    places: Vec<(i32, i32)>,
+    pub(crate) height: u32,
+    font: u32,
+}
+
+impl Legend {
+    /// Lays `entries` out in rows of at most `width` pixels.
+    pub(crate) fn layout<DB: DrawingBackend>(
+        area: &DrawingArea<DB, Shift>,
+        entries: Vec<(Swatch, String)>,
+        width: u32,
+        font: u32,
+    ) -> DrawResult<Self> {
+        let style = (FONT, font).into_text_style(area);
+        let row_h = font as i32 + 12;
+        let (mut x, mut y) = (0, row_h / 2);
+        let mut places = Vec::with_capacity(entries.len());
+        for (_, label) in &entries {
+            let (w, _) = area.estimate_text_size(label, &style).map_err(draw_error)?;
+            let entry_w = SWATCH_W + 8 + w as i32 + 24;
+            if x > 0 && x + entry_w > width as i32 {
+                x = 0;
+                y += row_h;
+            }
+            places.push((x, y));
+            x += entry_w;
+        }
+        let height = if entries.is_empty() {
+            0
+        } else {
+            (y + row_h / 2 + 4) as u32
         };
-        let rate: Vec<(f64, f64)> = run
-            .intervals
-            .iter()
-            .map(|i| (i.start_s / 60.0, i.arrivals as f64 / self.interval_s))
-            .collect();
-        let tokens: Vec<(f64, f64)> = run
-            .intervals
-            .iter()
-            .map(|i| {
-                let isl = if i.arrivals > 0 { i.mean_isl } else { 0.0 };
-                (
-                    i.start_s / 60.0,
-                    i.arrivals as f64 * isl / self.interval_s / 1000.0,
-                )
-            })
-            .collect();
-        let y_max = rate.iter().chain(&tokens).map(|p| p.1).fold(1.0, f64::max) * 1.1;
-        let mut chart = ChartBuilder::on(area)
-            .caption("Arriving load", (FONT, 20))
-            .margin(10)
-            .x_label_area_size(35)
-            .y_label_area_size(70)
-            .build_cartesian_2d(0.0..x_max, 0.0..y_max)
-            .map_err(draw_error)?;
-        chart
-            .configure_mesh()
-            .x_desc("minutes")
-            .light_line_style(RGBColor(242, 242, 242))
-            .label_style((FONT, 14))
-            .axis_desc_style((FONT, 15))
-            .draw()
-            .map_err(draw_error)?;
-        let step = |points: &[(f64, f64)]| -> Vec<(f64, f64)> {
-            points
-                .iter()
-                .flat_map(|&(x, y)| [(x, y), (x + self.interval_s / 60.0, y)])
-                .collect()
-        };
-        chart
-            .draw_series(LineSeries::new(step(&rate), BLUE.stroke_width(2)))
-            .map_err(draw_error)?
-            .label("requests/s")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE.stroke_width(2)));
-        chart
-            .draw_series(LineSeries::new(step(&tokens), RED.stroke_width(2)))
-            .map_err(draw_error)?
-            .label("prompt tokens/s (thousands)")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED.stroke_width(2)));
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font((FONT, 14))
-            .draw()
-            .map_err(draw_error)
+        Ok(Self {
+            entries,
+            places,
+            height,
+            font,
+        })
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn draw_metric<DB: DrawingBackend>(
+    /// Draws the legend at `origin` of `area`.
+    pub(crate) fn draw<DB: DrawingBackend>(
         &self,
         area: &DrawingArea<DB, Shift>,
-        x_max: f64,
-        caption: &str,
-        value: fn(&super::run::IntervalRecord) -> f64,
-        target: Option<f64>,
-        log: bool,
-        legend: bool,
+        origin: (i32, i32),
     ) -> DrawResult<()> {
-        let values = || {
-            self.results
-                .iter()
-                .flat_map(|r| r.intervals.iter().map(value))
-                .filter(|v| v.is_finite() && *v > 0.0)
-        };
-        let data_max = values().fold(0.0, f64::max).max(target.unwrap_or(0.0));
-        let data_min = values().fold(f64::INFINITY, f64::min);
-        // Saturated intervals are drawn at the top of the plot rather than off it.
-        let cap = match target {
-            Some(t) if log => (t * 100.0).min(data_max.max(t * 2.0)),
-            _ => data_max,
-        }
-        .max(1.0);
-        let clamp = |v: f64| if v.is_infinite() { cap } else { v.min(cap) };
-        let mut area_chart = ChartBuilder::on(area);
-        area_chart
-            .caption(caption, (FONT, 20))
-            .margin(10)
-            .x_label_area_size(35)
-            .y_label_area_size(70);
-        let x_range = 0.0..x_max;
-        macro_rules! finish {
-            ($chart:ident) => {{
-                $chart
-                    .configure_mesh()
-                    .x_desc("minutes")
-                    .light_line_style(RGBColor(242, 242, 242))
-                    .label_style((FONT, 14))
-                    .axis_desc_style((FONT, 15))
-                    .draw()
-                    .map_err(draw_error)?;
-                if let Some(t) = target {
-                    $chart
-                        .draw_series(DashedLineSeries::new(
-                            vec![(0.0, t), (x_max, t)],
-                            8,
-                            5,
-                            BLACK.stroke_width(2),
-                        ))
-                        .map_err(draw_error)?
-                        .label("SLA target")
-                        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(2)));
-                }
-                for (index, run) in self.results.iter().enumerate() {
-                    let colour = colour(index, &run.policy);
-                    let width = if run.policy == "oracle" { 3 } else { 2 };
-                    let points = run
-                        .intervals
-                        .iter()
-                        .map(|i| (i.start_s / 60.0 + self.interval_s / 120.0, value(i)))
-                        .map(|(x, y)| (x, if y.is_nan() { y } else { clamp(y) }))
-                        .map(|(x, y)| (x, if log && y <= 0.0 { f64::NAN } else { y }));
-                    let mut first = true;
-                    for segment in segments(points) {
-                        let series = $chart
-                            .draw_series(LineSeries::new(segment, colour.stroke_width(width)))
-                            .map_err(draw_error)?;
-                        if first && legend {
-                            series.label(run.policy.clone()).legend(move |(x, y)| {
-                                PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(width))
-                            });
-                        }
-                        first = false;
-                    }
-                }
-                if legend || target.is_some() {
-                    $chart
-                        .configure_series_labels()
-                        .position(SeriesLabelPosition::UpperRight)
-                        .background_style(WHITE.mix(0.85))
-                        .border_style(BLACK)
-                        .label_font((FONT, 13))
-                        .draw()
-                        .map_err(draw_error)?;
-                }
-            }};
-        }
-        if log {
-            let low = if data_min.is_finite() {
-                (data_min * 0.8).max(1e-3)
-            } else {
-                1.0
-            };
-            let mut chart = area_chart
-                .build_cartesian_2d(x_range, (low..cap * 1.2).log_scale())
+        let style = (FONT, self.font)
+            .into_text_style(area)
+            .pos(plotters::style::text_anchor::Pos::new(
+                plotters::style::text_anchor::HPos::Left,
+                plotters::style::text_anchor::VPos::Center,
+            ));
+        for ((swatch, label), (x, y)) in self.entries.iter().zip(&self.places) {
+            let (x, y) = (origin.0 + x, origin.1 + y);
+            swatch.draw(area, (x, y))?;
+            area.draw(&Text::new(label.clone(), (x + SWATCH_W + 8, y), style.clone()))
                 .map_err(draw_error)?;
-            finish!(chart);
-        } else {
-            let mut chart = area_chart
-                .build_cartesian_2d(x_range, 0.0..cap * 1.1)
-                .map_err(draw_error)?;
-            finish!(chart);
         }
         Ok(())
     }
+}
 
-    /// Writes `<stem>.png` and `<stem>.svg` in `dir`; returns their paths.
-    pub fn write(
-        &self,
-        dir: &Path,
-        stem: &str,
-    ) -> Result<(std::path::PathBuf, std::path::PathBuf), PlotError> {
-        ensure_font()?;
-        std::fs::create_dir_all(dir).map_err(|source| PlotError::Io {
-            path: dir.display().to_string(),
-            source,
-        })?;
-        let png_path = dir.join(format!("{stem}.png"));
-        let svg_path = dir.join(format!("{stem}.svg"));
-        let png = self.render_png()?;
-        std::fs::write(&png_path, png).map_err(|source| PlotError::Io {
-            path: png_path.display().to_string(),
-            source,
-        })?;
-        let svg = self.render_svg()?;
-        std::fs::write(&svg_path, svg).map_err(|source| PlotError::Io {
-            path: svg_path.display().to_string(),
-            source,
-        })?;
-        Ok((png_path, svg_path))
+/// `text` in lines of at most `width` pixels, broken after commas and semicolons.
+pub(crate) fn wrap<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    text: &str,
+    style: &TextStyle,
+    width: u32,
+) -> DrawResult<Vec<String>> {
+    let mut lines: Vec<String> = Vec::new();
+    let mut current = String::new();
+    for piece in text.split_inclusive([',', ';']) {
+        let candidate = format!("{current}{piece}");
+        let (w, _) = area
+            .estimate_text_size(candidate.trim(), style)
+            .map_err(draw_error)?;
+        if w > width && !current.trim().is_empty() {
+            lines.push(current.trim().to_string());
+            current = piece.to_string();
+        } else {
+            current = candidate;
+        }
     }
+    if !current.trim().is_empty() {
+        lines.push(current.trim().to_string());
+    }
+    Ok(lines)
+}
 
-    /// The figure as PNG bytes.
-    pub fn render_png(&self) -> Result<Vec<u8>, PlotError> {
-        ensure_font()?;
-        let mut pixels = vec![0u8; (WIDTH * HEIGHT * 3) as usize];
-        {
-            let root = BitMapBackend::with_buffer(&mut pixels, (WIDTH, HEIGHT)).into_drawing_area();
-            self.draw(&root)?;
-        }
-        let mut bytes = Vec::new();
-        let encode = |e: png::EncodingError| PlotError::Encode {
-            path: "PNG".into(),
-            reason: e.to_string(),
-        };
-        {
-            let mut encoder = png::Encoder::new(&mut bytes, WIDTH, HEIGHT);
-            encoder.set_color(png::ColorType::Rgb);
-            encoder.set_depth(png::BitDepth::Eight);
-            encoder.set_compression(png::Compression::High);
-            let mut writer = encoder.write_header().map_err(encode)?;
-            writer.write_image_data(&pixels).map_err(encode)?;
-            writer.finish().map_err(encode)?;
-        }
-        Ok(bytes)
+/// Draws a title of one or more lines; returns the height it took.
+pub(crate) fn draw_title<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    lines: &[String],
+    font: u32,
+    origin: (i32, i32),
+) -> DrawResult<i32> {
+    let style = (FONT, font).into_text_style(area);
+    let line_h = font as i32 + 8;
+    for (i, line) in lines.iter().enumerate() {
+        area.draw(&Text::new(
+            line.clone(),
+            (origin.0, origin.1 + i as i32 * line_h),
+            style.clone(),
+        ))
+        .map_err(draw_error)?;
     }
+    Ok(lines.len() as i32 * line_h)
+}
 
-    /// The figure as an SVG document.
-    pub fn render_svg(&self) -> Result<String, PlotError> {
-        ensure_font()?;
-        let mut svg = String::new();
-        {
-            let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
-            self.draw(&root)?;
-        }
-        Ok(svg)
+/// What a figure needs to be written as PNG and SVG.
+pub(crate) trait Canvas {
+    /// Width and height in pixels.
+    fn size(&self) -> (u32, u32);
+    /// Draws the figure on `root`.
+    fn draw_on<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<()>;
+}
+
+/// Writes `<stem>.png` and `<stem>.svg` of `figure` in `dir`; returns their paths.
+pub(crate) fn write_figure<F: Canvas>(
+    figure: &F,
+    dir: &Path,
+    stem: &str,
+) -> Result<(PathBuf, PathBuf), PlotError> {
+    ensure_font()?;
+    std::fs::create_dir_all(dir).map_err(|source| PlotError::Io {
+        path: dir.display().to_string(),
+        source,
+    })?;
+    let png_path = dir.join(format!("{stem}.png"));
+    let svg_path = dir.join(format!("{stem}.svg"));
+    let png = render_png(figure)?;
+    std::fs::write(&png_path, png).map_err(|source| PlotError::Io {
+        path: png_path.display().to_string(),
+        source,
+    })?;
+    let svg = render_svg(figure)?;
+    std::fs::write(&svg_path, svg).map_err(|source| PlotError::Io {
+        path: svg_path.display().to_string(),
+        source,
+    })?;
+    Ok((png_path, svg_path))
+}
+
+/// `figure` as PNG bytes.
+pub(crate) fn render_png<F: Canvas>(figure: &F) -> Result<Vec<u8>, PlotError> {
+    ensure_font()?;
+    let (width, height) = figure.size();
+    let mut pixels = vec![0u8; (width * height * 3) as usize];
+    {
+        let root = BitMapBackend::with_buffer(&mut pixels, (width, height)).into_drawing_area();
+        root.fill(&WHITE).map_err(draw_error)?;
+        figure.draw_on(&root)?;
+        root.present().map_err(draw_error)?;
     }
+    let mut bytes = Vec::new();
+    let encode = |e: png::EncodingError| PlotError::Encode {
+        path: "PNG".into(),
+        reason: e.to_string(),
+    };
+    {
+        let mut encoder = png::Encoder::new(&mut bytes, width, height);
+        encoder.set_color(png::ColorType::Rgb);
+        encoder.set_depth(png::BitDepth::Eight);
+        encoder.set_compression(png::Compression::High);
+        let mut writer = encoder.write_header().map_err(encode)?;
+        writer.write_image_data(&pixels).map_err(encode)?;
+        writer.finish().map_err(encode)?;
+    }
+    Ok(bytes)
+}
+
+/// `figure` as an SVG document.
+pub(crate) fn render_svg<F: Canvas>(figure: &F) -> Result<String, PlotError> {
+    ensure_font()?;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, figure.size()).into_drawing_area();
+        root.fill(&WHITE).map_err(draw_error)?;
+        figure.draw_on(&root)?;
+        root.present().map_err(draw_error)?;
+    }
+    Ok(svg)
 }
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::sim::policy::PolicySpec;
 
     #[test]
-    fn nan_breaks_lines() {
-        let s = segments([(0.0, 1.0), (1.0, f64::NAN), (2.0, 2.0), (3.0, 3.0)].into_iter());
-        assert_eq!(s, vec![vec![(0.0, 1.0)], vec![(2.0, 2.0), (3.0, 3.0)]]);
-        assert!(segments([(0.0, f64::NAN)].into_iter()).is_empty());
+    fn colours_are_fixed_by_name_and_tell_the_policies_apart() {
+        // By name, not by position: the same whatever was asked for before.
+        let names = PolicySpec::names();
+        let first: Vec<RGBColor> = names.iter().map(|n| colour(n)).collect();
+        let reversed: Vec<RGBColor> = names.iter().rev().map(|n| colour(n)).collect();
+        assert_eq!(first, reversed.into_iter().rev().collect::<Vec<_>>());
+        // The timeline's four are Okabe-Ito's black, blue, vermillion and bluish green.
+        assert_eq!(colour("oracle"), RGBColor(0, 0, 0));
+        assert_eq!(colour("sla-arima"), RGBColor(0, 114, 178));
+        assert_eq!(colour("hpa"), RGBColor(213, 94, 0));
+        assert_eq!(colour("fixed-peak"), RGBColor(0, 158, 115));
+        // Every standard policy has a colour of its own, none of them a spare.
+        for (i, a) in names.iter().enumerate() {
+            assert!(!SPARE.contains(&colour(a)), "{a} has no colour of its own");
+            for b in &names[i + 1..] {
+                assert_ne!(colour(a), colour(b), "{a} and {b}");
+            }
+        }
+        assert_eq!(
+            colour("upstream-arima-nocorr"),
+            lighten(colour("upstream-arima"), 0.45)
+        );
+        assert_eq!(
+            colour("upstream-arima-nocorr-u70"),
+            lighten(colour("upstream-arima-u70"), 0.45)
+        );
+        assert_eq!(colour("someone-else"), colour("someone-else"));
+    }
+
+    #[test]
+    fn ticks_read_as_numbers() {
+        assert_eq!(tick(10000.0), "10k");
+        assert_eq!(tick(1500.0), "1.5k");
+        assert_eq!(tick(2_000_000.0), "2M");
+        assert_eq!(tick(500.0), "500");
+        assert_eq!(tick(50.0), "50");
+        assert_eq!(tick(2.5), "2.5");
+        assert_eq!(tick(0.25), "0.25");
+        assert_eq!(tick(0.0), "0");
+        assert_eq!(tick(f64::NAN), "");
     }
 }

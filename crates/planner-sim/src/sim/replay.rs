@@ -657,7 +657,7 @@ fn run_section(run: &ManifestRun, replays: &RunReplays) -> String {
          {}P/{}D, `fixed-peak` runs {}P/{}D (the simulator's oracle's peak; the oracle costs {:.2} GPU-h in the \
          simulator). Replay wall time: {}.\n\n{}\n",
         run.name,
-        run.source,
+        super::command::trace_file(Path::new(&run.source)),
         run.requests,
         run.intervals,
         run.ttft_ms,

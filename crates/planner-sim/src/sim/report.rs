@@ -78,6 +78,61 @@ fn number(x: f64, decimals: usize) -> String {
     }
 }
 
+/// A share in whole percent, with one decimal where rounding would hide which side of a bar
+/// it is on: within a point of the scorecard's 95 %, and just under 100 % or over 0 %
+/// (`94.9%`, `99.6%`, `0.4%`, not `95%`, `100%`, `0%`).
+pub fn share(x: f64) -> String {
+    let p = x * 100.0;
+    if !p.is_finite() {
+        "-".into()
+    } else if (p - 95.0).abs() < 1.0 || (99.5..100.0).contains(&p) || (p > 0.0 && p < 0.5) {
+        format!("{p:.1}%")
+    } else {
+        format!("{p:.0}%")
+    }
+}
+
+/// A cost ratio with two decimals, three within half a hundredth of the scorecard's 1.3x
+/// (`1.303x`, not `1.30x`, which would read as meeting it).
+pub fn ratio(x: f64) -> String {
+    if !x.is_finite() {
+        "-".into()
+    } else if (x - 1.3).abs() < 0.005 && (x - 1.3).abs() > 1e-9 {
+        format!("{x:.3}x")
+    } else {
+        format!("{x:.2}x")
+    }
+}
+
+/// The rows of a table with every row whose cells all equal an earlier row's left out (shown
+/// once), and the rows left out, each with the earlier row it repeats.
+pub fn collapse<C: PartialEq>(rows: Vec<(String, C)>) -> (Vec<(String, C)>, Vec<(String, String)>) {
+    let mut kept: Vec<(String, C)> = Vec::new();
+    let mut same = Vec::new();
+    for (name, cells) in rows {
+        match kept.iter().find(|(_, k)| *k == cells) {
+            Some((first, _)) => same.push((name, first.clone())),
+            None => kept.push((name, cells)),
+        }
+    }
+    (kept, same)
+}
+
+/// The line under a table that says which rows were left out as the same as another.
+pub fn same_note(same: &[(String, String)]) -> String {
+    if same.is_empty() {
+        return String::new();
+    }
+    let list: Vec<String> = same
+        .iter()
+        .map(|(name, first)| format!("`{name}` (same as `{first}`)"))
+        .collect();
+    format!(
+        "\nRows shown once, the same in every column: {}.\n",
+        list.join(", ")
+    )
+}
+
 /// One row of cells per result; GPU-hours relative to the run named `oracle`.
 pub fn rows(results: &[RunResult]) -> Vec<[String; 14]> {
     rows_against(results, "oracle")
@@ -94,7 +149,7 @@ fn rows_against(results: &[RunResult], reference: &str) -> Vec<[String; 14]> {
         .map(|r| {
             let s = &r.summary;
             let relative = match oracle {
-                Some(o) if o > 0.0 => format!("{:.2}x", s.gpu_hours / o),
+                Some(o) if o > 0.0 => ratio(s.gpu_hours / o),
                 _ => "-".into(),
             };
             [
@@ -175,7 +230,8 @@ pub fn markdown_table(results: &[RunResult]) -> String {
     markdown_table_against(results, "oracle")
 }
 
-/// A Markdown table with GPU-hours relative to the run named `reference`.
+/// A Markdown table with GPU-hours relative to the run named `reference`; a row the same as
+/// an earlier one in every column is shown once (said under the table).
 pub fn markdown_table_against(results: &[RunResult], reference: &str) -> String {
     let mut headers: [&str; 14] = HEADERS;
     let versus = format!("vs {reference}");
@@ -186,9 +242,15 @@ pub fn markdown_table_against(results: &[RunResult], reference: &str) -> String 
         out.push_str(if i == 0 { "---|" } else { "---:|" });
     }
     out.push('\n');
-    for row in rows_against(results, reference) {
-        out.push_str(&format!("| {} |\n", row.join(" | ")));
+    let rows = rows_against(results, reference)
+        .into_iter()
+        .map(|[policy, rest @ ..]| (policy, rest))
+        .collect();
+    let (kept, same) = collapse(rows);
+    for (policy, cells) in kept {
+        out.push_str(&format!("| {policy} | {} |\n", cells.join(" | ")));
     }
+    out.push_str(&same_note(&same));
     out
 }
 
@@ -223,6 +285,55 @@ mod tests {
             initial: (1, 1),
             decisions: Vec::new(),
         }
+    }
+
+    #[test]
+    fn rows_the_same_in_every_column_are_shown_once() {
+        let mut twin = result("upstream-arima-nocorr", 3.0);
+        twin.summary.scaling_actions = 2;
+        let mut near = result("upstream-kalman", 3.0);
+        near.summary.scaling_actions = 3;
+        let results = [result("oracle", 2.0), result("upstream-arima", 3.0), twin, near];
+        let md = markdown_table(&results);
+        assert!(md.contains("| upstream-arima |"), "{md}");
+        assert!(!md.contains("| upstream-arima-nocorr |"), "{md}");
+        // One column apart: its own row.
+        assert!(md.contains("| upstream-kalman |"), "{md}");
+        assert!(
+            md.ends_with(
+                "\nRows shown once, the same in every column: `upstream-arima-nocorr` (same as `upstream-arima`).\n"
+            ),
+            "{md}"
+        );
+        let (kept, same) = collapse(vec![
+            ("a".to_string(), [1, 2]),
+            ("b".to_string(), [1, 3]),
+            ("c".to_string(), [1, 2]),
+            ("d".to_string(), [1, 3]),
+        ]);
+        assert_eq!(
+            kept.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+        assert_eq!(same, [("c".into(), "a".into()), ("d".into(), "b".into())]);
+        assert!(same_note(&[]).is_empty());
+    }
+
+    #[test]
+    fn shares_and_ratios_near_a_bar_keep_a_decimal() {
+        assert_eq!(share(0.9492), "94.9%");
+        assert_eq!(share(0.9508), "95.1%");
+        assert_eq!(share(0.95), "95.0%");
+        assert_eq!(share(0.83), "83%");
+        assert_eq!(share(0.9966), "99.7%");
+        assert_eq!(share(1.0), "100%");
+        assert_eq!(share(0.004), "0.4%");
+        assert_eq!(share(0.0), "0%");
+        assert_eq!(ratio(1.303), "1.303x");
+        assert_eq!(ratio(1.297), "1.297x");
+        assert_eq!(ratio(1.3), "1.30x");
+        assert_eq!(ratio(1.27), "1.27x");
+        assert_eq!(ratio(f64::NAN), "-");
     }
 
     #[test]
