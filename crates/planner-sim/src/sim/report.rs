@@ -104,9 +104,15 @@ pub fn ratio(x: f64) -> String {
     }
 }
 
+/// A table's rows: each policy's name and cells.
+pub type Rows<C> = Vec<(String, C)>;
+
+/// The rows left out of a table, each with the earlier row it repeats.
+pub type Same = Vec<(String, String)>;
+
 /// The rows of a table with every row whose cells all equal an earlier row's left out (shown
 /// once), and the rows left out, each with the earlier row it repeats.
-pub fn collapse<C: PartialEq>(rows: Vec<(String, C)>) -> (Vec<(String, C)>, Vec<(String, String)>) {
+pub fn collapse<C: PartialEq>(rows: Rows<C>) -> (Rows<C>, Same) {
     let mut kept: Vec<(String, C)> = Vec::new();
     let mut same = Vec::new();
     for (name, cells) in rows {

@@ -62,10 +62,10 @@ struct Metric {
 }
 
 /// Key points of a log axis from `low` to `high`: labelled decades (with 2 and 5 between when
-/// the axis spans less than three), and unlabelled grid lines at the other multiples.
+/// the axis spans three decades or fewer), and unlabelled grid lines at the other multiples.
 fn log_key_points(low: f64, high: f64) -> (Vec<f64>, Vec<f64>) {
     let (first, last) = (low.log10().floor() as i32, high.log10().ceil() as i32);
-    let few = last - first < 3;
+    let few = last - first <= 3;
     let (mut bold, mut light) = (Vec::new(), Vec::new());
     for exponent in first..=last {
         let decade = 10f64.powi(exponent);
@@ -219,6 +219,7 @@ impl Figure<'_> {
             .y_desc("requests/s")
             .x_label_formatter(&format)
             .y_label_formatter(&format)
+            .max_light_lines(1)
             .light_line_style(RGBColor(242, 242, 242))
             .label_style((FONT, 16))
             .axis_desc_style((FONT, 17).into_font().color(&REQUESTS))
@@ -319,6 +320,7 @@ impl Figure<'_> {
             .x_desc("minutes")
             .x_label_formatter(&format)
             .y_label_formatter(&format)
+            .max_light_lines(1)
             .light_line_style(RGBColor(238, 238, 238))
             .label_style((FONT, 16))
             .axis_desc_style((FONT, 17))

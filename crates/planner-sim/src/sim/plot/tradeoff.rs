@@ -205,7 +205,7 @@ impl Tradeoff {
             .y_label_area_size(if single { 70 } else { 56 })
             .build_cartesian_2d(
                 (low..high).log_scale().with_key_points(cost_ticks(low, high)),
-                -4.0..104.0,
+                -4.0..114.0,
             )
             .map_err(draw_error)?;
         let x_format = |v: &f64| cost_label(*v);
@@ -226,7 +226,7 @@ impl Tradeoff {
         if let Some((cost, met)) = self.bar {
             chart
                 .draw_series(std::iter::once(Rectangle::new(
-                    [(low, met * 100.0), (cost.min(high), 104.0)],
+                    [(low, met * 100.0), (cost.min(high), 101.0)],
                     RGBColor(0, 158, 115).mix(0.12).filled(),
                 )))
                 .map_err(draw_error)?;
@@ -412,7 +412,7 @@ fn place(
                 }
             }
         }
-        let cost = 1000 * labels + 60 * labelled + 8 * others + 10 * rank;
+        let cost = 1000 * labels + 60 * labelled + 4 * others + 25 * rank;
         if cost == 0 {
             return (dx, dy);
         }
