@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::sla::Limits;
+use crate::sla::{Limits, PoolLimits};
 
 /// Thresholds and limits of the load-based planner.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -22,10 +22,10 @@ pub struct LoadConfig {
     pub decode_grace_intervals: u32,
     /// Intervals ahead the prefill queue trend is extrapolated over.
     pub prefill_buffer_intervals: u32,
-    /// Fewest replicas per pool.
-    pub min_replicas: u32,
-    /// Most replicas per pool.
-    pub max_replicas: Option<u32>,
+    /// The prefill pool's bounds (an aggregated graph's one pool takes the decode pool's).
+    pub prefill: PoolLimits,
+    /// The decode pool's bounds.
+    pub decode: PoolLimits,
     /// Most GPUs of both pools together.
     pub max_gpu_budget: Option<u32>,
     /// GPUs per prefill replica.
@@ -35,7 +35,7 @@ pub struct LoadConfig {
 }
 
 impl Default for LoadConfig {
-    /// Seed 001's documented defaults.
+    /// The defaults of Dynamo's load-based planner.
     fn default() -> Self {
         Self {
             kv_scale_up: 0.9,
@@ -44,8 +44,8 @@ impl Default for LoadConfig {
             queue_scale_down: 0.2,
             decode_grace_intervals: 3,
             prefill_buffer_intervals: 3,
-            min_replicas: 1,
-            max_replicas: None,
+            prefill: PoolLimits::new(1, None),
+            decode: PoolLimits::new(1, None),
             max_gpu_budget: Some(8),
             prefill_gpus_per_engine: 1,
             decode_gpus_per_engine: 1,
@@ -152,8 +152,8 @@ impl LoadConfig {
     /// The replica bounds and the GPU budget.
     pub fn limits(&self) -> Limits {
         Limits {
-            min_replicas: self.min_replicas,
-            max_replicas: self.max_replicas,
+            prefill: self.prefill,
+            decode: self.decode,
             max_gpu_budget: self.max_gpu_budget,
             prefill_gpus_per_engine: self.prefill_gpus_per_engine,
             decode_gpus_per_engine: self.decode_gpus_per_engine,
@@ -273,11 +273,11 @@ impl LoadPlanner {
         let queued = mean(&samples.prefill_queue).unwrap_or(0.0).max(0.0);
         let usage = kv + queued * per_request / f64::from(workers);
         let (replicas, reason) = if usage >= config.kv_scale_up {
-            if !below_max(config, workers) {
+            if !below_max(config.decode, workers) {
                 (
                     workers,
                     LoadReason::AtBound {
-                        bound: config.max_replicas.unwrap_or(workers),
+                        bound: config.decode.max.unwrap_or(workers),
                     },
                 )
             } else if !fits(config, 0, workers + 1) {
@@ -300,11 +300,11 @@ impl LoadPlanner {
             let survivors = f64::from(workers.saturating_sub(1).max(1));
             if samples.decode_kv_lower_bound {
                 (workers, LoadReason::LowerBound { load: usage })
-            } else if workers <= config.min_replicas {
+            } else if workers <= config.decode.min {
                 (
                     workers,
                     LoadReason::AtBound {
-                        bound: config.min_replicas,
+                        bound: config.decode.min,
                     },
                 )
             } else if usage * f64::from(workers) / survivors >= config.kv_scale_up {
@@ -342,8 +342,8 @@ fn fits(config: &LoadConfig, p: u32, d: u32) -> bool {
 }
 
 /// Whether a pool of `n` replicas may grow.
-fn below_max(config: &LoadConfig, n: u32) -> bool {
-    config.max_replicas.is_none_or(|max| n < max)
+fn below_max(pool: PoolLimits, n: u32) -> bool {
+    pool.max.is_none_or(|max| n < max)
 }
 
 /// Prefill: one more when the queue per worker stays above its threshold (unless its trend
@@ -374,11 +374,11 @@ fn prefill_step(
             (last + (last - first) * f64::from(config.prefill_buffer_intervals)) / f64::from(prefill);
         if projected <= config.queue_scale_up {
             (prefill, LoadReason::QueueDraining { projected })
-        } else if !below_max(config, prefill) {
+        } else if !below_max(config.prefill, prefill) {
             (
                 prefill,
                 LoadReason::AtBound {
-                    bound: config.max_replicas.unwrap_or(prefill),
+                    bound: config.prefill.max.unwrap_or(prefill),
                 },
             )
         } else if !fits(config, prefill + 1, decode) {
@@ -398,7 +398,7 @@ fn prefill_step(
             )
         }
     } else if per_worker < config.queue_scale_down {
-        if prefill > config.min_replicas {
+        if prefill > config.prefill.min {
             (
                 prefill - 1,
                 LoadReason::ScaleDown {
@@ -410,7 +410,7 @@ fn prefill_step(
             (
                 prefill,
                 LoadReason::AtBound {
-                    bound: config.min_replicas,
+                    bound: config.prefill.min,
                 },
             )
         }
@@ -431,11 +431,11 @@ fn decode_step(
     lower_bound: bool,
 ) -> (u32, LoadReason) {
     if kv > config.kv_scale_up {
-        if !below_max(config, decode) {
+        if !below_max(config.decode, decode) {
             (
                 decode,
                 LoadReason::AtBound {
-                    bound: config.max_replicas.unwrap_or(decode),
+                    bound: config.decode.max.unwrap_or(decode),
                 },
             )
         } else if !fits(config, new_prefill, decode + 1) {
@@ -459,7 +459,7 @@ fn decode_step(
             (decode, LoadReason::LowerBound { load: kv })
         } else if grace > 0 {
             (decode, LoadReason::GracePeriod { remaining: grace })
-        } else if decode > config.min_replicas {
+        } else if decode > config.decode.min {
             (
                 decode - 1,
                 LoadReason::ScaleDown {
@@ -471,7 +471,7 @@ fn decode_step(
             (
                 decode,
                 LoadReason::AtBound {
-                    bound: config.min_replicas,
+                    bound: config.decode.min,
                 },
             )
         }
@@ -625,7 +625,8 @@ mod tests {
         assert_eq!(decision.decode_reason, LoadReason::Budget { budget: 3 });
         assert_eq!(decision.prefill_reason, LoadReason::Budget { budget: 3 });
         let config = LoadConfig {
-            max_replicas: Some(2),
+            prefill: PoolLimits::new(1, Some(2)),
+            decode: PoolLimits::new(1, Some(2)),
             max_gpu_budget: None,
             ..LoadConfig::default()
         };
@@ -637,8 +638,8 @@ mod tests {
     #[test]
     fn pools_outside_their_bounds_come_back_within_them() {
         let config = LoadConfig {
-            min_replicas: 2,
-            max_replicas: Some(8),
+            prefill: PoolLimits::new(2, Some(8)),
+            decode: PoolLimits::new(2, Some(8)),
             ..LoadConfig::default()
         };
         // Steady load on pools edited to 10 prefill and 1 decode replicas.

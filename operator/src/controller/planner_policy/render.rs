@@ -152,7 +152,7 @@ mod tests {
         policy::{Input, LoopSettings, Observed, Planner, PolicyLoop, Replicas},
         predictor::{PredictorConfig, PredictorKind},
         profile::Profile,
-        sla::{Limits, Observation, SlaTargets},
+        sla::{Limits, Observation, PoolLimits, SlaTargets},
         state::{IntervalMetrics, QueueingConfig, SlaModel, SlaPlannerConfig},
     };
 
@@ -175,8 +175,8 @@ mod tests {
             interval_s: 60.0,
             sla: SlaTargets::new(500.0, 50.0),
             limits: Limits {
-                min_replicas: 1,
-                max_replicas: Some(3),
+                prefill: PoolLimits::new(1, Some(3)),
+                decode: PoolLimits::new(1, Some(3)),
                 max_gpu_budget: None,
                 prefill_gpus_per_engine: 1,
                 decode_gpus_per_engine: 1,

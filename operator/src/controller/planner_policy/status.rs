@@ -342,17 +342,14 @@ mod tests {
             ..Outcome::default()
         };
         let status = next(None, Some(1), &interval, now());
-        let summary = status.summary.clone().unwrap();
+        let shown = status.summary.clone().unwrap();
+        assert_eq!((shown.prefill.as_str(), shown.decode.as_str()), ("3/4", "2/2"));
         assert_eq!(
-            (summary.prefill.as_str(), summary.decode.as_str()),
-            ("3/4", "2/2")
-        );
-        assert_eq!(
-            (summary.ttft.as_str(), summary.itl.as_str()),
+            (shown.ttft.as_str(), shown.itl.as_str()),
             ("312/500ms", "7.2/50ms")
         );
         assert_eq!(
-            (summary.sla.as_str(), summary.limited.as_str()),
+            (shown.sla.as_str(), shown.limited.as_str()),
             ("75%", "MaxReplicas")
         );
         assert_eq!(
