@@ -47,7 +47,8 @@ fn populated() -> String {
             interval_s: 60.0,
             desired: Some((2, 3)),
             current: Some((1, 1)),
-            gpus: Some((5, 2)),
+            desired_gpus: Some(5),
+            gpus_in_use: Some(2),
             observed: Some(ObservedFigures {
                 requests: Some(10.0),
                 isl: Some(3000.0),

@@ -129,8 +129,10 @@ pub struct IntervalReport {
     pub desired: Option<(u32, u32)>,
     /// Current (prefill, decode).
     pub current: Option<(u32, u32)>,
-    /// GPUs of the desired replicas and of those serving.
-    pub gpus: Option<(u64, u64)>,
+    /// GPUs of the desired replicas (`None`: nothing was decided; the last figure stays).
+    pub desired_gpus: Option<u64>,
+    /// GPUs of the replicas serving.
+    pub gpus_in_use: Option<u64>,
     /// What was observed (`None`: nothing was; the last figures stay).
     pub observed: Option<ObservedFigures>,
     /// Predicted requests, ISL, OSL.
@@ -391,8 +393,8 @@ impl PolicyMetrics {
         if let Some(current) = report.current {
             Self::set_pools(&self.current, namespace, policy, current);
         }
-        if let Some((desired, in_use)) = report.gpus {
-            for (family, value) in self.gpus.iter().zip([desired, in_use]) {
+        for (family, value) in self.gpus.iter().zip([report.desired_gpus, report.gpus_in_use]) {
+            if let Some(value) = value {
                 family
                     .get_or_create(&labels)
                     .set(i64::try_from(value).unwrap_or(i64::MAX));
@@ -416,8 +418,11 @@ impl PolicyMetrics {
         if let Some(observed) = &report.observed {
             set_or_remove(&self.observed, &labels, observed.values());
         }
-        if let Some(values) = report.predicted {
-            set_or_remove(&self.predicted, &labels, values.map(Some));
+        // An observation without a prediction (the load planner's) has no predicted series.
+        match report.predicted {
+            Some(values) => set_or_remove(&self.predicted, &labels, values.map(Some)),
+            None if report.observed.is_some() => set_or_remove(&self.predicted, &labels, [None; 3]),
+            None => {}
         }
         self.record_sla(&labels, report.sla.as_ref());
         if let Some(available) = report.metrics_available {
@@ -638,7 +643,8 @@ mod tests {
             interval_s: 60.0,
             desired: Some((2, 3)),
             current: Some((1, 3)),
-            gpus: Some((10, 8)),
+            desired_gpus: Some(10),
+            gpus_in_use: Some(8),
             observed: Some(ObservedFigures {
                 requests: Some(120.0),
                 isl: Some(3000.0),
@@ -774,6 +780,7 @@ mod tests {
             "correction_factor{",
             "observed_requests{",
             "observed_ttft_seconds{",
+            "predicted_requests{",
             "reason=\"MaxReplicas\"",
         ] {
             assert!(!text.contains(gone), "{gone} still there:\n{text}");

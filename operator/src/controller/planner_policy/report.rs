@@ -232,7 +232,8 @@ pub fn interval_report(
         interval_s: planner.interval.as_secs_f64(),
         desired: decision.target,
         current: Some(serving),
-        gpus: decision.target.map(|target| (gpus(target), gpus(serving))),
+        desired_gpus: decision.target.map(gpus),
+        gpus_in_use: Some(gpus(serving)),
         observed: outcome.observed.as_ref().map(|o| ObservedFigures {
             requests: o.requests,
             isl: o.isl,
@@ -470,13 +471,28 @@ mod tests {
             (0, 0),
             &facts(true),
         );
-        assert_eq!(disaggregated.gpus, Some((3 * 2 + 2 * 4, 2 + 2 * 4)));
+        assert_eq!(
+            (disaggregated.desired_gpus, disaggregated.gpus_in_use),
+            (Some(3 * 2 + 2 * 4), Some(2 + 2 * 4))
+        );
         let aggregated = Outcome {
             aggregated: true,
             ..Outcome::default()
         };
         let report = interval_report(&aggregated, &decision((3, 3)), (2, 2), (0, 0), &facts(true));
-        assert_eq!(report.gpus, Some((3 * 4, 2 * 4)));
+        assert_eq!(
+            (report.desired_gpus, report.gpus_in_use),
+            (Some(3 * 4), Some(2 * 4))
+        );
+        // Held replicas: the GPUs in use still move.
+        let held = interval_report(
+            &Outcome::default(),
+            &Decision::keep(Check::Interval),
+            (4, 1),
+            (0, 0),
+            &facts(true),
+        );
+        assert_eq!((held.desired_gpus, held.gpus_in_use), (None, Some(4 * 2 + 4)));
         assert_eq!(report.interval_s, 30.0);
         assert_eq!(report.limitation, Some(("StepLimit", true)));
         assert_eq!(report.metrics_available, Some(true));
