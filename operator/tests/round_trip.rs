@@ -93,7 +93,10 @@ fn every_sample_parses_and_round_trips_to_what_the_api_server_stores() {
         let typed = numbers_as_floats(&round_trip_any(&stored));
         let stored = numbers_as_floats(&stored);
         if let Some(difference) = not_within(&typed, &stored, "") {
-            panic!("{}: stored object does not round trip: {difference}", path.display());
+            panic!(
+                "{}: stored object does not round trip: {difference}",
+                path.display()
+            );
         }
     }
 }

@@ -1132,6 +1132,10 @@ pub struct ObservedLoad {
     /// only, so the planner does not learn from it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decode_kv_usage_source: Option<KvUsageSource>,
+    /// Mean prefill requests waiting for a prefill engine over the interval, all engines
+    /// together (`mode: load`, which scales prefill on it per engine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill_queue: Option<f64>,
 }
 
 /// Where a decode KV-cache usage comes from.

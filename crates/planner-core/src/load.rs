@@ -102,10 +102,21 @@ pub enum LoadReason {
         /// Intervals left.
         remaining: u32,
     },
-    /// At the minimum or maximum replicas.
-    AtBound {
+    /// Low load, at the minimum replicas.
+    AtMinimum {
         /// The bound.
         bound: u32,
+    },
+    /// High load, at the maximum replicas.
+    AtMaximum {
+        /// The bound.
+        bound: u32,
+    },
+    /// Low load, but the engines left after one fewer would be above the scale-up threshold
+    /// (aggregated pools).
+    WouldRefill {
+        /// The usage of the engines left.
+        projected: f64,
     },
     /// One more replica would exceed the GPU budget.
     Budget {
@@ -139,6 +150,14 @@ pub struct LoadDecision {
     pub decode_reason: LoadReason,
     /// Set when the interval was skipped.
     pub skipped: Option<LoadSkip>,
+    /// What prefill was sized on: the queue per prefill engine (`None` when skipped, and for
+    /// an aggregated pool).
+    #[serde(default)]
+    pub prefill_load: Option<f64>,
+    /// What decode was sized on: the mean KV usage (an aggregated pool's with the prompts
+    /// waiting counted in); `None` when skipped.
+    #[serde(default)]
+    pub decode_load: Option<f64>,
 }
 
 /// State carried between intervals. Serializable so it survives restarts.
@@ -158,6 +177,129 @@ impl LoadConfig {
             prefill_gpus_per_engine: self.prefill_gpus_per_engine,
             decode_gpus_per_engine: self.decode_gpus_per_engine,
         }
+    }
+}
+
+/// The measure a pool is sized on, in words.
+#[derive(Clone, Copy)]
+enum Measure {
+    /// Prefill requests waiting per prefill engine.
+    Queue,
+    /// KV-cache usage, a share.
+    Kv,
+}
+
+impl Measure {
+    fn value(self, v: f64) -> String {
+        match self {
+            Self::Queue => format!("{v:.2}"),
+            Self::Kv => format!("{:.0}%", v * 100.0),
+        }
+    }
+
+    fn of(self, load: Option<f64>) -> String {
+        let shown = load.map_or_else(|| "-".to_string(), |v| self.value(v));
+        match self {
+            Self::Queue => format!("queue {shown} per engine"),
+            Self::Kv => format!("KV usage {shown}"),
+        }
+    }
+}
+
+impl LoadDecision {
+    /// What the interval did to each pool and why, with the figures it read: `prefill 2 -> 3
+    /// (queue 1.40 per engine above 0.50)`, `decode 3 kept (KV usage 95% above 90%: at
+    /// maxReplicas 3)`; `from` is the replicas it started from (prefill, decode).
+    pub fn explain(&self, config: &LoadConfig, from: (u32, u32), aggregated: bool) -> String {
+        if let Some(skipped) = &self.skipped {
+            return format!(
+                "keeping replicas: {}",
+                match skipped {
+                    LoadSkip::ReplicasChanged =>
+                        "the replicas serving changed since the last interval (a scaling action is settling)",
+                    LoadSkip::NoSamples => "no queue or KV-cache samples in the interval",
+                    LoadSkip::NoWorkers => "a pool has no engine serving to divide its load by",
+                }
+            );
+        }
+        let kv = (config.kv_scale_down, config.kv_scale_up);
+        if aggregated {
+            return pool_words(
+                "workers",
+                from.1,
+                self.decode,
+                &self.decode_reason,
+                self.decode_load,
+                Measure::Kv,
+                kv,
+            );
+        }
+        let queue = (config.queue_scale_down, config.queue_scale_up);
+        format!(
+            "{}; {}",
+            pool_words(
+                "prefill",
+                from.0,
+                self.prefill,
+                &self.prefill_reason,
+                self.prefill_load,
+                Measure::Queue,
+                queue
+            ),
+            pool_words(
+                "decode",
+                from.1,
+                self.decode,
+                &self.decode_reason,
+                self.decode_load,
+                Measure::Kv,
+                kv
+            )
+        )
+    }
+}
+
+/// One pool's line: moved or kept, and why.
+fn pool_words(
+    noun: &str,
+    from: u32,
+    to: u32,
+    reason: &LoadReason,
+    load: Option<f64>,
+    measure: Measure,
+    (down, up): (f64, f64),
+) -> String {
+    let shown = measure.of(load);
+    let (up, down) = (measure.value(up), measure.value(down));
+    let why = match reason {
+        LoadReason::ScaleUp { .. } => format!("{shown} above {up}"),
+        LoadReason::ScaleDown { .. } => format!("{shown} below {down}"),
+        LoadReason::Steady if from != to => format!("{shown}; back within the replica bounds"),
+        LoadReason::Steady => format!("{shown}, within {down} to {up}"),
+        LoadReason::QueueDraining { projected } => format!(
+            "{shown} above {up}, but draining: {} per engine projected",
+            measure.value(*projected)
+        ),
+        LoadReason::LowerBound { .. } => {
+            format!("{shown} below {down}, but the KV router's estimate is a lower bound: not scaled down on")
+        }
+        LoadReason::GracePeriod { remaining } => {
+            format!("{shown} below {down}, but {remaining} more interval(s) of grace after the last scale-up")
+        }
+        LoadReason::AtMinimum { bound } => format!("{shown} below {down}: at minReplicas {bound}"),
+        LoadReason::AtMaximum { bound } => format!("{shown} above {up}: at maxReplicas {bound}"),
+        LoadReason::Budget { budget } => {
+            format!("{shown} above {up}: one more replica would exceed maxGpuBudget {budget}")
+        }
+        LoadReason::WouldRefill { projected } => format!(
+            "{shown} below {down}, but one fewer would leave the others at {}, above {up}",
+            measure.value(*projected)
+        ),
+    };
+    if from == to {
+        format!("{noun} {to} kept ({why})")
+    } else {
+        format!("{noun} {from} -> {to} ({why})")
     }
 }
 
@@ -181,6 +323,8 @@ impl LoadPlanner {
             prefill_reason: LoadReason::Steady,
             decode_reason: LoadReason::Steady,
             skipped: Some(reason),
+            prefill_load: None,
+            decode_load: None,
         };
         let changed = self.last_replicas.is_some_and(|last| last != (prefill, decode));
         self.last_replicas = Some((prefill, decode));
@@ -224,6 +368,8 @@ impl LoadPlanner {
             prefill_reason,
             decode_reason,
             skipped: None,
+            prefill_load: Some(per_worker),
+            decode_load: Some(kv),
         }
     }
 }
@@ -247,23 +393,26 @@ impl LoadPlanner {
         samples: &LoadSamples,
         queued_kv_per_request: f64,
     ) -> LoadDecision {
-        let decided = |replicas: u32, reason: LoadReason, skipped: Option<LoadSkip>| LoadDecision {
-            prefill: replicas,
-            decode: replicas,
-            prefill_reason: reason.clone(),
-            decode_reason: reason,
-            skipped,
-        };
+        let decided =
+            |replicas: u32, reason: LoadReason, skipped: Option<LoadSkip>, load: Option<f64>| LoadDecision {
+                prefill: replicas,
+                decode: replicas,
+                prefill_reason: reason.clone(),
+                decode_reason: reason,
+                skipped,
+                prefill_load: None,
+                decode_load: load,
+            };
         let changed = self.last_replicas.is_some_and(|last| last != (workers, workers));
         self.last_replicas = Some((workers, workers));
         if changed {
-            return decided(workers, LoadReason::Steady, Some(LoadSkip::ReplicasChanged));
+            return decided(workers, LoadReason::Steady, Some(LoadSkip::ReplicasChanged), None);
         }
         let Some(kv) = mean(&samples.decode_kv_usage) else {
-            return decided(workers, LoadReason::Steady, Some(LoadSkip::NoSamples));
+            return decided(workers, LoadReason::Steady, Some(LoadSkip::NoSamples), None);
         };
         if workers == 0 {
-            return decided(workers, LoadReason::Steady, Some(LoadSkip::NoWorkers));
+            return decided(workers, LoadReason::Steady, Some(LoadSkip::NoWorkers), None);
         }
         let per_request = if queued_kv_per_request.is_finite() {
             queued_kv_per_request.max(0.0)
@@ -276,7 +425,7 @@ impl LoadPlanner {
             if !below_max(config.decode, workers) {
                 (
                     workers,
-                    LoadReason::AtBound {
+                    LoadReason::AtMaximum {
                         bound: config.decode.max.unwrap_or(workers),
                     },
                 )
@@ -303,12 +452,17 @@ impl LoadPlanner {
             } else if workers <= config.decode.min {
                 (
                     workers,
-                    LoadReason::AtBound {
+                    LoadReason::AtMinimum {
                         bound: config.decode.min,
                     },
                 )
             } else if usage * f64::from(workers) / survivors >= config.kv_scale_up {
-                (workers, LoadReason::Steady)
+                (
+                    workers,
+                    LoadReason::WouldRefill {
+                        projected: usage * f64::from(workers) / survivors,
+                    },
+                )
             } else {
                 (
                     workers - 1,
@@ -328,7 +482,7 @@ impl LoadPlanner {
         .apply_aggregated(replicas)
         .replicas
         .1;
-        decided(bounded, reason, None)
+        decided(bounded, reason, None, Some(usage))
     }
 }
 
@@ -377,7 +531,7 @@ fn prefill_step(
         } else if !below_max(config.prefill, prefill) {
             (
                 prefill,
-                LoadReason::AtBound {
+                LoadReason::AtMaximum {
                     bound: config.prefill.max.unwrap_or(prefill),
                 },
             )
@@ -409,7 +563,7 @@ fn prefill_step(
         } else {
             (
                 prefill,
-                LoadReason::AtBound {
+                LoadReason::AtMinimum {
                     bound: config.prefill.min,
                 },
             )
@@ -434,7 +588,7 @@ fn decode_step(
         if !below_max(config.decode, decode) {
             (
                 decode,
-                LoadReason::AtBound {
+                LoadReason::AtMaximum {
                     bound: config.decode.max.unwrap_or(decode),
                 },
             )
@@ -470,7 +624,7 @@ fn decode_step(
         } else {
             (
                 decode,
-                LoadReason::AtBound {
+                LoadReason::AtMinimum {
                     bound: config.decode.min,
                 },
             )
@@ -514,7 +668,12 @@ mod tests {
             ..config
         };
         let held = planner.tick_aggregated(&tight, 2, &samples(&[0.0], &[0.4]), 0.0);
-        assert_eq!((held.decode, held.decode_reason), (2, LoadReason::Steady));
+        assert_eq!(held.decode, 2);
+        assert!(
+            matches!(held.decode_reason, LoadReason::WouldRefill { projected } if (projected - 0.8).abs() < 1e-9),
+            "{:?}",
+            held.decode_reason
+        );
         // The replicas changed since the last interval: observe only.
         let next = planner.tick_aggregated(&config, 3, &samples(&[0.0], &[0.1]), 0.0);
         assert_eq!(next.skipped, Some(LoadSkip::ReplicasChanged));
@@ -583,7 +742,7 @@ mod tests {
         assert_eq!(decision.skipped, Some(LoadSkip::ReplicasChanged));
         let decision = planner.tick(&config, 1, 1, &samples(&[0.0], &[0.1]));
         assert_eq!((decision.prefill, decision.decode), (1, 1));
-        assert_eq!(decision.decode_reason, LoadReason::AtBound { bound: 1 });
+        assert_eq!(decision.decode_reason, LoadReason::AtMinimum { bound: 1 });
     }
 
     #[test]
@@ -631,7 +790,7 @@ mod tests {
             ..LoadConfig::default()
         };
         let decision = planner.tick(&config, 2, 1, &samples(&[5.0, 5.0], &[0.99]));
-        assert_eq!(decision.prefill_reason, LoadReason::AtBound { bound: 2 });
+        assert_eq!(decision.prefill_reason, LoadReason::AtMaximum { bound: 2 });
         assert_eq!(decision.decode, 2);
     }
 

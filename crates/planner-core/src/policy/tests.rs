@@ -521,10 +521,8 @@ fn the_load_planner_holds_on_missing_samples_and_plans_on_samples() {
     let proposal =
         policy.decide::<PerformanceModel>(s(60), Input::Interval(Observed::Samples(Ok(busy))), at, None);
     assert_eq!(proposal.decision.target, Some((3, 3)));
-    assert!(
-        proposal
-            .decision
-            .message
-            .starts_with("load mode: prefill ScaleUp")
+    assert_eq!(
+        proposal.decision.message,
+        "load mode: prefill 2 -> 3 (queue 5.00 per engine above 0.50); decode 2 -> 3 (KV usage 95% above 90%)"
     );
 }
