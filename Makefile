@@ -70,8 +70,9 @@ chart-test: tools
 e2e-kind: tools
 	@CARGO="$(CARGO)" bash e2e/kind/run.sh
 
-## demo: the planner closed loop on a local cluster: operator, synthetic frontend and Prometheus; one
-##       line per 10 s decision as the load rises and falls. Ctrl-C (or DEMO_SECONDS) stops and cleans up
+## demo: the planner closed loop on a local control plane: the operator, NVIDIA Dynamo's real frontend and
+##       mocker engines (make dynamo), a load generator and Prometheus; one line per 10 s decision as the load
+##       rises and falls. Ctrl-C (or DEMO_SECONDS) stops and cleans up
 demo:
 	@CARGO="$(CARGO)" bash tools/demo.sh
 

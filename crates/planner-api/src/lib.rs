@@ -9,6 +9,7 @@ mod gpu_budget;
 pub mod labels;
 pub mod limits;
 mod planner_policy;
+pub mod reference;
 pub mod schema;
 
 pub use cluster_topology::{ClusterTopologySpec, TopologyLevel};
