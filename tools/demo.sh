@@ -428,7 +428,15 @@ while true; do
   sleep 1
 done
 
+# What a user watching the policy sees: replicas serving/decided, TTFT and ITL observed/target,
+# the share of the last hour's intervals that met the SLA, what limited the last decision.
+get_ppol="$(k get ppol "$POLICY" -n "$NS" 2>&1 || true)"
+printf '\n$ kubectl get ppol %s\n%s\n' "$POLICY" "$get_ppol"
+
 if [[ -n "$EXPECT_SCALING" ]]; then
+  # PREFILL and DECODE as serving/decided, TTFT and ITL as observed/target in ms, SLA a share.
+  awk 'NR == 2 && $4 ~ /^[0-9]+\/[0-9]+$/ && $5 ~ /^[0-9]+\/[0-9]+$/ && $6 ~ /^[0-9.]+\/[0-9]+ms$/ && $7 ~ /^[0-9.]+\/[0-9]+ms$/ && $8 ~ /^[0-9]+%$/ { ok = 1 } END { exit !ok }' <<<"$get_ppol" ||
+    fail_component operator "DEMO_EXPECT_SCALING: kubectl get ppol does not show serving/decided, observed/target and SLA"
   [[ -n "$up_at" ]] || fail_component operator "DEMO_EXPECT_SCALING: no scale-up within ${DEMO_SECONDS}s"
   [[ -n "$down_at" ]] || fail_component operator "DEMO_EXPECT_SCALING: scaled up, but not down again within ${DEMO_SECONDS}s"
   ((${peak_engines:-0} >= 3)) || fail_component bed "DEMO_EXPECT_SCALING: at most ${peak_engines:-0} engine processes at once, not 3"
