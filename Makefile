@@ -67,6 +67,7 @@ dynamo:
 
 ## image: the release image without a container runtime: release build, distroless-like root filesystem,
 ##        target/image/planner-operator-<version>.tar (docker load -i); runs its entrypoint to check it
+##        (IMAGE_ARCH=arm64 bash tools/image.sh cross-builds linux/arm64: see tools/image.sh)
 image: tools
 	@CARGO="$(CARGO)" bash tools/image.sh
 
