@@ -2,8 +2,9 @@
 # shellcheck source-path=SCRIPTDIR
 # Runs the Helm chart tests that need no cluster (e2e/tests/e2e/chart.rs): helm lint and helm
 # template for the default values, each certificate mode and namespace-scoped mode, the rendered
-# RBAC against operator/src/rbac.rs, the flags against the objects, the values schema's messages.
-# Uses the helm of `make tools` unless HELM names another. `make e2e` runs them too.
+# RBAC against operator/src/rbac.rs, the flags against the objects, the values schema's messages,
+# NOTES.txt, and the chart README's check (tools/docs.sh). Uses the helm and helm-docs of
+# `make tools` unless HELM or HELM_DOCS names another. `make e2e` runs them too.
 set -euo pipefail
 cd "$(dirname "$0")"
 source ./env.sh
