@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # shellcheck source-path=SCRIPTDIR
 # Builds the local control plane's binaries (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl, kwok, helm), Prometheus (demo and e2e), the image writer of
-# `make image` and the release tools (helm-docs for `make docs`, actionlint for the GitHub
-# workflows, crane for `make push-image`) from the Go modules under tools/, through the Go module proxy, into a cache
+# kube-scheduler, kubectl, kwok, helm), Prometheus and promtool (demo, e2e and the chart's alert
+# tests), the image writer of `make image` and the release tools (helm-docs for `make docs`,
+# actionlint for the GitHub workflows, crane for `make push-image`) from the Go modules under
+# tools/, through the Go module proxy, into a cache
 # outside the repo keyed by the modules' go.mod/go.sum (and tools/image's source). A cache hit
 # is a no-op. Prints nothing but progress on stderr; the bin directory is `tools/env.sh`'s
 # TOOLS_BIN.
@@ -89,8 +90,10 @@ for kv in "Version=$prom_version" "Revision=$prom_module" Branch=HEAD BuildUser=
   BuildDate=19700101-00:00:00; do
   prom_ldflags+=" -X github.com/prometheus/common/version.$kv"
 done
-build prometheus prometheus -tags remove_all_sd -ldflags "$prom_ldflags" -o "$stage/bin/prometheus" \
-  github.com/prometheus/prometheus/cmd/prometheus
+# promtool too, in the same `go build` (they share most packages): `make chart-test` checks the
+# chart's alerts with `promtool check rules` and runs their unit tests with `promtool test rules`.
+build prometheus prometheus -tags remove_all_sd -ldflags "$prom_ldflags" -o "$stage/bin/" \
+  github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
 # The image writer of `make image` (tools/image.sh); its source is part of the cache key.
 build image image -ldflags "-s -w" -o "$stage/bin/image" .
 # The release tools, with the versions their own release builds stamp in (`--version`).

@@ -4,7 +4,8 @@
 //! the code makes (`planner_operator::rbac::PERMISSIONS`), nothing more and nothing missing;
 //! the Deployment's flags parse with the operator's own parser and agree with the Services, the
 //! webhook configuration (compared with the operator's own) and the certificate objects; bad
-//! values are rejected with messages that say what to fix. Needs helm, not a cluster.
+//! values are rejected with messages that say what to fix; the optional PrometheusRule's alerts
+//! pass their promtool unit tests (`e2e/tests/rules/`). Needs helm and promtool, not a cluster.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -90,6 +91,14 @@ fn modes() -> Result<Vec<Mode>> {
         &[
             "dynamoPodMonitors.enabled=true",
             "dynamoPodMonitors.labels.release=kube-prometheus",
+        ],
+    ));
+    modes.push(set(
+        "prometheus-rule",
+        &[
+            "prometheusRule.enabled=true",
+            "prometheusRule.additionalLabels.release=kube-prometheus",
+            "prometheusRule.alertLabels.team=inference",
         ],
     ));
     modes.push(set(
@@ -955,6 +964,23 @@ async fn the_dashboard_plots_every_planner_metric() -> Result<()> {
         "planner_operator_interval_lateness_seconds",
         "planner_operator_reconcile_total",
         "planner_operator_reconcile_duration_seconds",
+        "planner_operator_ttft_target_seconds",
+        "planner_operator_itl_target_seconds",
+        "planner_operator_observed_ttft_percentile_seconds",
+        "planner_operator_sla_attainment_ratio",
+        "planner_operator_interval_seconds",
+        "planner_operator_desired_gpus",
+        "planner_operator_gpus_in_use",
+        "planner_operator_observed_decode_kv_usage_ratio",
+        "planner_operator_observed_prefill_queue_requests",
+        "planner_operator_scaling_limited",
+        "planner_operator_metrics_unavailable_total",
+        "planner_operator_consecutive_intervals_metrics_unavailable",
+        "planner_operator_gpubudget_total_gpus",
+        "planner_operator_gpubudget_granted_gpus",
+        "planner_operator_gpubudget_held_gpus",
+        "planner_operator_gpubudget_member_granted_gpus",
+        "planner_operator_build_info",
     ] {
         assert!(json.contains(metric), "the dashboard does not plot {metric}");
     }
@@ -963,7 +989,7 @@ async fn the_dashboard_plots_every_planner_metric() -> Result<()> {
 
 #[tokio::test]
 async fn bad_values_are_rejected_with_messages_that_say_what_to_fix() -> Result<()> {
-    let cases: [(&[&str], &str); 12] = [
+    let cases: [(&[&str], &str); 14] = [
         (
             &["webhook.certificate.mode=vault"],
             "'generated', 'certManager', 'secret'",
@@ -988,6 +1014,14 @@ async fn bad_values_are_rejected_with_messages_that_say_what_to_fix() -> Result<
         (&["watchNamespace=Team_A"], "is not a namespace name"),
         (&["image.pullPolicy=always"], "'Always', 'IfNotPresent', 'Never'"),
         (&["imageTag=1.0"], "additional properties 'imageTag' not allowed"),
+        (
+            &["prometheusRule.alerts.slaMissed.for=ten"],
+            "at '/prometheusRule/alerts/slaMissed/for'",
+        ),
+        (
+            &["prometheusRule.alerts.noleader.for=1m"],
+            "additional properties 'noleader' not allowed",
+        ),
     ];
     let mut failures = Vec::new();
     for (sets, message) in cases {
@@ -1215,4 +1249,194 @@ async fn check_docs_fails_when_a_value_comment_changes_until_make_docs() -> Resu
     .await;
     let _ = std::fs::remove_dir_all(&dir);
     outcome
+}
+
+/// Set to the promtool binary to use instead of `promtool` from PATH (`make chart-test` and
+/// `make e2e` set it to the one `make tools` builds).
+const PROMTOOL_ENV: &str = "PROMTOOL";
+
+/// Runs promtool with `args` in `dir`; a failure is an error with what it printed.
+async fn promtool(dir: &std::path::Path, args: &[&str]) -> Result<String> {
+    let binary = std::env::var(PROMTOOL_ENV).unwrap_or_else(|_| "promtool".into());
+    let output = tokio::process::Command::new(&binary)
+        .args(args)
+        .current_dir(dir)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|e| format!("cannot run {binary} ({e}): `make tools` builds it; set {PROMTOOL_ENV}"))?;
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    if !output.status.success() {
+        return Err(format!("promtool {} failed:\n{printed}", args.join(" ")).into());
+    }
+    Ok(printed)
+}
+
+/// The rendered PrometheusRule's alerts, by name.
+fn rule_alerts(rule: &Value) -> BTreeMap<String, Value> {
+    rule["spec"]["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|group| group["rules"].as_array().cloned().unwrap_or_default())
+        .filter_map(|rule| Some((rule["alert"].as_str()?.to_string(), rule)))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_prometheus_rule_is_rendered_only_when_asked_with_its_values() -> Result<()> {
+    let default = template(RELEASE, NAMESPACE, &[]).await?;
+    check(of_kind(&default, "PrometheusRule").is_empty(), || {
+        "a PrometheusRule is rendered by default".into()
+    })?;
+    let objects = template(
+        RELEASE,
+        NAMESPACE,
+        &[
+            "--set",
+            "prometheusRule.enabled=true",
+            "--set",
+            "prometheusRule.namespace=monitoring",
+            "--set",
+            "prometheusRule.additionalLabels.release=kube-prometheus",
+            "--set",
+            "prometheusRule.alertLabels.team=inference",
+            "--set",
+            "prometheusRule.alerts.slaMissed.intervals=7",
+            "--set",
+            "prometheusRule.alerts.slaMissed.for=10m",
+            "--set",
+            "prometheusRule.alerts.slaMissed.severity=critical",
+            "--set",
+            "prometheusRule.alerts.scalingLimited.enabled=false",
+            "--set",
+            "prometheusRule.selector=service=\"planner\"",
+        ],
+    )
+    .await?;
+    let rule = one_of_kind(&objects, "PrometheusRule")?;
+    assert_eq!(rule["apiVersion"], "monitoring.coreos.com/v1");
+    assert_eq!(rule["metadata"]["namespace"], "monitoring");
+    assert_eq!(rule["metadata"]["labels"]["release"], "kube-prometheus");
+    let alerts = rule_alerts(rule);
+    let names: BTreeSet<&str> = alerts.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        BTreeSet::from([
+            "PlannerOperatorNoLeader",
+            "PlannerOperatorWebhookCertificateExpiring",
+            "PlannerPolicyMetricsUnavailable",
+            "PlannerPolicySlaAttainmentLow",
+            "PlannerPolicySlaMissed",
+        ])
+    );
+    let missed = &alerts["PlannerPolicySlaMissed"];
+    let expr = missed["expr"].as_str().unwrap_or_default();
+    assert!(
+        expr.ends_with(">= 7") && expr.contains("{service=\"planner\"}"),
+        "{expr}"
+    );
+    assert_eq!(missed["for"], "10m");
+    assert_eq!(missed["labels"]["severity"], "critical");
+    for (name, alert) in &alerts {
+        assert_eq!(alert["labels"]["team"], "inference", "{name}");
+        for annotation in ["summary", "description"] {
+            assert!(
+                alert["annotations"][annotation]
+                    .as_str()
+                    .is_some_and(|a| !a.is_empty()),
+                "{name} has no {annotation}"
+            );
+        }
+        assert!(
+            !alert["expr"].as_str().unwrap_or_default().contains("job="),
+            "{name} ignores the selector"
+        );
+    }
+    // Without the webhook, no certificate to watch.
+    let no_webhook = template(
+        RELEASE,
+        NAMESPACE,
+        &[
+            "--set",
+            "prometheusRule.enabled=true",
+            "--set",
+            "webhook.enabled=false",
+        ],
+    )
+    .await?;
+    let alerts = rule_alerts(one_of_kind(&no_webhook, "PrometheusRule")?);
+    assert!(!alerts.contains_key("PlannerOperatorWebhookCertificateExpiring"));
+    assert!(alerts.contains_key("PlannerOperatorNoLeader"));
+    Ok(())
+}
+
+/// Renders the chart's alerts with the default values and runs `promtool check rules` and the
+/// unit tests of `e2e/tests/rules/` on them: the rules promtool tests are the ones the chart
+/// installs.
+#[tokio::test]
+async fn the_alerts_fire_and_stay_quiet_as_their_promtool_tests_say() -> Result<()> {
+    let objects = template(RELEASE, NAMESPACE, &["--set", "prometheusRule.enabled=true"]).await?;
+    let rule = one_of_kind(&objects, "PrometheusRule")?;
+    let rendered = rule_alerts(rule);
+    // The alerts select the job the ServiceMonitor scrapes: the metrics Service's name.
+    let service = of_kind(&objects, "Service")
+        .into_iter()
+        .find(|s| s["metadata"]["labels"]["app.kubernetes.io/component"] == "metrics")
+        .ok_or("no metrics Service")?;
+    let job = format!(
+        "job=\"{}\"",
+        service["metadata"]["name"].as_str().unwrap_or_default()
+    );
+    for (name, alert) in &rendered {
+        let expr = alert["expr"].as_str().unwrap_or_default();
+        assert!(expr.contains(&job), "{name} does not select {job}: {expr}");
+    }
+    let dir = std::env::temp_dir().join(format!("e2e-alerts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(
+        dir.join("alerts.rules.yaml"),
+        serde_yaml::to_string(&rule["spec"])?,
+    )?;
+    let tests_dir = e2e::repo_root().join("e2e/tests/rules");
+    let mut tests = Vec::new();
+    let mut fired = BTreeSet::new();
+    let mut quiet = BTreeSet::new();
+    for path in yaml_files(&tests_dir)? {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default();
+        let text = std::fs::read_to_string(&path)?;
+        let parsed: Value = serde_yaml::from_str(&text)?;
+        for case in parsed["tests"].as_array().into_iter().flatten() {
+            for test in case["alert_rule_test"].as_array().into_iter().flatten() {
+                let alert = test["alertname"].as_str().unwrap_or_default().to_string();
+                if test["exp_alerts"].as_array().is_some_and(|a| !a.is_empty()) {
+                    fired.insert(alert);
+                } else {
+                    quiet.insert(alert);
+                }
+            }
+        }
+        std::fs::write(dir.join(&name), text)?;
+        tests.push(name);
+    }
+    // Every alert the chart renders is tested both ways.
+    for alert in rendered.keys() {
+        assert!(fired.contains(alert), "no test fires {alert}");
+        assert!(quiet.contains(alert), "no test keeps {alert} quiet");
+    }
+    let checked = promtool(&dir, &["check", "rules", "alerts.rules.yaml"]).await;
+    let mut args = vec!["test", "rules"];
+    args.extend(tests.iter().map(String::as_str));
+    let tested = promtool(&dir, &args).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("{}", checked?);
+    println!("{}", tested?);
+    Ok(())
 }
