@@ -3,9 +3,10 @@
 # Runs the Helm chart tests that need no cluster (e2e/tests/e2e/chart.rs): helm lint and helm
 # template for the default values, each certificate mode and namespace-scoped mode, the rendered
 # RBAC against operator/src/rbac.rs, the flags against the objects, the values schema's messages,
-# and the PrometheusRule's alerts under promtool (check rules, and the unit tests of
-# e2e/tests/rules/). Uses the helm and promtool of `make tools` unless HELM or PROMTOOL names
-# another. `make e2e` runs them too.
+# the PrometheusRule's alerts under promtool (check rules, and the unit tests of
+# e2e/tests/rules/), NOTES.txt, and the chart README's check (tools/docs.sh). Uses the helm,
+# promtool and helm-docs of `make tools` unless HELM, PROMTOOL or HELM_DOCS names another.
+# `make e2e` runs them too.
 set -euo pipefail
 cd "$(dirname "$0")"
 source ./env.sh

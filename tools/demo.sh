@@ -255,11 +255,14 @@ fi
 k create namespace "$NS" >/dev/null
 created_namespace=true
 
-# The chart's RBAC in namespace-scoped mode (a Role in $NS; nodes and ClusterTopologies
-# cluster-wide), without leader election and webhook, whose permissions this run does not use.
-step "installing the chart's RBAC (helm template charts/planner-operator, watchNamespace=$NS)"
+# The chart's RBAC for the full operator (the demo's operator renders the DGD on fake nodes; the
+# chart's default is planner only) in namespace-scoped mode (a Role in $NS; nodes and
+# ClusterTopologies cluster-wide), without leader election and webhook, whose permissions this
+# run does not use.
+step "installing the chart's RBAC (helm template charts/planner-operator, dgdController.enabled=true, watchNamespace=$NS)"
 rbac_file="$DEMO_DIR/rbac.yaml"
 "$HELM" template "$RELEASE" "$REPO/charts/planner-operator" --namespace "$NS" \
+  --set dgdController.enabled=true \
   --set watchNamespace="$NS" --set replicaCount=1 --set leaderElection.enabled=false \
   --set webhook.enabled=false --set dashboard.enabled=false --set metrics.service.enabled=false \
   --show-only templates/serviceaccount.yaml --show-only templates/rbac.yaml >"$rbac_file"
