@@ -37,7 +37,7 @@ check-manifests:
 docs: tools
 	@bash tools/docs.sh generate
 
-## check-docs: fail when generated files are stale (the CRDs, the chart's README.md) or the GitHub workflows
+## check-docs: fail when generated files are stale (the CRDs, the API reference in docs/reference/, the chart's README.md) or the GitHub workflows
 ##             do not pass actionlint; each failure names the file and how to fix it (needs make tools)
 check-docs: check-manifests check-chart-docs check-workflows
 
