@@ -5,7 +5,8 @@ CARGO ?= cargo
 # Two cores on our machines: one job per core, no incremental cache in CI.
 export CARGO_BUILD_JOBS ?= 2
 
-.PHONY: build test lint fmt manifests check-manifests docs check-docs check-chart-docs check-workflows tools tools-bin dynamo image release push-image cluster-up cluster-down e2e e2e-kind chart-test demo bench bench-budget bench-replay tune help
+
+.PHONY: build test lint fmt manifests check-manifests docs check-docs check-chart-docs check-links check-workflows tools tools-bin dynamo image release push-image cluster-up cluster-down e2e e2e-kind chart-test demo bench bench-budget bench-replay tune help
 
 ## build: compile the operator and crd-gen (debug)
 build:
@@ -33,13 +34,20 @@ manifests:
 check-manifests:
 	$(CARGO) run --quiet --locked -p crd-gen -- --check
 
-## docs: regenerate the generated documentation: the chart's README.md from values.yaml (helm-docs)
-docs: tools
+## docs: regenerate the generated documentation: the chart's README.md from values.yaml (helm-docs), the API
+##       reference in docs/reference/ and the CRDs (crd-gen), the run flags table in docs/planner.md
+docs: tools manifests
 	@bash tools/docs.sh generate
+	UPDATE_DOCS=1 $(CARGO) test --quiet --locked -p planner-operator --test docs_flags
 
-## check-docs: fail when generated files are stale (the CRDs, the API reference in docs/reference/, the chart's README.md) or the GitHub workflows
-##             do not pass actionlint; each failure names the file and how to fix it (needs make tools)
-check-docs: check-manifests check-chart-docs check-workflows
+## check-docs: fail when generated files are stale (the CRDs, the API reference in docs/reference/, the chart's
+##             README.md; make test checks the flags table), a relative link in the Markdown points nowhere, or the
+##             GitHub workflows do not pass actionlint; each failure names the file and how to fix it (needs make tools)
+check-docs: check-manifests check-chart-docs check-links check-workflows
+
+## check-links: fail when a relative link or anchor in the repository's Markdown points nowhere
+check-links:
+	@python3 tools/check-links.py
 
 ## check-chart-docs: fail when charts/planner-operator/README.md differs from what make docs writes
 check-chart-docs: tools
