@@ -5,7 +5,6 @@ CARGO ?= cargo
 # Two cores on our machines: one job per core, no incremental cache in CI.
 export CARGO_BUILD_JOBS ?= 2
 
-
 .PHONY: build test lint fmt manifests check-manifests docs check-docs check-chart-docs check-links check-workflows tools tools-bin dynamo image release push-image cluster-up cluster-down e2e e2e-kind chart-test demo bench bench-budget bench-replay tune help
 
 ## build: compile the operator and crd-gen (debug)
