@@ -5,7 +5,7 @@ CARGO ?= cargo
 # Two cores on our machines: one job per core, no incremental cache in CI.
 export CARGO_BUILD_JOBS ?= 2
 
-.PHONY: build test lint fmt manifests check-manifests tools dynamo image cluster-up cluster-down e2e e2e-kind chart-test demo bench bench-budget bench-replay tune help
+.PHONY: build test lint fmt manifests check-manifests docs check-docs check-chart-docs check-links check-workflows tools tools-bin dynamo image release push-image cluster-up cluster-down e2e e2e-kind chart-test demo bench bench-budget bench-replay tune help
 
 ## build: compile the operator and crd-gen (debug)
 build:
@@ -33,10 +33,38 @@ manifests:
 check-manifests:
 	$(CARGO) run --quiet --locked -p crd-gen -- --check
 
-## tools: build etcd, kube-apiserver, -controller-manager, -scheduler, kubectl, kwok, helm, Prometheus and
-##        the image writer from tools/ into a cache outside the repo (a no-op when cached; needs Go >= 1.26)
+## docs: regenerate the generated documentation: the chart's README.md from values.yaml (helm-docs), the API
+##       reference in docs/reference/ and the CRDs (crd-gen), the run flags table in docs/planner.md
+docs: tools manifests
+	@bash tools/docs.sh generate
+	UPDATE_DOCS=1 $(CARGO) test --quiet --locked -p planner-operator --test docs_flags
+
+## check-docs: fail when generated files are stale (the CRDs, the API reference in docs/reference/, the chart's
+##             README.md; make test checks the flags table), a relative link in the Markdown points nowhere, or the
+##             GitHub workflows do not pass actionlint; each failure names the file and how to fix it (needs make tools)
+check-docs: check-manifests check-chart-docs check-links check-workflows
+
+## check-links: fail when a relative link or anchor in the repository's Markdown points nowhere
+check-links:
+	@python3 tools/check-links.py
+
+## check-chart-docs: fail when charts/planner-operator/README.md differs from what make docs writes
+check-chart-docs: tools
+	@bash tools/docs.sh check
+
+## check-workflows: actionlint (from make tools) on .github/workflows/*.yml, their shell steps included
+check-workflows: tools
+	@bash tools/check-workflows.sh
+
+## tools: build etcd, kube-apiserver, -controller-manager, -scheduler, kubectl, kwok, helm, Prometheus, the
+##        image writer, helm-docs, actionlint and crane from tools/ into a cache outside the repo (a no-op when
+##        cached; needs Go >= 1.26)
 tools:
 	@bash tools/build.sh
+
+## tools-bin: print the tools cache's bin directory (helm, kubectl, crane, ...: "$$(make -s tools-bin)/crane")
+tools-bin:
+	@bash -c 'source tools/env.sh && echo "$$TOOLS_BIN"'
 
 ## dynamo: install NVIDIA Dynamo's frontend, mocker engines and replay (PyPI, pinned in tools/dynamo/) into a
 ##         virtual environment in the tools cache, with the test model they serve (a no-op when cached;
@@ -46,8 +74,21 @@ dynamo:
 
 ## image: the release image without a container runtime: release build, distroless-like root filesystem,
 ##        target/image/planner-operator-<version>.tar (docker load -i); runs its entrypoint to check it
+##        (IMAGE_ARCH=arm64 bash tools/image.sh cross-builds linux/arm64: see tools/image.sh)
 image: tools
 	@CARGO="$(CARGO)" bash tools/image.sh
+
+## release: everything a release publishes, in target/release-artifacts/<version>/: the image tarball of
+##          make image (linux/amd64; RELEASE_PLATFORMS="linux/amd64 linux/arm64" cross-builds arm64 too), the
+##          chart package, the CRDs, SHA256SUMS; then checks the folder (tools/release-check.sh)
+release: image
+	@CARGO="$(CARGO)" bash tools/release.sh
+
+## push-image: push the image of make image to REGISTRY (make push-image REGISTRY=ghcr.io/me) with crane, no
+##             Docker; prints the helm --set flags that install it (credentials: crane auth login, docker
+##             login, or REGISTRY_USERNAME and REGISTRY_PASSWORD)
+push-image: image
+	@CARGO="$(CARGO)" REGISTRY="$(REGISTRY)" bash tools/push-image.sh
 
 ## cluster-up: start the local control plane with fake GPU nodes; eval "$(make -s cluster-up)"
 cluster-up: tools
@@ -70,8 +111,9 @@ chart-test: tools
 e2e-kind: tools
 	@CARGO="$(CARGO)" bash e2e/kind/run.sh
 
-## demo: the planner closed loop on a local cluster: operator, synthetic frontend and Prometheus; one
-##       line per 10 s decision as the load rises and falls. Ctrl-C (or DEMO_SECONDS) stops and cleans up
+## demo: the planner closed loop on a local control plane: the operator, NVIDIA Dynamo's real frontend and
+##       mocker engines (make dynamo), a load generator and Prometheus; one line per 10 s decision as the load
+##       rises and falls. Ctrl-C (or DEMO_SECONDS) stops and cleans up
 demo:
 	@CARGO="$(CARGO)" bash tools/demo.sh
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # shellcheck source-path=SCRIPTDIR
 # Builds the local control plane's binaries (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl, kwok, helm), Prometheus (demo and e2e) and the image writer of
-# `make image` from the Go modules under tools/, through the Go module proxy, into a cache
+# kube-scheduler, kubectl, kwok, helm), Prometheus and promtool (demo, e2e and the chart's alert
+# tests), the image writer of `make image` and the release tools (helm-docs for `make docs`,
+# actionlint for the GitHub workflows, crane for `make push-image`) from the Go modules under
+# tools/, through the Go module proxy, into a cache
 # outside the repo keyed by the modules' go.mod/go.sum (and tools/image's source). A cache hit
 # is a no-op. Prints nothing but progress on stderr; the bin directory is `tools/env.sh`'s
 # TOOLS_BIN.
@@ -49,7 +51,7 @@ build() {
 total=$SECONDS
 # Download first, so that an unreachable proxy is told apart from a compile error.
 log "downloading Go modules (GOPROXY=$(go env GOPROXY)) ..."
-for dir in kube etcd kwok helm prometheus image; do
+for dir in kube etcd kwok helm prometheus image helm-docs actionlint crane; do
   (cd "$dir" && "${NICE[@]}" go mod download) >>"$logs/download.log" 2>&1 ||
     fail_with_log "downloading the Go modules of tools/$dir failed" "$logs/download.log"
 done
@@ -88,10 +90,23 @@ for kv in "Version=$prom_version" "Revision=$prom_module" Branch=HEAD BuildUser=
   BuildDate=19700101-00:00:00; do
   prom_ldflags+=" -X github.com/prometheus/common/version.$kv"
 done
-build prometheus prometheus -tags remove_all_sd -ldflags "$prom_ldflags" -o "$stage/bin/prometheus" \
-  github.com/prometheus/prometheus/cmd/prometheus
+# promtool too, in the same `go build` (they share most packages): `make chart-test` checks the
+# chart's alerts with `promtool check rules` and runs their unit tests with `promtool test rules`.
+build prometheus prometheus -tags remove_all_sd -ldflags "$prom_ldflags" -o "$stage/bin/" \
+  github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
 # The image writer of `make image` (tools/image.sh); its source is part of the cache key.
 build image image -ldflags "-s -w" -o "$stage/bin/image" .
+# The release tools, with the versions their own release builds stamp in (`--version`).
+module_version() { (cd "$1" && go list -m -f '{{.Version}}' "$2"); }
+build helm-docs helm-docs \
+  -ldflags "-s -w -X main.version=$(module_version helm-docs github.com/norwoodj/helm-docs)" \
+  -o "$stage/bin/helm-docs" github.com/norwoodj/helm-docs/cmd/helm-docs
+build actionlint actionlint \
+  -ldflags "-s -w -X github.com/rhysd/actionlint.version=$(module_version actionlint github.com/rhysd/actionlint)" \
+  -o "$stage/bin/actionlint" github.com/rhysd/actionlint/cmd/actionlint
+build crane crane \
+  -ldflags "-s -w -X github.com/google/go-containerregistry/cmd/crane/cmd.Version=$(module_version crane github.com/google/go-containerregistry)" \
+  -o "$stage/bin/crane" github.com/google/go-containerregistry/cmd/crane
 
 # kwok needs Stage definitions (how fake nodes and pods change state). Take upstream's from the
 # module source in the module cache; they live in the cache entry, not in the repo.

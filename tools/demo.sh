@@ -255,11 +255,14 @@ fi
 k create namespace "$NS" >/dev/null
 created_namespace=true
 
-# The chart's RBAC in namespace-scoped mode (a Role in $NS; nodes and ClusterTopologies
-# cluster-wide), without leader election and webhook, whose permissions this run does not use.
-step "installing the chart's RBAC (helm template charts/planner-operator, watchNamespace=$NS)"
+# The chart's RBAC for the full operator (the demo's operator renders the DGD on fake nodes; the
+# chart's default is planner only) in namespace-scoped mode (a Role in $NS; nodes and
+# ClusterTopologies cluster-wide), without leader election and webhook, whose permissions this
+# run does not use.
+step "installing the chart's RBAC (helm template charts/planner-operator, dgdController.enabled=true, watchNamespace=$NS)"
 rbac_file="$DEMO_DIR/rbac.yaml"
 "$HELM" template "$RELEASE" "$REPO/charts/planner-operator" --namespace "$NS" \
+  --set dgdController.enabled=true \
   --set watchNamespace="$NS" --set replicaCount=1 --set leaderElection.enabled=false \
   --set webhook.enabled=false --set dashboard.enabled=false --set metrics.service.enabled=false \
   --show-only templates/serviceaccount.yaml --show-only templates/rbac.yaml >"$rbac_file"
@@ -428,7 +431,15 @@ while true; do
   sleep 1
 done
 
+# What a user watching the policy sees: replicas serving/decided, TTFT and ITL observed/target,
+# the share of the last hour's intervals that met the SLA, what limited the last decision.
+get_ppol="$(k get ppol "$POLICY" -n "$NS" 2>&1 || true)"
+printf '\n$ kubectl get ppol %s\n%s\n' "$POLICY" "$get_ppol"
+
 if [[ -n "$EXPECT_SCALING" ]]; then
+  # PREFILL and DECODE as serving/decided, TTFT and ITL as observed/target in ms, SLA a share.
+  awk 'NR == 2 && $4 ~ /^[0-9]+\/[0-9]+$/ && $5 ~ /^[0-9]+\/[0-9]+$/ && $6 ~ /^[0-9.]+\/[0-9]+ms$/ && $7 ~ /^[0-9.]+\/[0-9]+ms$/ && $8 ~ /^[0-9]+%$/ { ok = 1 } END { exit !ok }' <<<"$get_ppol" ||
+    fail_component operator "DEMO_EXPECT_SCALING: kubectl get ppol does not show serving/decided, observed/target and SLA"
   [[ -n "$up_at" ]] || fail_component operator "DEMO_EXPECT_SCALING: no scale-up within ${DEMO_SECONDS}s"
   [[ -n "$down_at" ]] || fail_component operator "DEMO_EXPECT_SCALING: scaled up, but not down again within ${DEMO_SECONDS}s"
   ((${peak_engines:-0} >= 3)) || fail_component bed "DEMO_EXPECT_SCALING: at most ${peak_engines:-0} engine processes at once, not 3"

@@ -20,9 +20,13 @@ if [[ -z "${KUBECONFIG:-}" ]]; then
     fail "KUBECONFIG is not set and no local cluster runs: \`make cluster-up\` first, or point KUBECONFIG at a test cluster"
   export KUBECONFIG="$RUN_DIR/admin.kubeconfig"
 fi
-# The chart tests run helm; use the one `make tools` built unless HELM names another.
+# The chart tests run helm and promtool; use those `make tools` built unless HELM or PROMTOOL
+# names another.
 if [[ -z "${HELM:-}" && -x "$TOOLS_BIN/helm" ]]; then
   export HELM="$TOOLS_BIN/helm"
+fi
+if [[ -z "${PROMTOOL:-}" && -x "$TOOLS_BIN/promtool" ]]; then
+  export PROMTOOL="$TOOLS_BIN/promtool"
 fi
 # The closed-loop test runs a real Prometheus, `prometheus` from PATH: make that the one
 # prometheus_bin (env.sh) picks, an installed one or else the one `make tools` builds, through a

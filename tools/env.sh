@@ -5,7 +5,7 @@
 TOOLS_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 # Bump when the build recipe (flags, binary list) changes, so cached binaries are rebuilt.
-TOOLS_RECIPE=3
+TOOLS_RECIPE=5
 
 TOOLS_CACHE="${PLANNER_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/planner-operator/tools}"
 TOOLS_KEY="$(

@@ -15,6 +15,11 @@
 # digest and sizes.
 #
 # Environment (all optional):
+#   IMAGE_ARCH        amd64 or arm64 (default: this machine's). Another machine's is cross-built:
+#                     `rustup target add` of its Rust target, Debian's cross C toolchain and libc
+#                     (gcc-aarch64-linux-gnu, libc6-dev-arm64-cross) for the binary and the image's
+#                     libraries, and qemu-user-static to run the check; the tarball is then
+#                       ${CARGO_TARGET_DIR:-target}/image/planner-operator-<version>-linux-<arch>.tar
 #   IMAGE_REPOSITORY  repository of the tag recorded in the tarball
 #                     (ghcr.io/planner-operator/planner-operator, as the chart's image.repository)
 #   SOURCE_DATE_EPOCH creation time of the image and its files (default: the HEAD commit's time),
@@ -41,17 +46,49 @@ for cmd in ldd tar unshare "$CARGO" git; do
   command -v "$cmd" >/dev/null 2>&1 || fail "$cmd not found on PATH: make image needs it"
 done
 
+case "$(uname -m)" in
+  x86_64) host_arch=amd64 ;;
+  aarch64 | arm64) host_arch=arm64 ;;
+  *) fail "unsupported machine $(uname -m) for the image's platform" ;;
+esac
+arch="${IMAGE_ARCH:-$host_arch}"
+case "$arch" in
+  amd64) rust_target=x86_64-unknown-linux-gnu gnu=x86_64-linux-gnu ;;
+  arm64) rust_target=aarch64-unknown-linux-gnu gnu=aarch64-linux-gnu ;;
+  *) fail "IMAGE_ARCH=$arch: amd64 or arm64" ;;
+esac
+cross=""
+cargo_target=()
+if [[ "$arch" != "$host_arch" ]]; then
+  # Cross-building: the Rust target's standard library, and a C cross compiler and libc for the
+  # crates with C code (ring, zstd) and for the link; the image gets that libc's libraries.
+  cross="$gnu"
+  sysroot="/usr/$gnu"
+  qemu="qemu-$([[ "$arch" == arm64 ]] && echo aarch64 || echo x86_64)-static"
+  for cmd in "$gnu-gcc" "$gnu-readelf" "$qemu"; do
+    command -v "$cmd" >/dev/null 2>&1 ||
+      fail "$cmd not found: cross-building the $arch image needs Debian's gcc-$gnu, libc6-dev-${arch}-cross and qemu-user-static (apt-get install gcc-${gnu//_/-} libc6-dev-${arch}-cross qemu-user-static)"
+  done
+  [[ -d "$sysroot/lib" ]] || fail "$sysroot/lib not found: apt-get install libc6-dev-${arch}-cross"
+  if ! rustc --print target-libdir --target "$rust_target" 2>/dev/null | xargs -r test -d; then
+    fail "the Rust standard library for $rust_target is not installed: rustup target add $rust_target"
+  fi
+  target_env="$(tr 'a-z-' 'A-Z_' <<<"$rust_target")"
+  export "CARGO_TARGET_${target_env}_LINKER=$gnu-gcc" "CC_${rust_target//-/_}=$gnu-gcc" "AR_${rust_target//-/_}=$gnu-ar"
+  cargo_target=(--target "$rust_target")
+fi
+
 # The image writer (tools/image) comes with the other tools; a no-op once cached.
 bash ./build.sh
 IMAGE_TOOL="$TOOLS_BIN/image"
 [[ -x "$IMAGE_TOOL" ]] || fail "$IMAGE_TOOL was not built (make tools)"
 
 # --- The release binary --------------------------------------------------------------------------
-log "building the release binary (cargo build --release -p planner-operator)"
+log "building the release binary (cargo build --release -p planner-operator ${cargo_target[*]})"
 build_start=$SECONDS
-(cd "$REPO" && "$CARGO" build --release --locked -p planner-operator --bin planner-operator)
+(cd "$REPO" && "$CARGO" build --release --locked -p planner-operator --bin planner-operator "${cargo_target[@]}")
 build_seconds=$((SECONDS - build_start))
-BIN="$TARGET_DIR/release/planner-operator"
+BIN="$TARGET_DIR/${cross:+$rust_target/}release/planner-operator"
 [[ -x "$BIN" ]] || fail "$BIN was not built"
 
 # The version Cargo gives the package: path+file:///...#planner-operator@0.1.0 or ...#0.1.0.
@@ -64,11 +101,6 @@ if [[ -n "$(git -C "$REPO" status --porcelain --untracked-files=no 2>/dev/null)"
 fi
 epoch="${SOURCE_DATE_EPOCH:-$(git -C "$REPO" log -1 --format=%ct)}"
 created="$(date -u -d "@$epoch" +%Y-%m-%dT%H:%M:%SZ)"
-case "$(uname -m)" in
-  x86_64) arch=amd64 ;;
-  aarch64 | arm64) arch=arm64 ;;
-  *) fail "unsupported machine $(uname -m) for the image's platform" ;;
-esac
 description="$(sed -n 's/^description *= *"\(.*\)"$/\1/p' "$REPO/operator/Cargo.toml")"
 
 # --- Root filesystem -----------------------------------------------------------------------------
@@ -79,8 +111,21 @@ mkdir -p "$rootfs"
 install -D -m 0755 "$BIN" "$rootfs/usr/local/bin/planner-operator"
 
 # Shared libraries and the loader, at the paths ldd resolves them to (the loader's default
-# search path finds them there, as on the build machine), as regular files.
-if ldd_out="$(ldd "$BIN" 2>&1)"; then
+# search path finds them there, as on the build machine), as regular files. Cross-built: the
+# libraries the binary needs (readelf), from the cross libc, at Debian's multiarch paths for the
+# image's architecture (/lib/<triple>/, the loader at the path the binary names), where that
+# architecture's loader looks.
+if [[ -n "$cross" ]]; then
+  interp="$("$gnu-readelf" -l "$BIN" | sed -n 's/.*\[Requesting program interpreter: \(.*\)\]/\1/p')"
+  [[ -n "$interp" ]] || fail "$BIN names no program interpreter (readelf -l)"
+  [[ -f "$sysroot/lib/$(basename "$interp")" ]] || fail "$sysroot/lib/$(basename "$interp") (the loader $BIN names) not found"
+  install -D -m 0755 "$sysroot/lib/$(basename "$interp")" "$rootfs$interp"
+  while IFS= read -r needed; do
+    [[ -f "$sysroot/lib/$needed" ]] || fail "$needed (needed by $BIN) is not in $sysroot/lib"
+    install -D -m 0755 "$(readlink -f "$sysroot/lib/$needed")" "$rootfs/lib/$gnu/$needed"
+  done < <("$gnu-readelf" -d "$BIN" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+  libs=""
+elif ldd_out="$(ldd "$BIN" 2>&1)"; then
   libs="$(awk '$2 == "=>" && $3 == "not" { print "missing " $1; next }
     $2 == "=>" && $3 ~ /^\// { print $3; next }
     $1 ~ /^\// { print $1 }' <<<"$ldd_out")"
@@ -134,7 +179,7 @@ fi
 
 # --- The image -----------------------------------------------------------------------------------
 out_dir="$TARGET_DIR/image"
-out="$out_dir/planner-operator-$version.tar"
+out="$out_dir/planner-operator-$version${cross:+-linux-$arch}.tar"
 mkdir -p "$out_dir"
 log "writing $out"
 "$IMAGE_TOOL" build --rootfs "$rootfs" --out "$out" --tag "$IMAGE_REPOSITORY:$version" \
@@ -169,6 +214,13 @@ mkdir -p "$check_root/proc" "$check_root/dev"
 for dev in null zero random urandom; do
   : >"$check_root/dev/$dev"
 done
+# Cross-built: the entrypoint runs under qemu's user-mode emulator (a static binary, copied into
+# the extracted root only), which loads the image's own loader and libraries.
+emulator=()
+if [[ -n "$cross" ]]; then
+  install -m 0755 "$(command -v "$qemu")" "$check_root/.$qemu"
+  emulator=("/.$qemu")
+fi
 
 # in_image ARG...: runs the entrypoint with ARGs as a container would, output to stdout/stderr.
 as_user=(--setgid "$gid" --setuid "$uid")
@@ -187,7 +239,7 @@ in_image() {
       for dev in null zero random urandom; do mount --bind "/dev/$dev" "$root/dev/$dev"; done
       mount -t proc proc "$root/proc"
       exec "$unshare" --root="$root" --wd="$wd" "$@"
-    ' in_image "$check_root" "${workdir:-/}" "$unshare_bin" "${as_user[@]}" -- "${entrypoint[@]}" "$@"
+    ' in_image "$check_root" "${workdir:-/}" "$unshare_bin" "${as_user[@]}" -- "${emulator[@]}" "${entrypoint[@]}" "$@"
 }
 
 help_out="$work/help.txt"
@@ -198,7 +250,7 @@ grep -qF "$version" "$version_out" || fail_with_log "\`version\` in the image do
 
 image_bytes="$(stat -c %s "$out")"
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
-log "ran ${entrypoint[*]} --help and version in the image as $([[ ${#as_user[@]} -gt 0 ]] && echo "$user" || echo root): $(head -n1 "$version_out")"
+log "ran ${entrypoint[*]} --help and version in the $arch image${cross:+ (under $qemu)} as $([[ ${#as_user[@]} -gt 0 ]] && echo "$user" || echo root): $(head -n1 "$version_out")"
 log "$summary"
 log "image $IMAGE_REPOSITORY:$version: $out"
 log "  tarball $(mib "$image_bytes") ($image_bytes bytes, layer gzip-compressed); root filesystem $(mib "$rootfs_bytes") ($rootfs_bytes bytes)"

@@ -57,4 +57,4 @@ cd "$TOOLS_SRC/.."
 PROMETHEUS_BIN="$(prometheus_bin)" || fail "no Prometheus: \`make tools\` builds one"
 export PROMETHEUS_BIN
 "${CARGO:-cargo}" build -p planner-operator --bin planner-operator -p planner-sim --bin planner-sim --locked
-KUBECONFIG="$ADMIN_KUBECONFIG" HELM="${HELM:-$TOOLS_BIN/helm}" "${CARGO:-cargo}" test -p e2e --features e2e --locked --test e2e -- "$@"
+KUBECONFIG="$ADMIN_KUBECONFIG" HELM="${HELM:-$TOOLS_BIN/helm}" PROMTOOL="${PROMTOOL:-$TOOLS_BIN/promtool}" "${CARGO:-cargo}" test -p e2e --features e2e --locked --test e2e -- "$@"

@@ -12,7 +12,8 @@ use planner_core::{
     profile::{Profile, builtin_names},
 };
 
-/// Autoscales NVIDIA Dynamo disaggregated inference to latency SLAs.
+/// Autoscales NVIDIA Dynamo inference graphs (aggregated or prefill/decode) to latency SLAs at
+/// the fewest GPUs.
 #[derive(Debug, Parser)]
 #[command(name = "planner-operator", version, about)]
 pub struct Cli {
@@ -24,7 +25,8 @@ pub struct Cli {
 enum Command {
     /// Print every CustomResourceDefinition as YAML (pipe to `kubectl apply --server-side -f -`).
     Crd,
-    /// Run the operator: reconcile DynamoGraphDeployments and PlannerPolicies until SIGTERM.
+    /// Run the operator: reconcile PlannerPolicies and GpuBudgets (and, with the DGD controller,
+    /// render DynamoGraphDeployments) until SIGTERM.
     Run(Box<crate::runtime::RunArgs>),
     /// Evaluate upstream Dynamo's SLA-planner formulas (`sla.model: upstream`) on cases read
     /// from a JSON file (one interval each, in the format of the golden cases) and print the
@@ -42,6 +44,46 @@ enum Command {
     Profile(profile::ProfileCommand),
     /// Print the version.
     Version,
+}
+
+/// The flags of `planner-operator run` as the Markdown table `docs/planner.md` shows (between
+/// its `flags` markers): flag, environment variable, default and help, from the flags
+/// themselves, so the docs cannot drift (`operator/tests/docs_flags.rs`).
+pub fn run_flags_markdown() -> String {
+    use clap::CommandFactory;
+    let command = Cli::command();
+    let Some(run) = command.find_subcommand("run") else {
+        return String::new();
+    };
+    let mut table = String::from("| Flag (env) | Default | What |\n|---|---|---|\n");
+    for arg in run.get_arguments() {
+        let Some(long) = arg.get_long() else { continue };
+        if long == "help" {
+            continue;
+        }
+        let env = arg
+            .get_env()
+            .map(|e| format!(" (`{}`)", e.to_string_lossy()))
+            .unwrap_or_default();
+        let defaults: Vec<String> = arg
+            .get_default_values()
+            .iter()
+            .map(|v| format!("`{}`", v.to_string_lossy()))
+            .collect();
+        let default = if defaults.is_empty() {
+            "unset".to_string()
+        } else {
+            defaults.join(", ")
+        };
+        let help = arg
+            .get_long_help()
+            .or_else(|| arg.get_help())
+            .map(|h| h.to_string().split_whitespace().collect::<Vec<_>>().join(" "))
+            .unwrap_or_default()
+            .replace('|', "\\|");
+        table.push_str(&format!("| `--{long}`{env} | {default} | {help} |\n"));
+    }
+    table
 }
 
 /// Arguments of `plan`.

@@ -1,4 +1,4 @@
-//! planner-operator: autoscales NVIDIA Dynamo disaggregated inference (prefill and decode pools)
+//! planner-operator: autoscales NVIDIA Dynamo inference graphs (aggregated, or prefill and decode pools)
 //! to latency SLAs, and keeps KV-cache transfers inside a topology domain.
 //!
 //! The planner maths live in `planner_core` (no Kubernetes, no I/O) and the API types in

@@ -338,9 +338,10 @@ fn scale_up_delay(args: &WhatIfArgs, validated: &ValidatedPolicy) -> Result<Dura
 
 /// The replicas at the start.
 fn initial_replicas(args: &WhatIfArgs, policy: &PlannerPolicy) -> Result<(u32, u32), WhatIfError> {
-    let min = u32::try_from(policy.spec.bounds.min_replicas.max(1)).unwrap_or(1);
+    let min = |(min, _): (i32, Option<i32>)| u32::try_from(min.max(1)).unwrap_or(1);
+    let bounds = &policy.spec.bounds;
     let Some(text) = &args.initial_replicas else {
-        return Ok((min, min));
+        return Ok((min(bounds.prefill_range()), min(bounds.decode_range())));
     };
     let parsed = text
         .split_once(',')

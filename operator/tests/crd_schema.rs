@@ -105,12 +105,27 @@ fn every_cel_rule_is_present_where_it_belongs() {
                 ),
                 (
                     "spec.adjustmentInterval",
-                    "spec.adjustmentInterval must be at least 10s",
+                    "spec.adjustmentInterval must be 10s to 24h",
+                ),
+                ("spec", "spec.adjustmentInterval must be at most 1h in mode load"),
+                (
+                    "spec",
+                    "spec.load.metricPullingInterval must be at most half of spec.adjustmentInterval",
+                ),
+                (
+                    "spec.connector.decisionTimeout",
+                    "spec.connector.decisionTimeout must be 1s to 24h",
+                ),
+                (
+                    "spec.load.metricPullingInterval",
+                    "spec.load.metricPullingInterval must be 100ms to 1m",
                 ),
                 (
                     "spec.bounds",
                     "spec.bounds.maxReplicas must be greater than or equal to spec.bounds.minReplicas",
                 ),
+                ("spec.bounds", "spec.bounds.prefill: its maxReplicas"),
+                ("spec.bounds", "spec.bounds.decode: its maxReplicas"),
                 (
                     "spec.bounds.maxGpuBudget",
                     "spec.bounds.maxGpuBudget must be -1 (no budget) or at least 1",

@@ -437,7 +437,7 @@ async fn the_operators_driver_and_the_simulators_decide_the_same_at_every_wake()
             },
             fast: &fast,
             fast_period: validated.fast_check_period,
-            metrics: &metrics.policies,
+            metrics: metrics.policies.of("llm", "parity"),
         };
         let woken = wake(
             &mut operator,

@@ -12,8 +12,8 @@
 //	    Validates the tarball (manifest, config and layer digests, diff IDs) and prints its
 //	    image digest, platform and layer sizes.
 //	image config FILE FIELD
-//	    Prints a field of the image's config: entrypoint, cmd or env (one element a line), user
-//	    or workdir.
+//	    Prints a field of the image's config: entrypoint, cmd or env (one element a line), user,
+//	    workdir, or platform (os/architecture).
 //	image extract FILE
 //	    Writes the image's flattened root filesystem to stdout as a tar stream.
 package main
@@ -46,7 +46,7 @@ import (
 const usage = `usage:
   image build --rootfs DIR --out FILE --tag REF [--created RFC3339] [--arch ARCH] [--label KEY=VALUE]... [--owner PATH=UID:GID]...
   image check FILE
-  image config FILE entrypoint|cmd|env|user|workdir
+  image config FILE entrypoint|cmd|env|user|workdir|platform
   image extract FILE`
 
 func main() {
@@ -334,8 +334,10 @@ func printConfig(img v1.Image, args []string) error {
 		lines = []string{cfg.Config.User}
 	case "workdir":
 		lines = []string{cfg.Config.WorkingDir}
+	case "platform":
+		lines = []string{cfg.OS + "/" + cfg.Architecture}
 	default:
-		return fmt.Errorf("unknown config field %q (entrypoint, cmd, env, user, workdir)", args[0])
+		return fmt.Errorf("unknown config field %q (entrypoint, cmd, env, user, workdir, platform)", args[0])
 	}
 	for _, l := range lines {
 		if strings.ContainsRune(l, '\n') {

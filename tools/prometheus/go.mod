@@ -1,11 +1,15 @@
-// Builds Prometheus (the demo's and the closed-loop e2e test's real Prometheus). Version
-// v0.3XX.Y of the module is Prometheus 3.XX.Y; 3.16 needs go >= 1.26.7, 3.15 needs 1.26.0.
-// tools/build.sh builds it without the service-discovery plugins and without the embedded web UI.
+// Builds Prometheus (the demo's and the closed-loop e2e test's real Prometheus) and promtool (the
+// chart's alert tests). Version v0.3XX.Y of the module is Prometheus 3.XX.Y; 3.16 needs go >= 1.26.7,
+// 3.15 needs 1.26.0. tools/build.sh builds them without the service-discovery plugins and without the
+// embedded web UI.
 module github.com/planner-operator/planner-operator/tools/prometheus
 
 go 1.26.0
 
-tool github.com/prometheus/prometheus/cmd/prometheus
+tool (
+	github.com/prometheus/prometheus/cmd/prometheus
+	github.com/prometheus/prometheus/cmd/promtool
+)
 
 require (
 	cloud.google.com/go/auth v0.23.2 // indirect
@@ -154,6 +158,7 @@ require (
 	github.com/modern-go/reflect2 v1.0.3-0.20250322232337-35a7c28c31ee // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/mwitkow/go-conntrack v0.0.0-20190716064945-2f068394615f // indirect
+	github.com/nsf/jsondiff v0.0.0-20260207060731-8e8d90c4c0ac // indirect
 	github.com/oklog/run v1.2.0 // indirect
 	github.com/oklog/ulid/v2 v2.1.2 // indirect
 	github.com/open-telemetry/opentelemetry-collector-contrib/internal/exp/metrics v0.160.0 // indirect

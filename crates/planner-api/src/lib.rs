@@ -7,7 +7,9 @@ mod dgd;
 pub mod duration;
 mod gpu_budget;
 pub mod labels;
+pub mod limits;
 mod planner_policy;
+pub mod reference;
 pub mod schema;
 
 pub use cluster_topology::{ClusterTopologySpec, TopologyLevel};
@@ -24,9 +26,9 @@ pub use planner_policy::{
     BUILTIN_PROFILES, Behavior, Bounds, BuiltinProfile, ConfigMapKeyRef, Connector, ConnectorKind,
     Correction, CorrectionFactors, EtcdSource, KalmanSettings, KvTransferStatus, KvUsageSource, LastDecision,
     LoadThresholds, LocalObjectRef, MetricsSource, ObservedLoad, PlannerMode, PlannerPolicy,
-    PlannerPolicySpec, PlannerPolicyStatus, PolicySummary, PoolComponents, PoolReplicas, PredictedLoad,
-    Predictor, PredictorKind, Profile, PrometheusSource, ProphetSettings, SecretKeyRef, Sla, SlaAttainment,
-    SlaModel, TargetRef, WarmupTrace,
+    PlannerPolicySpec, PlannerPolicyStatus, PolicySummary, PoolBounds, PoolComponents, PoolReplicas,
+    PredictedLoad, Predictor, PredictorKind, Profile, PrometheusSource, ProphetSettings, SecretKeyRef, Sla,
+    SlaAttainment, SlaModel, StabilizationKeeps, TargetRef, WarmupTrace,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

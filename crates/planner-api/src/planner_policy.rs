@@ -6,14 +6,17 @@
 use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::{CustomResource, KubeSchema};
+use kube::{
+    CustomResource, KubeSchema,
+    core::{Message, Rule},
+};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{
     dgd::Enforcement,
     gpu_budget::{BudgetGrant, BudgetRef},
-    schema,
+    limits, schema,
 };
 
 /// Names of the profiles compiled into the operator (`config/profiles/<name>/`).
@@ -105,6 +108,8 @@ pub const BUILTIN_PROFILES: [&str; 4] = [
 #[x_kube(validation = Rule::new("(has(self.mode) && self.mode == 'load') || has(self.profile)")
     .message("spec.profile is required when spec.mode is sla or observe: set profile.builtin or profile.configMapRef")
     .field_path(".profile"))]
+#[x_kube(validation = limits::load_interval_rule())]
+#[x_kube(validation = limits::pulling_interval_rule())]
 #[serde(rename_all = "camelCase")]
 pub struct PlannerPolicySpec {
     /// The DynamoGraphDeployment this policy scales. It must be in the policy's namespace.
@@ -117,13 +122,11 @@ pub struct PlannerPolicySpec {
     pub mode: PlannerMode,
 
     /// How often the planner observes, predicts and decides (a Go duration such as `180s` or
-    /// `3m`). It is also the window over which Prometheus metrics are averaged. Minimum `10s`.
+    /// `3m`). It is also the window over which Prometheus metrics are averaged. `10s` to `24h`
+    /// (to `1h` in mode `load`).
     #[serde(default = "default_adjustment_interval")]
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
-    #[x_kube(validation = Rule::new("!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) >= duration('10s')")
-        .message("spec.adjustmentInterval must be at least 10s"))]
-    #[x_kube(validation = Rule::new("!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('168h')")
-        .message("spec.adjustmentInterval must be at most 168h"))]
+    #[schemars(regex(pattern = limits::DURATION_PATTERN))]
+    #[x_kube(validation = limits::duration_rule("spec.adjustmentInterval", limits::ADJUSTMENT_INTERVAL))]
     pub adjustment_interval: String,
 
     /// Latency targets the `sla` mode plans for.
@@ -147,8 +150,8 @@ pub struct PlannerPolicySpec {
     #[serde(default)]
     pub predictor: Predictor,
 
-    /// Correction of the profiled latencies with observed ones.
-    #[serde(default)]
+    /// Correction of the profiled latencies with observed ones (`sla.model: upstream` only).
+    #[serde(default, skip_serializing_if = "is_default")]
     pub correction: Correction,
 
     /// Profiling data of the deployed model and engine configuration. Required by the `sla` and
@@ -157,15 +160,15 @@ pub struct PlannerPolicySpec {
     pub profile: Option<Profile>,
 
     /// Where the frontend metrics are read from and how they are filtered.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub metrics: MetricsSource,
 
-    /// How decisions are carried out.
-    #[serde(default)]
+    /// How decisions are carried out. Default: the `kubernetes` connector.
+    #[serde(default, skip_serializing_if = "is_default")]
     pub connector: Connector,
 
-    /// Thresholds of the load-based planner (`mode: load`).
-    #[serde(default)]
+    /// Thresholds of the load-based planner (`mode: load` only).
+    #[serde(default, skip_serializing_if = "is_default")]
     pub load: LoadThresholds,
 
     /// The GpuBudget (cluster-scoped) this policy shares GPUs through with other policies: each
@@ -177,6 +180,12 @@ pub struct PlannerPolicySpec {
 
 fn default_adjustment_interval() -> String {
     "180s".into()
+}
+
+/// A block left out when it holds only defaults: the schema then gives it no default either, so
+/// the API server does not write blocks a policy's mode never uses into every object.
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
 }
 
 /// Reference to a DynamoGraphDeployment in the same namespace.
@@ -235,7 +244,10 @@ pub struct Sla {
     /// than 0 and at most 1, with `model: upstream`: 1 (the default) sizes prefill as upstream
     /// does, for saturation at the predicted mean load; 0.7 leaves 30 % headroom. The queueing
     /// model does not use it: it sizes prefill on the predicted TTFT, queue wait included.
-    #[serde(default = "default_prefill_utilization")]
+    #[serde(
+        default = "default_prefill_utilization",
+        skip_serializing_if = "is_full_utilization"
+    )]
     #[schemars(range(min = 0.0, max = 1.0), extend("exclusiveMinimum" = true))]
     pub prefill_utilization: f64,
     /// How replicas are sized. `queueing` (the default): demand counted when requests arrive,
@@ -289,9 +301,8 @@ pub struct Behavior {
     /// replicas serving (averaged with the previous measurement; `expectedScaleUpDelay` until
     /// the first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
-    #[x_kube(validation = Rule::new("!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('1h')")
-        .message("spec.behavior.scaleUpDelay must be at most 1h"))]
+    #[schemars(regex(pattern = limits::DURATION_PATTERN))]
+    #[x_kube(validation = limits::duration_rule("spec.behavior.scaleUpDelay", limits::BEHAVIOR_WINDOW))]
     pub scale_up_delay: Option<String>,
     /// The scale-up delay to assume until one is measured, when `scaleUpDelay` is not set (a
     /// Go duration, at most `1h`; unset, 60 s is assumed): how long the model roughly takes
@@ -300,29 +311,33 @@ pub struct Behavior {
     /// engines serving while its replicas start, which the assumed 60 s never does), before any
     /// scale-up has been measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
-    #[x_kube(validation = Rule::new("!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('1h')")
-        .message("spec.behavior.expectedScaleUpDelay must be at most 1h"))]
+    #[schemars(regex(pattern = limits::DURATION_PATTERN))]
+    #[x_kube(validation = limits::duration_rule("spec.behavior.expectedScaleUpDelay", limits::BEHAVIOR_WINDOW))]
     pub expected_scale_up_delay: Option<String>,
     /// Scale-down stabilisation window (a Go duration, at most `1h`; default `300s`, as the
-    /// HorizontalPodAutoscaler). A pool scales down only to the 0.8 quantile, rounded up, of the
-    /// replicas recommended within the window (the HorizontalPodAutoscaler keeps the highest:
-    /// here recommendations of 5, 5, 5, 5 and 9 hold 6, and with a sixth 5 the pool goes to 5),
-    /// and not at all while the requests waiting would take the serving prefill engines longer
-    /// than the TTFT target to clear.
+    /// HorizontalPodAutoscaler). A pool scales down only to what `scaleDownStabilizationKeeps`
+    /// keeps of the replicas recommended within the window (by default their 0.8 quantile,
+    /// rounded up: recommendations of 5, 5, 5, 5 and 9 hold 6, and with a sixth 5 the pool goes
+    /// to 5; the HorizontalPodAutoscaler keeps the highest, 9), and not at all while the
+    /// requests waiting would take the serving prefill engines longer than the TTFT target to
+    /// clear.
     #[serde(default = "default_stabilization")]
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
-    #[x_kube(validation = Rule::new("!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('1h')")
-        .message("spec.behavior.scaleDownStabilization must be at most 1h"))]
+    #[schemars(regex(pattern = limits::DURATION_PATTERN))]
+    #[x_kube(validation = limits::duration_rule("spec.behavior.scaleDownStabilization", limits::BEHAVIOR_WINDOW))]
     pub scale_down_stabilization: String,
+    /// What the scale-down stabilisation window keeps: `quantile` (the default) the 0.8
+    /// quantile, rounded up, of the replicas recommended within the window, so one outlier does
+    /// not hold a pool up for the whole window; `highest` the highest recommendation, as the
+    /// HorizontalPodAutoscaler's `stabilizationWindowSeconds` does.
+    #[serde(default)]
+    pub scale_down_stabilization_keeps: StabilizationKeeps,
     /// How often, between intervals, the planner checks the backlog and the arrival rate, and
     /// scales both pools up at once (never down) when the backlog would outlast the scale-up
     /// delay or arrivals run well above the rate the last interval planned for. A Go duration
     /// from `5s` to `5m`, or `0s` to turn the check off. Default `10s`.
     #[serde(default = "default_fast_check_period")]
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
-    #[x_kube(validation = Rule::new("!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) == duration('0s') || (duration(self) >= duration('5s') && duration(self) <= duration('5m'))")
-        .message("spec.behavior.fastCheckPeriod must be 0s (off) or from 5s to 5m"))]
+    #[schemars(regex(pattern = limits::DURATION_PATTERN))]
+    #[x_kube(validation = limits::fast_check_rule())]
     pub fast_check_period: String,
 }
 
@@ -332,9 +347,21 @@ impl Default for Behavior {
             scale_up_delay: None,
             expected_scale_up_delay: None,
             scale_down_stabilization: default_stabilization(),
+            scale_down_stabilization_keeps: StabilizationKeeps::default(),
             fast_check_period: default_fast_check_period(),
         }
     }
+}
+
+/// What a scale-down stabilisation window keeps of the replicas recommended within it.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum StabilizationKeeps {
+    /// The 0.8 quantile, rounded up.
+    #[default]
+    Quantile,
+    /// The highest, as the HorizontalPodAutoscaler.
+    Highest,
 }
 
 fn default_stabilization() -> String {
@@ -347,6 +374,10 @@ fn default_fast_check_period() -> String {
 
 fn default_prefill_utilization() -> f64 {
     1.0
+}
+
+fn is_full_utilization(value: &f64) -> bool {
+    *value == default_prefill_utilization()
 }
 
 fn default_ttft_ms() -> f64 {
@@ -397,17 +428,30 @@ pub struct PoolComponents {
 #[x_kube(validation = Rule::new("!has(self.maxReplicas) || !has(self.minReplicas) || self.maxReplicas >= self.minReplicas")
     .message("spec.bounds.maxReplicas must be greater than or equal to spec.bounds.minReplicas")
     .field_path(".maxReplicas"))]
+#[x_kube(validation = pool_bounds_rule("prefill"))]
+#[x_kube(validation = pool_bounds_rule("decode"))]
 #[serde(rename_all = "camelCase")]
 pub struct Bounds {
-    /// Fewest replicas of each pool (prefill and decode). At least 1, at most 512.
+    /// Fewest replicas of each pool (prefill and decode), unless the pool's own bounds say
+    /// otherwise. At least 1, at most 512.
     #[serde(default = "default_min_replicas")]
-    #[schemars(range(min = 1, max = 512))]
+    #[schemars(range(min = 1, max = limits::MAX_REPLICAS))]
     pub min_replicas: i32,
-    /// Most replicas of each pool (prefill and decode), at most 512. Unset: the GPU budget, and
-    /// never more than 512 however the metrics read.
+    /// Most replicas of each pool (prefill and decode), unless the pool's own bounds say
+    /// otherwise; at most 512. Unset: the GPU budget, and never more than 512 however the
+    /// metrics read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 512))]
+    #[schemars(range(min = 1, max = limits::MAX_REPLICAS))]
     pub max_replicas: Option<i32>,
+    /// The prefill pool's own bounds, in place of `minReplicas` and `maxReplicas` (a
+    /// disaggregated graph only: an aggregated graph's one pool takes `minReplicas` and
+    /// `maxReplicas`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill: Option<PoolBounds>,
+    /// The decode pool's own bounds, in place of `minReplicas` and `maxReplicas` (a
+    /// disaggregated graph only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode: Option<PoolBounds>,
     /// Most replicas one decision may add to a pool (the fast check's included). Unset: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
@@ -428,6 +472,55 @@ pub struct Bounds {
     pub max_gpu_budget: i32,
 }
 
+/// One pool's own replica bounds; what is unset is `spec.bounds.minReplicas` or `maxReplicas`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolBounds {
+    /// Fewest replicas of the pool, 1 to 512. Unset: `spec.bounds.minReplicas`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = limits::MAX_REPLICAS))]
+    pub min_replicas: Option<i32>,
+    /// Most replicas of the pool, 1 to 512. Unset: `spec.bounds.maxReplicas`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = limits::MAX_REPLICAS))]
+    pub max_replicas: Option<i32>,
+}
+
+/// A pool's bounds must leave room for its minimum: its maximum (else the shared one, else 512)
+/// at least its minimum (else the shared one).
+fn pool_bounds_rule(pool: &str) -> Rule {
+    Rule::new(format!(
+        "!has(self.{pool}) || \
+         (has(self.{pool}.maxReplicas) ? self.{pool}.maxReplicas : (has(self.maxReplicas) ? self.maxReplicas : {max})) >= \
+         (has(self.{pool}.minReplicas) ? self.{pool}.minReplicas : self.minReplicas)",
+        max = limits::MAX_REPLICAS
+    ))
+    .message(Message::Message(format!(
+        "spec.bounds.{pool}: its maxReplicas (else spec.bounds.maxReplicas) must be at least its minReplicas (else spec.bounds.minReplicas)"
+    )))
+    .field_path(format!(".{pool}"))
+}
+
+impl Bounds {
+    /// The prefill pool's fewest and most replicas (`None`: no maximum set).
+    pub fn prefill_range(&self) -> (i32, Option<i32>) {
+        self.range(self.prefill)
+    }
+
+    /// The decode pool's fewest and most replicas (`None`: no maximum set).
+    pub fn decode_range(&self) -> (i32, Option<i32>) {
+        self.range(self.decode)
+    }
+
+    fn range(&self, pool: Option<PoolBounds>) -> (i32, Option<i32>) {
+        let pool = pool.unwrap_or_default();
+        (
+            pool.min_replicas.unwrap_or(self.min_replicas),
+            pool.max_replicas.or(self.max_replicas),
+        )
+    }
+}
+
 fn default_min_replicas() -> i32 {
     1
 }
@@ -441,6 +534,8 @@ impl Default for Bounds {
         Self {
             min_replicas: default_min_replicas(),
             max_replicas: None,
+            prefill: None,
+            decode: None,
             max_scale_up_step: None,
             max_scale_down_step: None,
             allow_scale_to_zero: false,
@@ -462,11 +557,11 @@ pub struct Predictor {
     /// traffic with occasional spikes.
     #[serde(default)]
     pub log1p: bool,
-    /// Kalman filter noise settings.
-    #[serde(default)]
+    /// Kalman filter noise settings (`type: kalman` only).
+    #[serde(default, skip_serializing_if = "is_default")]
     pub kalman: KalmanSettings,
-    /// Prophet settings.
-    #[serde(default)]
+    /// Prophet settings (`type: prophet` only).
+    #[serde(default, skip_serializing_if = "is_default")]
     pub prophet: ProphetSettings,
     /// A Mooncake JSONL trace used to warm the predictor up before live data arrives.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -739,9 +834,8 @@ pub struct Connector {
     /// How long the `virtual` connector waits for the external actor to acknowledge a decision
     /// (`scaled_decision_id`) before publishing a new one anyway.
     #[serde(default = "default_decision_timeout")]
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
-    #[x_kube(validation = Rule::new("!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('168h')")
-        .message("spec.connector.decisionTimeout must be at most 168h"))]
+    #[schemars(regex(pattern = limits::DURATION_PATTERN))]
+    #[x_kube(validation = limits::duration_rule("spec.connector.decisionTimeout", limits::DECISION_TIMEOUT))]
     pub decision_timeout: String,
 }
 
@@ -794,9 +888,8 @@ pub struct EtcdSource {
 pub struct LoadThresholds {
     /// How often the load metrics are sampled within an interval.
     #[serde(default = "default_metric_pulling_interval")]
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
-    #[x_kube(validation = Rule::new("!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('1h')")
-        .message("spec.load.metricPullingInterval must be at most 1h"))]
+    #[schemars(regex(pattern = limits::DURATION_PATTERN))]
+    #[x_kube(validation = limits::duration_rule("spec.load.metricPullingInterval", limits::METRIC_PULLING_INTERVAL))]
     pub metric_pulling_interval: String,
     /// Mean KV-cache usage of decode workers (0 to 1) above which decode scales up.
     #[serde(default = "default_kv_up")]
@@ -1039,6 +1132,10 @@ pub struct ObservedLoad {
     /// only, so the planner does not learn from it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decode_kv_usage_source: Option<KvUsageSource>,
+    /// Mean prefill requests waiting for a prefill engine over the interval, all engines
+    /// together (`mode: load`, which scales prefill on it per engine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill_queue: Option<f64>,
 }
 
 /// Where a decode KV-cache usage comes from.

@@ -13,7 +13,7 @@ use planner_core::{
     interpolation::PerformanceModel,
     predictor::{PredictorConfig, PredictorKind},
     profile::Profile,
-    sla::{Limits, Observation, SlaTargets},
+    sla::{Limits, Observation, PoolLimits, SlaTargets},
     state::{IntervalMetrics, QueueingConfig, SlaModel, SlaPlanner, SlaPlannerConfig},
 };
 
@@ -91,8 +91,8 @@ fn one_interval_per_predictor(c: &mut Criterion) {
             interval_s: 60.0,
             sla: SlaTargets::new(500.0, 50.0),
             limits: Limits {
-                min_replicas: 1,
-                max_replicas: None,
+                prefill: PoolLimits::new(1, None),
+                decode: PoolLimits::new(1, None),
                 max_gpu_budget: None,
                 prefill_gpus_per_engine: 4,
                 decode_gpus_per_engine: 4,

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     interpolation::PerformanceCurves,
-    sla::{self, Corrections, Limits, Load, Observation, SlaTargets},
+    sla::{self, Corrections, Limits, Load, Observation, PoolLimits, SlaTargets},
 };
 
 /// A file of cases.
@@ -126,8 +126,8 @@ impl PlanCase {
             computed = (Some(corrections.prefill), Some(corrections.decode));
         }
         let limits = Limits {
-            min_replicas: self.min_replicas,
-            max_replicas: None,
+            prefill: PoolLimits::new(self.min_replicas, None),
+            decode: PoolLimits::new(self.min_replicas, None),
             max_gpu_budget: u32::try_from(self.max_gpu_budget).ok(),
             prefill_gpus_per_engine: self.prefill_gpus_per_engine,
             decode_gpus_per_engine: self.decode_gpus_per_engine,

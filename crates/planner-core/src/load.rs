@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::sla::Limits;
+use crate::sla::{Limits, PoolLimits};
 
 /// Thresholds and limits of the load-based planner.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -22,10 +22,10 @@ pub struct LoadConfig {
     pub decode_grace_intervals: u32,
     /// Intervals ahead the prefill queue trend is extrapolated over.
     pub prefill_buffer_intervals: u32,
-    /// Fewest replicas per pool.
-    pub min_replicas: u32,
-    /// Most replicas per pool.
-    pub max_replicas: Option<u32>,
+    /// The prefill pool's bounds (an aggregated graph's one pool takes the decode pool's).
+    pub prefill: PoolLimits,
+    /// The decode pool's bounds.
+    pub decode: PoolLimits,
     /// Most GPUs of both pools together.
     pub max_gpu_budget: Option<u32>,
     /// GPUs per prefill replica.
@@ -35,7 +35,7 @@ pub struct LoadConfig {
 }
 
 impl Default for LoadConfig {
-    /// Seed 001's documented defaults.
+    /// The defaults of Dynamo's load-based planner.
     fn default() -> Self {
         Self {
             kv_scale_up: 0.9,
@@ -44,8 +44,8 @@ impl Default for LoadConfig {
             queue_scale_down: 0.2,
             decode_grace_intervals: 3,
             prefill_buffer_intervals: 3,
-            min_replicas: 1,
-            max_replicas: None,
+            prefill: PoolLimits::new(1, None),
+            decode: PoolLimits::new(1, None),
             max_gpu_budget: Some(8),
             prefill_gpus_per_engine: 1,
             decode_gpus_per_engine: 1,
@@ -102,10 +102,21 @@ pub enum LoadReason {
         /// Intervals left.
         remaining: u32,
     },
-    /// At the minimum or maximum replicas.
-    AtBound {
+    /// Low load, at the minimum replicas.
+    AtMinimum {
         /// The bound.
         bound: u32,
+    },
+    /// High load, at the maximum replicas.
+    AtMaximum {
+        /// The bound.
+        bound: u32,
+    },
+    /// Low load, but the engines left after one fewer would be above the scale-up threshold
+    /// (aggregated pools).
+    WouldRefill {
+        /// The usage of the engines left.
+        projected: f64,
     },
     /// One more replica would exceed the GPU budget.
     Budget {
@@ -139,6 +150,14 @@ pub struct LoadDecision {
     pub decode_reason: LoadReason,
     /// Set when the interval was skipped.
     pub skipped: Option<LoadSkip>,
+    /// What prefill was sized on: the queue per prefill engine (`None` when skipped, and for
+    /// an aggregated pool).
+    #[serde(default)]
+    pub prefill_load: Option<f64>,
+    /// What decode was sized on: the mean KV usage (an aggregated pool's with the prompts
+    /// waiting counted in); `None` when skipped.
+    #[serde(default)]
+    pub decode_load: Option<f64>,
 }
 
 /// State carried between intervals. Serializable so it survives restarts.
@@ -152,12 +171,135 @@ impl LoadConfig {
     /// The replica bounds and the GPU budget.
     pub fn limits(&self) -> Limits {
         Limits {
-            min_replicas: self.min_replicas,
-            max_replicas: self.max_replicas,
+            prefill: self.prefill,
+            decode: self.decode,
             max_gpu_budget: self.max_gpu_budget,
             prefill_gpus_per_engine: self.prefill_gpus_per_engine,
             decode_gpus_per_engine: self.decode_gpus_per_engine,
         }
+    }
+}
+
+/// The measure a pool is sized on, in words.
+#[derive(Clone, Copy)]
+enum Measure {
+    /// Prefill requests waiting per prefill engine.
+    Queue,
+    /// KV-cache usage, a share.
+    Kv,
+}
+
+impl Measure {
+    fn value(self, v: f64) -> String {
+        match self {
+            Self::Queue => format!("{v:.2}"),
+            Self::Kv => format!("{:.0}%", v * 100.0),
+        }
+    }
+
+    fn of(self, load: Option<f64>) -> String {
+        let shown = load.map_or_else(|| "-".to_string(), |v| self.value(v));
+        match self {
+            Self::Queue => format!("queue {shown} per engine"),
+            Self::Kv => format!("KV usage {shown}"),
+        }
+    }
+}
+
+impl LoadDecision {
+    /// What the interval did to each pool and why, with the figures it read: `prefill 2 -> 3
+    /// (queue 1.40 per engine above 0.50)`, `decode 3 kept (KV usage 95% above 90%: at
+    /// maxReplicas 3)`; `from` is the replicas it started from (prefill, decode).
+    pub fn explain(&self, config: &LoadConfig, from: (u32, u32), aggregated: bool) -> String {
+        if let Some(skipped) = &self.skipped {
+            return format!(
+                "keeping replicas: {}",
+                match skipped {
+                    LoadSkip::ReplicasChanged =>
+                        "the replicas serving changed since the last interval (a scaling action is settling)",
+                    LoadSkip::NoSamples => "no queue or KV-cache samples in the interval",
+                    LoadSkip::NoWorkers => "a pool has no engine serving to divide its load by",
+                }
+            );
+        }
+        let kv = (config.kv_scale_down, config.kv_scale_up);
+        if aggregated {
+            return pool_words(
+                "workers",
+                from.1,
+                self.decode,
+                &self.decode_reason,
+                self.decode_load,
+                Measure::Kv,
+                kv,
+            );
+        }
+        let queue = (config.queue_scale_down, config.queue_scale_up);
+        format!(
+            "{}; {}",
+            pool_words(
+                "prefill",
+                from.0,
+                self.prefill,
+                &self.prefill_reason,
+                self.prefill_load,
+                Measure::Queue,
+                queue
+            ),
+            pool_words(
+                "decode",
+                from.1,
+                self.decode,
+                &self.decode_reason,
+                self.decode_load,
+                Measure::Kv,
+                kv
+            )
+        )
+    }
+}
+
+/// One pool's line: moved or kept, and why.
+fn pool_words(
+    noun: &str,
+    from: u32,
+    to: u32,
+    reason: &LoadReason,
+    load: Option<f64>,
+    measure: Measure,
+    (down, up): (f64, f64),
+) -> String {
+    let shown = measure.of(load);
+    let (up, down) = (measure.value(up), measure.value(down));
+    let why = match reason {
+        LoadReason::ScaleUp { .. } => format!("{shown} above {up}"),
+        LoadReason::ScaleDown { .. } => format!("{shown} below {down}"),
+        LoadReason::Steady if from != to => format!("{shown}; back within the replica bounds"),
+        LoadReason::Steady => format!("{shown}, within {down} to {up}"),
+        LoadReason::QueueDraining { projected } => format!(
+            "{shown} above {up}, but draining: {} per engine projected",
+            measure.value(*projected)
+        ),
+        LoadReason::LowerBound { .. } => {
+            format!("{shown} below {down}, but the KV router's estimate is a lower bound: not scaled down on")
+        }
+        LoadReason::GracePeriod { remaining } => {
+            format!("{shown} below {down}, but {remaining} more interval(s) of grace after the last scale-up")
+        }
+        LoadReason::AtMinimum { bound } => format!("{shown} below {down}: at minReplicas {bound}"),
+        LoadReason::AtMaximum { bound } => format!("{shown} above {up}: at maxReplicas {bound}"),
+        LoadReason::Budget { budget } => {
+            format!("{shown} above {up}: one more replica would exceed maxGpuBudget {budget}")
+        }
+        LoadReason::WouldRefill { projected } => format!(
+            "{shown} below {down}, but one fewer would leave the others at {}, above {up}",
+            measure.value(*projected)
+        ),
+    };
+    if from == to {
+        format!("{noun} {to} kept ({why})")
+    } else {
+        format!("{noun} {from} -> {to} ({why})")
     }
 }
 
@@ -181,6 +323,8 @@ impl LoadPlanner {
             prefill_reason: LoadReason::Steady,
             decode_reason: LoadReason::Steady,
             skipped: Some(reason),
+            prefill_load: None,
+            decode_load: None,
         };
         let changed = self.last_replicas.is_some_and(|last| last != (prefill, decode));
         self.last_replicas = Some((prefill, decode));
@@ -224,6 +368,8 @@ impl LoadPlanner {
             prefill_reason,
             decode_reason,
             skipped: None,
+            prefill_load: Some(per_worker),
+            decode_load: Some(kv),
         }
     }
 }
@@ -247,23 +393,26 @@ impl LoadPlanner {
         samples: &LoadSamples,
         queued_kv_per_request: f64,
     ) -> LoadDecision {
-        let decided = |replicas: u32, reason: LoadReason, skipped: Option<LoadSkip>| LoadDecision {
-            prefill: replicas,
-            decode: replicas,
-            prefill_reason: reason.clone(),
-            decode_reason: reason,
-            skipped,
-        };
+        let decided =
+            |replicas: u32, reason: LoadReason, skipped: Option<LoadSkip>, load: Option<f64>| LoadDecision {
+                prefill: replicas,
+                decode: replicas,
+                prefill_reason: reason.clone(),
+                decode_reason: reason,
+                skipped,
+                prefill_load: None,
+                decode_load: load,
+            };
         let changed = self.last_replicas.is_some_and(|last| last != (workers, workers));
         self.last_replicas = Some((workers, workers));
         if changed {
-            return decided(workers, LoadReason::Steady, Some(LoadSkip::ReplicasChanged));
+            return decided(workers, LoadReason::Steady, Some(LoadSkip::ReplicasChanged), None);
         }
         let Some(kv) = mean(&samples.decode_kv_usage) else {
-            return decided(workers, LoadReason::Steady, Some(LoadSkip::NoSamples));
+            return decided(workers, LoadReason::Steady, Some(LoadSkip::NoSamples), None);
         };
         if workers == 0 {
-            return decided(workers, LoadReason::Steady, Some(LoadSkip::NoWorkers));
+            return decided(workers, LoadReason::Steady, Some(LoadSkip::NoWorkers), None);
         }
         let per_request = if queued_kv_per_request.is_finite() {
             queued_kv_per_request.max(0.0)
@@ -273,11 +422,11 @@ impl LoadPlanner {
         let queued = mean(&samples.prefill_queue).unwrap_or(0.0).max(0.0);
         let usage = kv + queued * per_request / f64::from(workers);
         let (replicas, reason) = if usage >= config.kv_scale_up {
-            if !below_max(config, workers) {
+            if !below_max(config.decode, workers) {
                 (
                     workers,
-                    LoadReason::AtBound {
-                        bound: config.max_replicas.unwrap_or(workers),
+                    LoadReason::AtMaximum {
+                        bound: config.decode.max.unwrap_or(workers),
                     },
                 )
             } else if !fits(config, 0, workers + 1) {
@@ -300,15 +449,20 @@ impl LoadPlanner {
             let survivors = f64::from(workers.saturating_sub(1).max(1));
             if samples.decode_kv_lower_bound {
                 (workers, LoadReason::LowerBound { load: usage })
-            } else if workers <= config.min_replicas {
+            } else if workers <= config.decode.min {
                 (
                     workers,
-                    LoadReason::AtBound {
-                        bound: config.min_replicas,
+                    LoadReason::AtMinimum {
+                        bound: config.decode.min,
                     },
                 )
             } else if usage * f64::from(workers) / survivors >= config.kv_scale_up {
-                (workers, LoadReason::Steady)
+                (
+                    workers,
+                    LoadReason::WouldRefill {
+                        projected: usage * f64::from(workers) / survivors,
+                    },
+                )
             } else {
                 (
                     workers - 1,
@@ -328,7 +482,7 @@ impl LoadPlanner {
         .apply_aggregated(replicas)
         .replicas
         .1;
-        decided(bounded, reason, None)
+        decided(bounded, reason, None, Some(usage))
     }
 }
 
@@ -342,8 +496,8 @@ fn fits(config: &LoadConfig, p: u32, d: u32) -> bool {
 }
 
 /// Whether a pool of `n` replicas may grow.
-fn below_max(config: &LoadConfig, n: u32) -> bool {
-    config.max_replicas.is_none_or(|max| n < max)
+fn below_max(pool: PoolLimits, n: u32) -> bool {
+    pool.max.is_none_or(|max| n < max)
 }
 
 /// Prefill: one more when the queue per worker stays above its threshold (unless its trend
@@ -374,11 +528,11 @@ fn prefill_step(
             (last + (last - first) * f64::from(config.prefill_buffer_intervals)) / f64::from(prefill);
         if projected <= config.queue_scale_up {
             (prefill, LoadReason::QueueDraining { projected })
-        } else if !below_max(config, prefill) {
+        } else if !below_max(config.prefill, prefill) {
             (
                 prefill,
-                LoadReason::AtBound {
-                    bound: config.max_replicas.unwrap_or(prefill),
+                LoadReason::AtMaximum {
+                    bound: config.prefill.max.unwrap_or(prefill),
                 },
             )
         } else if !fits(config, prefill + 1, decode) {
@@ -398,7 +552,7 @@ fn prefill_step(
             )
         }
     } else if per_worker < config.queue_scale_down {
-        if prefill > config.min_replicas {
+        if prefill > config.prefill.min {
             (
                 prefill - 1,
                 LoadReason::ScaleDown {
@@ -409,8 +563,8 @@ fn prefill_step(
         } else {
             (
                 prefill,
-                LoadReason::AtBound {
-                    bound: config.min_replicas,
+                LoadReason::AtMinimum {
+                    bound: config.prefill.min,
                 },
             )
         }
@@ -431,11 +585,11 @@ fn decode_step(
     lower_bound: bool,
 ) -> (u32, LoadReason) {
     if kv > config.kv_scale_up {
-        if !below_max(config, decode) {
+        if !below_max(config.decode, decode) {
             (
                 decode,
-                LoadReason::AtBound {
-                    bound: config.max_replicas.unwrap_or(decode),
+                LoadReason::AtMaximum {
+                    bound: config.decode.max.unwrap_or(decode),
                 },
             )
         } else if !fits(config, new_prefill, decode + 1) {
@@ -459,7 +613,7 @@ fn decode_step(
             (decode, LoadReason::LowerBound { load: kv })
         } else if grace > 0 {
             (decode, LoadReason::GracePeriod { remaining: grace })
-        } else if decode > config.min_replicas {
+        } else if decode > config.decode.min {
             (
                 decode - 1,
                 LoadReason::ScaleDown {
@@ -470,8 +624,8 @@ fn decode_step(
         } else {
             (
                 decode,
-                LoadReason::AtBound {
-                    bound: config.min_replicas,
+                LoadReason::AtMinimum {
+                    bound: config.decode.min,
                 },
             )
         }
@@ -514,7 +668,12 @@ mod tests {
             ..config
         };
         let held = planner.tick_aggregated(&tight, 2, &samples(&[0.0], &[0.4]), 0.0);
-        assert_eq!((held.decode, held.decode_reason), (2, LoadReason::Steady));
+        assert_eq!(held.decode, 2);
+        assert!(
+            matches!(held.decode_reason, LoadReason::WouldRefill { projected } if (projected - 0.8).abs() < 1e-9),
+            "{:?}",
+            held.decode_reason
+        );
         // The replicas changed since the last interval: observe only.
         let next = planner.tick_aggregated(&config, 3, &samples(&[0.0], &[0.1]), 0.0);
         assert_eq!(next.skipped, Some(LoadSkip::ReplicasChanged));
@@ -583,7 +742,7 @@ mod tests {
         assert_eq!(decision.skipped, Some(LoadSkip::ReplicasChanged));
         let decision = planner.tick(&config, 1, 1, &samples(&[0.0], &[0.1]));
         assert_eq!((decision.prefill, decision.decode), (1, 1));
-        assert_eq!(decision.decode_reason, LoadReason::AtBound { bound: 1 });
+        assert_eq!(decision.decode_reason, LoadReason::AtMinimum { bound: 1 });
     }
 
     #[test]
@@ -625,20 +784,21 @@ mod tests {
         assert_eq!(decision.decode_reason, LoadReason::Budget { budget: 3 });
         assert_eq!(decision.prefill_reason, LoadReason::Budget { budget: 3 });
         let config = LoadConfig {
-            max_replicas: Some(2),
+            prefill: PoolLimits::new(1, Some(2)),
+            decode: PoolLimits::new(1, Some(2)),
             max_gpu_budget: None,
             ..LoadConfig::default()
         };
         let decision = planner.tick(&config, 2, 1, &samples(&[5.0, 5.0], &[0.99]));
-        assert_eq!(decision.prefill_reason, LoadReason::AtBound { bound: 2 });
+        assert_eq!(decision.prefill_reason, LoadReason::AtMaximum { bound: 2 });
         assert_eq!(decision.decode, 2);
     }
 
     #[test]
     fn pools_outside_their_bounds_come_back_within_them() {
         let config = LoadConfig {
-            min_replicas: 2,
-            max_replicas: Some(8),
+            prefill: PoolLimits::new(2, Some(8)),
+            decode: PoolLimits::new(2, Some(8)),
             ..LoadConfig::default()
         };
         // Steady load on pools edited to 10 prefill and 1 decode replicas.

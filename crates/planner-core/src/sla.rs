@@ -147,13 +147,29 @@ impl SlaTargets {
     }
 }
 
+/// One pool's replica bounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolLimits {
+    /// Fewest replicas (upstream `min_endpoint`).
+    pub min: u32,
+    /// Most replicas; `None` for no limit.
+    pub max: Option<u32>,
+}
+
+impl PoolLimits {
+    /// Bounds of `min` to `max` replicas.
+    pub const fn new(min: u32, max: Option<u32>) -> Self {
+        Self { min, max }
+    }
+}
+
 /// Replica bounds and the GPU budget.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Limits {
-    /// Fewest replicas per pool (upstream `min_endpoint`).
-    pub min_replicas: u32,
-    /// Most replicas per pool; `None` for no limit.
-    pub max_replicas: Option<u32>,
+    /// The prefill pool's bounds (an aggregated graph's one pool takes the decode pool's).
+    pub prefill: PoolLimits,
+    /// The decode pool's bounds.
+    pub decode: PoolLimits,
     /// Most GPUs for both pools together; `None` for no budget (upstream `-1`).
     pub max_gpu_budget: Option<u32>,
     /// GPUs one prefill replica uses.
@@ -174,22 +190,32 @@ pub struct Bounded {
 }
 
 impl Limits {
-    /// The replicas to run for what the load needs (prefill, decode): each pool raised to the
-    /// minimum and cut to the maximum, then both scaled to the GPU budget
+    /// One pool's bounds.
+    pub const fn pool(&self, pool: Pool) -> PoolLimits {
+        match pool {
+            Pool::Prefill => self.prefill,
+            Pool::Decode => self.decode,
+        }
+    }
+
+    /// The fewest replicas of (prefill, decode).
+    pub const fn min_replicas(&self) -> (u32, u32) {
+        (self.prefill.min, self.decode.min)
+    }
+
+    /// The replicas to run for what the load needs (prefill, decode): each pool raised to its
+    /// minimum and cut to its maximum, then both scaled to the GPU budget
     /// ([`apply_gpu_budget`]). Every planning model bounds its replicas here.
     pub fn apply(&self, needed: (u32, u32)) -> Bounded {
         let mut limits = Vec::new();
         let mut bound = |pool: Pool, needed: u32| {
+            let PoolLimits { min, max } = self.pool(pool);
             let mut replicas = needed;
-            if replicas < self.min_replicas {
-                limits.push(Limit::MinReplicas {
-                    pool,
-                    needed,
-                    min: self.min_replicas,
-                });
-                replicas = self.min_replicas;
+            if replicas < min {
+                limits.push(Limit::MinReplicas { pool, needed, min });
+                replicas = min;
             }
-            if let Some(max) = self.max_replicas.filter(|&max| replicas > max) {
+            if let Some(max) = max.filter(|&max| replicas > max) {
                 limits.push(Limit::MaxReplicas {
                     pool,
                     needed: replicas,
@@ -216,16 +242,17 @@ impl Limits {
     /// ([`apply_single_pool_budget`]); reported as both pools, with the same replicas.
     pub fn apply_aggregated(&self, needed: u32) -> Bounded {
         let mut limits = Vec::new();
+        let PoolLimits { min, max } = self.decode;
         let mut replicas = needed;
-        if replicas < self.min_replicas {
+        if replicas < min {
             limits.push(Limit::MinReplicas {
                 pool: Pool::Decode,
                 needed,
-                min: self.min_replicas,
+                min,
             });
-            replicas = self.min_replicas;
+            replicas = min;
         }
-        if let Some(max) = self.max_replicas.filter(|&max| replicas > max) {
+        if let Some(max) = max.filter(|&max| replicas > max) {
             limits.push(Limit::MaxReplicas {
                 pool: Pool::Decode,
                 needed: replicas,
@@ -235,13 +262,13 @@ impl Limits {
         }
         let unbudgeted = replicas;
         let gpus = self.decode_gpus_per_engine.max(1);
-        let budgeted = apply_single_pool_budget(replicas, gpus, self.min_replicas, self.max_gpu_budget);
+        let budgeted = apply_single_pool_budget(replicas, gpus, min, self.max_gpu_budget);
         if let Some(budget) = self.max_gpu_budget.filter(|_| budgeted != replicas) {
             let needed_gpus = u64::from(replicas) * u64::from(gpus);
             limits.push(if budgeted == 0 {
                 Limit::BudgetBelowMinimum {
                     budget,
-                    minimum_gpus: u64::from(self.min_replicas) * u64::from(gpus),
+                    minimum_gpus: u64::from(min) * u64::from(gpus),
                 }
             } else {
                 Limit::GpuBudget { needed_gpus, budget }
@@ -516,20 +543,20 @@ pub fn apply_gpu_budget(prefill: u32, decode: u32, limits: &Limits) -> (u32, u32
     if total <= budget_gpus {
         return (prefill, decode, None);
     }
-    let min = u64::from(limits.min_replicas);
-    let minimum_gpus = min * p_gpus + min * d_gpus;
+    let (p_min, d_min) = (u64::from(limits.prefill.min), u64::from(limits.decode.min));
+    let minimum_gpus = p_min * p_gpus + d_min * d_gpus;
     if budget_gpus < minimum_gpus {
         return (0, 0, Some(Limit::BudgetBelowMinimum { budget, minimum_gpus }));
     }
     let scale = f64::from(budget) / total as f64;
-    let max_prefill = (budget_gpus - min * d_gpus) / p_gpus;
+    let max_prefill = (budget_gpus - d_min * d_gpus) / p_gpus;
     let scaled_prefill = (f64::from(prefill) * scale).floor() as u64;
-    let new_prefill = min.max(max_prefill.min(scaled_prefill));
+    let new_prefill = p_min.max(max_prefill.min(scaled_prefill));
     // Upstream gives decode all the GPUs prefill leaves, which can exceed what decode needs
     // (by up to one prefill engine's worth); never give a pool more than it asked for.
-    let new_decode = min
+    let new_decode = d_min
         .max((budget_gpus - new_prefill * p_gpus) / d_gpus)
-        .min(u64::from(decode).max(min));
+        .min(u64::from(decode).max(d_min));
     (
         u32::try_from(new_prefill).unwrap_or(u32::MAX),
         u32::try_from(new_decode).unwrap_or(u32::MAX),
@@ -805,7 +832,8 @@ mod tests {
             decode_thpt: 100.0,
         };
         let mut bounded = limits(1, None, 1, 1);
-        bounded.max_replicas = Some(3);
+        bounded.prefill.max = Some(3);
+        bounded.decode.max = Some(3);
         let plan = plan_replicas(
             &curves,
             &Load {
@@ -859,33 +887,35 @@ mod tests {
             num_req in 0.0f64..100_000.0,
             isl in 1.0f64..20_000.0,
             osl in 1.0f64..4_000.0,
-            min in 1u32..4,
-            max in 4u32..64,
+            min in (1u32..4, 1u32..4),
+            max in (4u32..64, 4u32..64),
             budget in proptest::option::of(1u32..128),
             p_gpus in 1u32..8,
             d_gpus in 1u32..8,
             p_corr in 0.0f64..3.0,
             d_corr in -1.0f64..3.0,
         ) {
-            let limits = Limits { min_replicas: min, max_replicas: Some(max), max_gpu_budget: budget, prefill_gpus_per_engine: p_gpus, decode_gpus_per_engine: d_gpus };
+            // Each pool has bounds of its own.
+            let limits = Limits { prefill: PoolLimits::new(min.0, Some(max.0)), decode: PoolLimits::new(min.1, Some(max.1)), max_gpu_budget: budget, prefill_gpus_per_engine: p_gpus, decode_gpus_per_engine: d_gpus };
             let plan = plan_replicas(h200(), &Load { num_req, isl, osl }, &SlaTargets::new(500.0, 20.0), &Corrections { prefill: p_corr, decode: d_corr }, &limits, 60.0);
             let gpus = u64::from(plan.prefill * p_gpus + plan.decode * d_gpus);
+            let at_least_min = plan.prefill >= min.0 && plan.decode >= min.1;
             match budget {
-                Some(b) if u64::from(b) < u64::from(min * (p_gpus + d_gpus)) => prop_assert_eq!((plan.prefill, plan.decode), (0, 0)),
+                Some(b) if u64::from(b) < u64::from(min.0 * p_gpus + min.1 * d_gpus) => prop_assert_eq!((plan.prefill, plan.decode), (0, 0)),
                 Some(b) => {
                     prop_assert!(gpus <= u64::from(b), "{} GPUs over the budget of {}", gpus, b);
-                    prop_assert!(plan.prefill >= min && plan.decode >= min);
+                    prop_assert!(at_least_min);
                 }
-                None => prop_assert!(plan.prefill >= min && plan.decode >= min),
+                None => prop_assert!(at_least_min),
             }
-            prop_assert!(plan.prefill <= max && plan.decode <= max);
+            prop_assert!(plan.prefill <= max.0 && plan.decode <= max.1);
         }
     }
 
     fn limits(min: u32, budget: Option<u32>, p_gpus: u32, d_gpus: u32) -> Limits {
         Limits {
-            min_replicas: min,
-            max_replicas: None,
+            prefill: PoolLimits::new(min, None),
+            decode: PoolLimits::new(min, None),
             max_gpu_budget: budget,
             prefill_gpus_per_engine: p_gpus,
             decode_gpus_per_engine: d_gpus,

@@ -238,6 +238,7 @@ impl SlaPlanner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sla::PoolLimits;
     use crate::{interpolation::PerformanceModel, predictor::PredictorKind, profile::Profile};
 
     fn model() -> PerformanceModel {
@@ -249,8 +250,8 @@ mod tests {
             interval_s: 60.0,
             sla: SlaTargets::new(500.0, 50.0),
             limits: Limits {
-                min_replicas: 1,
-                max_replicas: None,
+                prefill: PoolLimits::new(1, None),
+                decode: PoolLimits::new(1, None),
                 max_gpu_budget: Some(8),
                 prefill_gpus_per_engine: 1,
                 decode_gpus_per_engine: 1,

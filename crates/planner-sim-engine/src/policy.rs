@@ -290,8 +290,8 @@ impl LoopPolicy {
     /// within the simulator's limits.
     pub fn load_based(sim: &SimConfig) -> Self {
         let config = LoadConfig {
-            min_replicas: sim.limits.min_replicas,
-            max_replicas: sim.limits.max_replicas,
+            prefill: sim.limits.prefill,
+            decode: sim.limits.decode,
             max_gpu_budget: sim.limits.max_gpu_budget,
             prefill_gpus_per_engine: sim.limits.prefill_gpus_per_engine,
             decode_gpus_per_engine: sim.limits.decode_gpus_per_engine,
@@ -552,7 +552,7 @@ impl<C> Policy<C> for Hpa {
         let mut wakes = Periodic::every(self.period_s);
         wakes.woke_after(self.next_s, ctx.now_s);
         self.next_s = Some(wakes.next_s());
-        let (min, max) = (ctx.config.limits.min_replicas, ctx.config.max_replicas());
+        let (min, max) = (ctx.config.min_replicas(), ctx.config.max_replicas());
         let samples = ctx.frontend.take_samples();
         let utilisation = ctx.frontend.take_utilisation();
         let kv = &samples.decode_kv_usage;
@@ -783,7 +783,7 @@ impl<C: PerformanceCurves> Policy<C> for Oracle {
         let interval = ctx.config.interval_s;
         self.next_s = Some((ctx.now_s / interval + 1e-9).floor() * interval + interval);
         let sla = ctx.config.sla;
-        let (min, max) = (ctx.config.limits.min_replicas, ctx.config.max_replicas());
+        let (min, max) = (ctx.config.min_replicas(), ctx.config.max_replicas());
         let at_max = Self::trial(ctx, max, max);
         if ctx.config.aggregated.is_some() {
             // One pool: the fewest engines meeting both targets (or what the most achieve).

@@ -17,7 +17,7 @@ use planner_core::{
     aggregated::AggregatedEngine,
     interpolation::PerformanceCurves,
     policy::Decision,
-    sla::{Limits, Load, SlaTargets},
+    sla::{Limits, Load, PoolLimits, SlaTargets},
     state::{QueueingConfig, QueueingPlan},
 };
 
@@ -66,8 +66,8 @@ impl Default for SimConfig {
             scale_up_delay_s: 60.0,
             sla: SlaTargets::new(500.0, 50.0),
             limits: Limits {
-                min_replicas: 1,
-                max_replicas: Some(64),
+                prefill: PoolLimits::new(1, Some(64)),
+                decode: PoolLimits::new(1, Some(64)),
                 max_gpu_budget: None,
                 prefill_gpus_per_engine: 1,
                 decode_gpus_per_engine: 1,
@@ -101,12 +101,20 @@ impl SimConfig {
         }
     }
 
+    /// Fewest replicas per pool of the baselines (which bound both pools alike; the
+    /// simulator's commands set one bound for both).
+    pub fn min_replicas(&self) -> u32 {
+        self.limits.prefill.min.min(self.limits.decode.min)
+    }
+
     /// Largest replica count per pool the searching policies consider.
     pub fn max_replicas(&self) -> u32 {
         self.limits
-            .max_replicas
+            .prefill
+            .max
+            .max(self.limits.decode.max)
             .unwrap_or(64)
-            .max(self.limits.min_replicas.max(1))
+            .max(self.min_replicas().max(1))
     }
 }
 
@@ -559,7 +567,7 @@ impl<'r, 'm, C: PerformanceCurves> Replay<'r, 'm, C> {
         } else {
             config.scale_up_delay_s.max(0.0)
         };
-        let min = config.limits.min_replicas;
+        let min = config.min_replicas();
         let initial = policy.initial().or(initial).unwrap_or_else(|| {
             let start = Cluster::new(0.0, 0, 0).aggregated(config.aggregated.as_ref());
             let mut frontend = Frontend::default();

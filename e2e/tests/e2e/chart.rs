@@ -4,7 +4,8 @@
 //! the code makes (`planner_operator::rbac::PERMISSIONS`), nothing more and nothing missing;
 //! the Deployment's flags parse with the operator's own parser and agree with the Services, the
 //! webhook configuration (compared with the operator's own) and the certificate objects; bad
-//! values are rejected with messages that say what to fix. Needs helm, not a cluster.
+//! values are rejected with messages that say what to fix; the optional PrometheusRule's alerts
+//! pass their promtool unit tests (`e2e/tests/rules/`). Needs helm and promtool, not a cluster.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -55,12 +56,24 @@ fn modes() -> Result<Vec<Mode>> {
         &["clusterTopologyApiVersion=topology.example.com/v1beta2"],
     ));
     modes.push(set(
-        "namespace-scoped-cert-manager",
-        &["watchNamespace=team-a", "webhook.certificate.mode=certManager"],
+        "full-namespace-scoped-cert-manager",
+        &[
+            "dgdController.enabled=true",
+            "watchNamespace=team-a",
+            "webhook.certificate.mode=certManager",
+        ],
     ));
     modes.push(set(
         "out-of-cluster-webhook",
         &[
+            "webhook.url=https://127.0.0.1:9443",
+            "webhook.extraHosts={127.0.0.1}",
+        ],
+    ));
+    modes.push(set(
+        "full-out-of-cluster-webhook",
+        &[
+            "dgdController.enabled=true",
             "webhook.url=https://127.0.0.1:9443",
             "webhook.extraHosts={127.0.0.1}",
         ],
@@ -78,6 +91,14 @@ fn modes() -> Result<Vec<Mode>> {
         &[
             "dynamoPodMonitors.enabled=true",
             "dynamoPodMonitors.labels.release=kube-prometheus",
+        ],
+    ));
+    modes.push(set(
+        "prometheus-rule",
+        &[
+            "prometheusRule.enabled=true",
+            "prometheusRule.additionalLabels.release=kube-prometheus",
+            "prometheusRule.alertLabels.team=inference",
         ],
     ));
     modes.push(set(
@@ -333,18 +354,27 @@ async fn notes_say_what_to_apply_next_in_every_mode() -> Result<()> {
         if output.contains("<no value>") {
             failures.push(format!("{}: a template printed <no value>", mode.name));
         }
-        for wanted in [
-            "rollout status",
-            "kubectl apply",
-            "config/samples/plannerpolicy-sla.yaml",
-            "kubectl get plannerpolicies",
-        ] {
+        for wanted in ["rollout status", "kubectl apply", "kubectl get ppol"] {
             if !notes.contains(wanted) {
                 failures.push(format!(
                     "{}: NOTES.txt does not say {wanted:?}:\n{notes}",
                     mode.name
                 ));
             }
+        }
+        // A packaged chart's user has no checkout: nothing may point into the repository.
+        for unwanted in ["config/samples", "config/crd", "llama-sla"] {
+            if notes.contains(unwanted) {
+                failures.push(format!(
+                    "{}: NOTES.txt points at {unwanted:?}, which a packaged chart's user lacks:\n{notes}",
+                    mode.name
+                ));
+            }
+        }
+        // The PlannerPolicy it shows is one the CRD's schema takes, with the fields a first
+        // policy needs.
+        if let Err(e) = notes_policy_is_valid(notes) {
+            failures.push(format!("{}: {e}:\n{notes}", mode.name));
         }
         // Which mode it is in: planner only, or the full operator.
         let mode_line = if output.contains("--dgd-controller=false") {
@@ -361,6 +391,89 @@ async fn notes_say_what_to_apply_next_in_every_mode() -> Result<()> {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     Ok(())
+}
+
+/// The PlannerPolicy NOTES.txt shows (from its `apiVersion:` line to the next blank line):
+/// every field it sets is one the PlannerPolicy type has (so a misspelt field fails), the
+/// admission checks pass, and it carries what a first policy needs: a target, a percentile TTFT
+/// target, a profile and the expected scale-up delay.
+fn notes_policy_is_valid(notes: &str) -> Result<()> {
+    let start = notes
+        .find("apiVersion: planner.dynamo.io/")
+        .ok_or("NOTES.txt shows no PlannerPolicy")?;
+    let block = &notes[start..];
+    let block = &block[..block.find("\n\n").unwrap_or(block.len())];
+    // NOTES.txt indents it; the first line's indentation is cut by `find`.
+    let indent = notes[..start].len() - notes[..start].trim_end_matches(' ').len();
+    let text: String = block
+        .lines()
+        .enumerate()
+        .map(|(i, line)| {
+            if i == 0 {
+                line
+            } else {
+                line.get(indent..).unwrap_or(line)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let shown: Value =
+        serde_yaml::from_str(&text).map_err(|e| format!("the policy is not YAML ({e}):\n{text}"))?;
+    let policy: planner_api::PlannerPolicy =
+        serde_yaml::from_str(&text).map_err(|e| format!("not a PlannerPolicy ({e})"))?;
+    let typed = serde_json::to_value(&policy)?;
+    let mut unknown = Vec::new();
+    unknown_fields(&shown, &typed, String::new(), &mut unknown);
+    check(unknown.is_empty(), || {
+        format!("fields the PlannerPolicy type does not have: {unknown:?}")
+    })?;
+    let errors = planner_operator::validation::planner_policy::validate_spec(&policy.spec);
+    check(errors.is_empty(), || {
+        format!(
+            "the webhook rejects it: {}",
+            errors
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        )
+    })?;
+    let spec = &shown["spec"];
+    for (field, value) in [
+        ("targetRef.name", &spec["targetRef"]["name"]),
+        ("sla.ttftMs", &spec["sla"]["ttftMs"]),
+        ("sla.itlMs", &spec["sla"]["itlMs"]),
+        ("sla.ttftPercentile", &spec["sla"]["ttftPercentile"]),
+        ("profile.builtin", &spec["profile"]["builtin"]),
+        (
+            "behavior.expectedScaleUpDelay",
+            &spec["behavior"]["expectedScaleUpDelay"],
+        ),
+    ] {
+        check(!value.is_null(), || {
+            format!("the policy does not set spec.{field}")
+        })?;
+    }
+    check(policy.spec.sla.ttft_percentile == Some(90.0), || {
+        "not a p90 TTFT target".into()
+    })
+}
+
+/// Paths of `shown` (a YAML document) that `typed` (its typed round trip) lacks.
+fn unknown_fields(shown: &Value, typed: &Value, path: String, out: &mut Vec<String>) {
+    if let (Value::Object(shown), Value::Object(typed)) = (shown, typed) {
+        for (key, value) in shown {
+            let at = if path.is_empty() {
+                key.clone()
+            } else {
+                format!("{path}.{key}")
+            };
+            match typed.get(key) {
+                Some(child) => unknown_fields(value, child, at, out),
+                None => out.push(at),
+            }
+        }
+    }
 }
 
 /// The CRDs Helm installs (`crds/` and the templates, `--include-crds`) are this project's only:
@@ -390,17 +503,38 @@ async fn the_chart_installs_no_crd_in_groves_group() -> Result<()> {
     Ok(())
 }
 
-/// The DGD CRD is installed only when asked (`dgdCrd.install`), kept on uninstall, and is the
-/// generated one; planner-only mode registers no DGD webhook and passes `--dgd-controller=false`.
+/// Planner only is the default: `--dgd-controller=false`, no DGD CRD, the PlannerPolicy webhook
+/// alone. The DGD CRD is installed only when asked (`dgdCrd.install`), kept on uninstall, and is
+/// the generated one; the full operator (`dgdController.enabled=true`) passes
+/// `--dgd-controller=true` and registers the DGD webhook too.
 #[tokio::test]
-async fn the_dgd_crd_and_the_dgd_controller_are_there_only_when_asked() -> Result<()> {
+async fn planner_only_is_the_default_and_the_dgd_crd_and_controller_are_there_only_when_asked() -> Result<()>
+{
+    use planner_operator::webhook::configuration::{DGD_WEBHOOK, PLANNER_POLICY_WEBHOOK};
     let crds = |objects: &[Value]| -> Vec<Value> {
         of_kind(objects, "CustomResourceDefinition")
             .into_iter()
             .cloned()
             .collect()
     };
-    assert!(crds(&template(RELEASE, NAMESPACE, &[]).await?).is_empty());
+    let webhook_names = |objects: &[Value]| -> Result<Vec<String>> {
+        Ok(
+            one_of_kind(objects, "ValidatingWebhookConfiguration")?["webhooks"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|w| w["name"].as_str().map(String::from))
+                .collect(),
+        )
+    };
+    let defaults = template(RELEASE, NAMESPACE, &[]).await?;
+    assert!(
+        !run_args(&defaults)?.dgd_controller,
+        "the default is not planner only"
+    );
+    assert!(crds(&defaults).is_empty());
+    assert_eq!(webhook_names(&defaults)?, [PLANNER_POLICY_WEBHOOK]);
+
     let installed = template(RELEASE, NAMESPACE, &["--set", "dgdCrd.install=true"]).await?;
     let [crd] = crds(&installed).try_into().map_err(|_| "expected one CRD")?;
     assert_eq!(crd["metadata"]["name"], "dynamographdeployments.nvidia.com");
@@ -416,23 +550,20 @@ async fn the_dgd_crd_and_the_dgd_controller_are_there_only_when_asked() -> Resul
         || "the chart's DGD CRD is not the generated one".into(),
     )?;
 
-    let planner_only = template(RELEASE, NAMESPACE, &["--set", "dgdController.enabled=false"]).await?;
-    let args = run_args(&planner_only)?;
-    assert!(!args.dgd_controller);
-    assert!(crds(&planner_only).is_empty());
-    let config = one_of_kind(&planner_only, "ValidatingWebhookConfiguration")?;
-    let names: Vec<&str> = config["webhooks"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|w| w["name"].as_str())
-        .collect();
-    assert_eq!(
-        names,
-        [planner_operator::webhook::configuration::PLANNER_POLICY_WEBHOOK]
-    );
-    let full = run_args(&template(RELEASE, NAMESPACE, &[]).await?)?;
-    assert!(full.dgd_controller);
+    let full = template(
+        RELEASE,
+        NAMESPACE,
+        &[
+            "--set",
+            "dgdController.enabled=true",
+            "--set",
+            "dgdCrd.install=true",
+        ],
+    )
+    .await?;
+    assert!(run_args(&full)?.dgd_controller);
+    assert_eq!(crds(&full).len(), 1, "the full operator with its DGD CRD");
+    assert_eq!(webhook_names(&full)?, [DGD_WEBHOOK, PLANNER_POLICY_WEBHOOK]);
     Ok(())
 }
 
@@ -749,7 +880,13 @@ fn check_mode(objects: &[Value]) -> Result<()> {
             }
         }
         (None, Some(Value::String(url))) => {
-            let path = planner_operator::webhook::admission::DGD_PATH;
+            // The first webhook is the DGD's with the DGD controller, else the PlannerPolicy's.
+            use planner_operator::webhook::admission::{DGD_PATH, PLANNER_POLICY_PATH};
+            let path = if args.dgd_controller {
+                DGD_PATH
+            } else {
+                PLANNER_POLICY_PATH
+            };
             Target::Url(
                 url.strip_suffix(path)
                     .ok_or("a webhook URL without the path")?
@@ -827,6 +964,23 @@ async fn the_dashboard_plots_every_planner_metric() -> Result<()> {
         "planner_operator_interval_lateness_seconds",
         "planner_operator_reconcile_total",
         "planner_operator_reconcile_duration_seconds",
+        "planner_operator_ttft_target_seconds",
+        "planner_operator_itl_target_seconds",
+        "planner_operator_observed_ttft_percentile_seconds",
+        "planner_operator_sla_attainment_ratio",
+        "planner_operator_interval_seconds",
+        "planner_operator_desired_gpus",
+        "planner_operator_gpus_in_use",
+        "planner_operator_observed_decode_kv_usage_ratio",
+        "planner_operator_observed_prefill_queue_requests",
+        "planner_operator_scaling_limited",
+        "planner_operator_metrics_unavailable_total",
+        "planner_operator_consecutive_intervals_metrics_unavailable",
+        "planner_operator_gpubudget_total_gpus",
+        "planner_operator_gpubudget_granted_gpus",
+        "planner_operator_gpubudget_held_gpus",
+        "planner_operator_gpubudget_member_granted_gpus",
+        "planner_operator_build_info",
     ] {
         assert!(json.contains(metric), "the dashboard does not plot {metric}");
     }
@@ -835,7 +989,7 @@ async fn the_dashboard_plots_every_planner_metric() -> Result<()> {
 
 #[tokio::test]
 async fn bad_values_are_rejected_with_messages_that_say_what_to_fix() -> Result<()> {
-    let cases: [(&[&str], &str); 12] = [
+    let cases: [(&[&str], &str); 14] = [
         (
             &["webhook.certificate.mode=vault"],
             "'generated', 'certManager', 'secret'",
@@ -860,6 +1014,14 @@ async fn bad_values_are_rejected_with_messages_that_say_what_to_fix() -> Result<
         (&["watchNamespace=Team_A"], "is not a namespace name"),
         (&["image.pullPolicy=always"], "'Always', 'IfNotPresent', 'Never'"),
         (&["imageTag=1.0"], "additional properties 'imageTag' not allowed"),
+        (
+            &["prometheusRule.alerts.slaMissed.for=ten"],
+            "at '/prometheusRule/alerts/slaMissed/for'",
+        ),
+        (
+            &["prometheusRule.alerts.noleader.for=1m"],
+            "additional properties 'noleader' not allowed",
+        ),
     ];
     let mut failures = Vec::new();
     for (sets, message) in cases {
@@ -1010,5 +1172,271 @@ async fn dynamo_pod_monitors_scrape_the_pods_the_dgd_controller_renders() -> Res
             assert_eq!(endpoint["honorLabels"], true);
         }
     }
+    Ok(())
+}
+
+/// `tools/docs.sh check <chart>` (what `make check-docs` runs on the chart) on a copy of the
+/// chart: it passes on the committed README, fails once a `# --` comment of values.yaml changes
+/// (naming the README and `make docs`), and passes again after `tools/docs.sh generate`.
+#[tokio::test]
+async fn check_docs_fails_when_a_value_comment_changes_until_make_docs() -> Result<()> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_nanos();
+    let dir = std::env::temp_dir().join(format!("chart-docs-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let outcome = async {
+        let copied = tokio::process::Command::new("cp")
+            .arg("-r")
+            .arg(chart_dir())
+            .arg(&dir)
+            .status()
+            .await?;
+        check(copied.success(), || "cp -r of the chart failed".into())?;
+        let chart = dir.join("planner-operator");
+        let docs = |mode: &'static str| {
+            let chart = chart.clone();
+            async move {
+                tokio::process::Command::new("bash")
+                    .arg(e2e::repo_root().join("tools/docs.sh"))
+                    .arg(mode)
+                    .arg(&chart)
+                    .output()
+                    .await
+            }
+        };
+        let fresh = docs("check").await?;
+        check(fresh.status.success(), || {
+            format!(
+                "check fails on the committed chart: {}",
+                String::from_utf8_lossy(&fresh.stderr)
+            )
+        })?;
+        let values = chart.join("values.yaml");
+        let text = std::fs::read_to_string(&values)?;
+        let comment = "# -- Operator replicas.";
+        check(text.contains(comment), || {
+            format!("values.yaml has no {comment:?}")
+        })?;
+        std::fs::write(
+            &values,
+            text.replace(comment, "# -- How many operator replicas run."),
+        )?;
+        let stale = docs("check").await?;
+        let stderr = String::from_utf8_lossy(&stale.stderr);
+        check(!stale.status.success(), || {
+            "check passes with a changed value comment".into()
+        })?;
+        check(
+            stderr.contains("stale:") && stderr.contains("README.md") && stderr.contains("make docs"),
+            || format!("the failure does not name the file and the fix: {stderr}"),
+        )?;
+        check(stderr.contains("How many operator replicas run."), || {
+            format!("the failure does not show the changed line: {stderr}")
+        })?;
+        let generated = docs("generate").await?;
+        check(generated.status.success(), || {
+            String::from_utf8_lossy(&generated.stderr).into()
+        })?;
+        let again = docs("check").await?;
+        check(again.status.success(), || {
+            format!(
+                "check fails after generate: {}",
+                String::from_utf8_lossy(&again.stderr)
+            )
+        })
+    }
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+    outcome
+}
+
+/// Set to the promtool binary to use instead of `promtool` from PATH (`make chart-test` and
+/// `make e2e` set it to the one `make tools` builds).
+const PROMTOOL_ENV: &str = "PROMTOOL";
+
+/// Runs promtool with `args` in `dir`; a failure is an error with what it printed.
+async fn promtool(dir: &std::path::Path, args: &[&str]) -> Result<String> {
+    let binary = std::env::var(PROMTOOL_ENV).unwrap_or_else(|_| "promtool".into());
+    let output = tokio::process::Command::new(&binary)
+        .args(args)
+        .current_dir(dir)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|e| format!("cannot run {binary} ({e}): `make tools` builds it; set {PROMTOOL_ENV}"))?;
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    if !output.status.success() {
+        return Err(format!("promtool {} failed:\n{printed}", args.join(" ")).into());
+    }
+    Ok(printed)
+}
+
+/// The rendered PrometheusRule's alerts, by name.
+fn rule_alerts(rule: &Value) -> BTreeMap<String, Value> {
+    rule["spec"]["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|group| group["rules"].as_array().cloned().unwrap_or_default())
+        .filter_map(|rule| Some((rule["alert"].as_str()?.to_string(), rule)))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_prometheus_rule_is_rendered_only_when_asked_with_its_values() -> Result<()> {
+    let default = template(RELEASE, NAMESPACE, &[]).await?;
+    check(of_kind(&default, "PrometheusRule").is_empty(), || {
+        "a PrometheusRule is rendered by default".into()
+    })?;
+    let objects = template(
+        RELEASE,
+        NAMESPACE,
+        &[
+            "--set",
+            "prometheusRule.enabled=true",
+            "--set",
+            "prometheusRule.namespace=monitoring",
+            "--set",
+            "prometheusRule.additionalLabels.release=kube-prometheus",
+            "--set",
+            "prometheusRule.alertLabels.team=inference",
+            "--set",
+            "prometheusRule.alerts.slaMissed.intervals=7",
+            "--set",
+            "prometheusRule.alerts.slaMissed.for=10m",
+            "--set",
+            "prometheusRule.alerts.slaMissed.severity=critical",
+            "--set",
+            "prometheusRule.alerts.scalingLimited.enabled=false",
+            "--set",
+            "prometheusRule.selector=service=\"planner\"",
+        ],
+    )
+    .await?;
+    let rule = one_of_kind(&objects, "PrometheusRule")?;
+    assert_eq!(rule["apiVersion"], "monitoring.coreos.com/v1");
+    assert_eq!(rule["metadata"]["namespace"], "monitoring");
+    assert_eq!(rule["metadata"]["labels"]["release"], "kube-prometheus");
+    let alerts = rule_alerts(rule);
+    let names: BTreeSet<&str> = alerts.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        BTreeSet::from([
+            "PlannerOperatorNoLeader",
+            "PlannerOperatorWebhookCertificateExpiring",
+            "PlannerPolicyMetricsUnavailable",
+            "PlannerPolicySlaAttainmentLow",
+            "PlannerPolicySlaMissed",
+        ])
+    );
+    let missed = &alerts["PlannerPolicySlaMissed"];
+    let expr = missed["expr"].as_str().unwrap_or_default();
+    assert!(
+        expr.ends_with(">= 7") && expr.contains("{service=\"planner\"}"),
+        "{expr}"
+    );
+    assert_eq!(missed["for"], "10m");
+    assert_eq!(missed["labels"]["severity"], "critical");
+    for (name, alert) in &alerts {
+        assert_eq!(alert["labels"]["team"], "inference", "{name}");
+        for annotation in ["summary", "description"] {
+            assert!(
+                alert["annotations"][annotation]
+                    .as_str()
+                    .is_some_and(|a| !a.is_empty()),
+                "{name} has no {annotation}"
+            );
+        }
+        assert!(
+            !alert["expr"].as_str().unwrap_or_default().contains("job="),
+            "{name} ignores the selector"
+        );
+    }
+    // Without the webhook, no certificate to watch.
+    let no_webhook = template(
+        RELEASE,
+        NAMESPACE,
+        &[
+            "--set",
+            "prometheusRule.enabled=true",
+            "--set",
+            "webhook.enabled=false",
+        ],
+    )
+    .await?;
+    let alerts = rule_alerts(one_of_kind(&no_webhook, "PrometheusRule")?);
+    assert!(!alerts.contains_key("PlannerOperatorWebhookCertificateExpiring"));
+    assert!(alerts.contains_key("PlannerOperatorNoLeader"));
+    Ok(())
+}
+
+/// Renders the chart's alerts with the default values and runs `promtool check rules` and the
+/// unit tests of `e2e/tests/rules/` on them: the rules promtool tests are the ones the chart
+/// installs.
+#[tokio::test]
+async fn the_alerts_fire_and_stay_quiet_as_their_promtool_tests_say() -> Result<()> {
+    let objects = template(RELEASE, NAMESPACE, &["--set", "prometheusRule.enabled=true"]).await?;
+    let rule = one_of_kind(&objects, "PrometheusRule")?;
+    let rendered = rule_alerts(rule);
+    // The alerts select the job the ServiceMonitor scrapes: the metrics Service's name.
+    let service = of_kind(&objects, "Service")
+        .into_iter()
+        .find(|s| s["metadata"]["labels"]["app.kubernetes.io/component"] == "metrics")
+        .ok_or("no metrics Service")?;
+    let job = format!(
+        "job=\"{}\"",
+        service["metadata"]["name"].as_str().unwrap_or_default()
+    );
+    for (name, alert) in &rendered {
+        let expr = alert["expr"].as_str().unwrap_or_default();
+        assert!(expr.contains(&job), "{name} does not select {job}: {expr}");
+    }
+    let dir = std::env::temp_dir().join(format!("e2e-alerts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(
+        dir.join("alerts.rules.yaml"),
+        serde_yaml::to_string(&rule["spec"])?,
+    )?;
+    let tests_dir = e2e::repo_root().join("e2e/tests/rules");
+    let mut tests = Vec::new();
+    let mut fired = BTreeSet::new();
+    let mut quiet = BTreeSet::new();
+    for path in yaml_files(&tests_dir)? {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default();
+        let text = std::fs::read_to_string(&path)?;
+        let parsed: Value = serde_yaml::from_str(&text)?;
+        for case in parsed["tests"].as_array().into_iter().flatten() {
+            for test in case["alert_rule_test"].as_array().into_iter().flatten() {
+                let alert = test["alertname"].as_str().unwrap_or_default().to_string();
+                if test["exp_alerts"].as_array().is_some_and(|a| !a.is_empty()) {
+                    fired.insert(alert);
+                } else {
+                    quiet.insert(alert);
+                }
+            }
+        }
+        std::fs::write(dir.join(&name), text)?;
+        tests.push(name);
+    }
+    // Every alert the chart renders is tested both ways.
+    for alert in rendered.keys() {
+        assert!(fired.contains(alert), "no test fires {alert}");
+        assert!(quiet.contains(alert), "no test keeps {alert} quiet");
+    }
+    let checked = promtool(&dir, &["check", "rules", "alerts.rules.yaml"]).await;
+    let mut args = vec!["test", "rules"];
+    args.extend(tests.iter().map(String::as_str));
+    let tested = promtool(&dir, &args).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("{}", checked?);
+    println!("{}", tested?);
     Ok(())
 }

@@ -124,10 +124,12 @@ impl Release {
     }
 }
 
-/// Values for the test: the webhook called at this process's port and limited to `objects`
-/// (the namespace the test creates DGDs and PlannerPolicies in).
+/// Values for the test: the full operator (the DGD controller on; planner only is the chart's
+/// default), the webhook called at this process's port and limited to `objects` (the namespace
+/// the test creates DGDs and PlannerPolicies in).
 fn values(objects: &str, webhook_port: u16, watch: Option<&str>, prometheus: &str) -> Value {
     json!({
+        "dgdController": {"enabled": true},
         "watchNamespace": watch.unwrap_or_default(),
         "prometheus": {"url": prometheus},
         "webhook": {
@@ -892,7 +894,7 @@ async fn the_chart_rbac_is_enough_namespace_scoped() -> Result<()> {
     .await
 }
 
-/// The chart in planner-only mode (`dgdController.enabled=false`), installed and run as its
+/// The chart in planner-only mode (its default, `dgdController.enabled=false`), installed and run as its
 /// ServiceAccount: PlannerPolicies are validated and scale a DGD, and nothing else is written (no
 /// workloads, no DGD status), and DGDs are not sent to the webhook.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -903,7 +905,10 @@ async fn the_chart_installs_planner_only_and_scales_without_rendering() -> Resul
         let release = Release::new(&ns);
         let port = free_port()?;
         let mut planner_only = values(&ns.name, port, Some(&ns.name), &prometheus.url);
-        planner_only["dgdController"] = json!({"enabled": false});
+        // The chart's default.
+        if let Some(values) = planner_only.as_object_mut() {
+            values.remove("dgdController");
+        }
         let outcome = async {
             release.install(&planner_only).await?;
             let manifest = release.manifest().await?;

@@ -264,6 +264,27 @@ async fn replicas_follow_the_load_and_missing_metrics_never_scale_down() -> Resu
                 .into_iter()
                 .any(|e| e.reason.as_deref() == Some("Scaled"));
             assert!(scaled, "no Scaled event");
+            // The operator's own metrics of the policy: its targets, the intervals it counted
+            // against them, the GPUs it decided and the decision counter.
+            let policy_labels = [format!("namespace=\"{}\"", ns.name), "policy=\"llama-sla\"".to_string()];
+            let matching: Vec<&str> = policy_labels.iter().map(String::as_str).collect();
+            let served = metrics_text(operator.metrics_addr).await?;
+            let value = |name: &str| metric(&served, name, &matching);
+            assert!(
+                (value("planner_operator_ttft_target_seconds") - TTFT_TARGET_MS / 1000.0).abs() < 1e-9,
+                "{served}"
+            );
+            assert!(value("planner_operator_sla_intervals") >= 1.0, "{served}");
+            assert!(value("planner_operator_desired_gpus") >= 2.0, "{served}");
+            assert!(
+                served.lines().any(|l| l.starts_with("planner_operator_observed_decode_kv_usage_ratio{")
+                    && matching.iter().all(|m| l.contains(m))),
+                "no decode KV usage series: {served}"
+            );
+            assert!(
+                metric(&served, "planner_operator_scaling_decisions_total", &[matching[0], matching[1], "direction=\"up\""]) >= 1.0,
+                "{served}"
+            );
 
             // Prometheus down: no scale-down however idle the traffic, and the policy says why.
             bed.rate_scale(0.0).await?;
@@ -298,6 +319,17 @@ async fn replicas_follow_the_load_and_missing_metrics_never_scale_down() -> Resu
                 Ok(ticks.len() >= 2)
             })
             .await?;
+            // The outage in the metrics: intervals in a row without metrics (what the chart's
+            // PlannerPolicyMetricsUnavailable alert reads), and the failed reads by reason.
+            let served = metrics_text(operator.metrics_addr).await?;
+            assert!(
+                metric(&served, "planner_operator_consecutive_intervals_metrics_unavailable", &matching) >= 2.0,
+                "{served}"
+            );
+            assert!(
+                metric(&served, "planner_operator_metrics_unavailable_total", &[matching[0], matching[1], "reason=\"http\""]) >= 2.0,
+                "{served}"
+            );
 
             // Back, at the original rate: the pools shrink again, and their engine processes
             // stop (SIGTERM, as a pod's containers get) without failing a request.

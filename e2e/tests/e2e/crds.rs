@@ -9,9 +9,19 @@ use std::time::Duration;
 #[path = "../../../operator/tests/support/mod.rs"]
 mod offline;
 
-use e2e::{Result, describe, expectation, in_namespace, install_crds, load_yaml, repo_root, yaml_files};
+use e2e::{
+    Result, apply_crds, describe, expectation, in_namespace, in_namespace_exclusive, install_crds, load_yaml,
+    repo_root, yaml_files,
+};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::{Api, runtime::wait::conditions};
+use kube::{
+    Api,
+    api::{Patch, PatchParams},
+    runtime::wait::conditions,
+};
+use planner_api::{PlannerPolicy, StabilizationKeeps};
+use planner_operator::validation::validate_spec;
+use serde_json::json;
 
 /// Under the shared lock (hence a namespace of its own): it re-applies the shared CRDs, which must
 /// not happen while a test that replaces them (with NVIDIA's or an earlier Grove's) runs.
@@ -188,6 +198,134 @@ async fn offline_schema_emulation_phrases_errors_as_the_api_server() -> Result<(
         }
         assert!(failures.is_empty(), "{}", failures.join("\n"));
         Ok(())
+    })
+    .await
+}
+
+/// A minimal `mode: sla` policy, applied with no webhook, reads back with the blocks its mode
+/// uses and none it does not: the schema gives no default to the `load`, `correction`,
+/// `connector` and `metrics` blocks, Kalman's and Prophet's settings or upstream's prefill
+/// utilisation, so the API server writes none of them.
+#[tokio::test]
+async fn a_minimal_policy_reads_back_without_the_blocks_its_mode_does_not_use() -> Result<()> {
+    in_namespace("minimal-policy", |ns| async move {
+        install_crds(&ns.client).await?;
+        let minimal = json!({
+            "apiVersion": "planner.dynamo.io/v1alpha1",
+            "kind": "PlannerPolicy",
+            "metadata": {"name": "minimal"},
+            "spec": {
+                "targetRef": {"name": "llama"},
+                "profile": {"builtin": "h200-llama3.1-8b-tp1"},
+            },
+        });
+        let stored = ns.accepts(&minimal).await?;
+        let spec = &stored.data["spec"];
+        let unused: Vec<&str> = ["load", "correction", "connector", "metrics"]
+            .into_iter()
+            .filter(|block| spec.get(*block).is_some())
+            .collect();
+        assert!(
+            unused.is_empty(),
+            "written though sla mode never reads them: {unused:?} in {spec:#}"
+        );
+        assert!(
+            spec["predictor"].get("kalman").is_none() && spec["predictor"].get("prophet").is_none(),
+            "{spec:#}"
+        );
+        assert!(spec["sla"].get("prefillUtilization").is_none(), "{spec:#}");
+        // What sla mode uses is there, with its defaults.
+        assert_eq!(spec["sla"]["ttftMs"], json!(500.0), "{spec:#}");
+        assert_eq!(spec["predictor"]["type"], json!("arima"), "{spec:#}");
+        assert_eq!(spec["bounds"]["minReplicas"], json!(1), "{spec:#}");
+        assert_eq!(
+            spec["behavior"]["scaleDownStabilizationKeeps"],
+            json!("quantile"),
+            "{spec:#}"
+        );
+        // A block written by the user gets its fields' defaults.
+        let mut load = minimal.clone();
+        load["metadata"]["name"] = json!("load");
+        load["spec"] = json!({"targetRef": {"name": "llama"}, "mode": "load", "load": {}});
+        let stored = ns.accepts(&load).await?;
+        assert_eq!(
+            stored.data["spec"]["load"]["decodeKvScaleUpThreshold"],
+            json!(0.9)
+        );
+        assert_eq!(stored.data["spec"]["load"]["metricPullingInterval"], json!("1s"));
+        // And the limits are the schema's as well as the webhook's.
+        let mut two_days = minimal.clone();
+        two_days["metadata"]["name"] = json!("two-days");
+        two_days["spec"]["adjustmentInterval"] = json!("48h");
+        ns.rejects(&two_days, "spec.adjustmentInterval must be 10s to 24h")
+            .await?;
+        Ok(())
+    })
+    .await
+}
+
+/// A policy stored by the previous version of the CRD (every block defaulted into it, and a
+/// 48h interval that schema allowed) still loads once today's CRD replaces it: it reads back
+/// into today's types with its values, and the reconciler's rules (the webhook's) say what is
+/// wrong with it rather than failing to read it.
+#[tokio::test]
+async fn a_policy_stored_by_the_previous_crd_still_loads() -> Result<()> {
+    in_namespace_exclusive("previous-crd", |ns| async move {
+        let previous =
+            repo_root().join("e2e/tests/fixtures/previous-crds/plannerpolicies.planner.dynamo.io.yaml");
+        let outcome = async {
+            apply_crds(&ns.client, &[previous]).await?;
+            let old = json!({
+                "apiVersion": "planner.dynamo.io/v1alpha1",
+                "kind": "PlannerPolicy",
+                "metadata": {"name": "old"},
+                "spec": {
+                    "targetRef": {"name": "llama"},
+                    "adjustmentInterval": "48h",
+                    "profile": {"builtin": "h200-llama3.1-8b-tp1"},
+                    "bounds": {"minReplicas": 2, "maxReplicas": 6},
+                },
+            });
+            let stored = ns.accepts(&old).await?;
+            if stored.data["spec"].get("load").is_none() || stored.data["spec"].get("correction").is_none() {
+                return Err(format!(
+                    "the previous CRD no longer defaults every block: {:#}",
+                    stored.data
+                )
+                .into());
+            }
+            install_crds(&ns.client).await?;
+            let policies: Api<PlannerPolicy> = ns.api();
+            let policy = policies.get("old").await?;
+            let spec = &policy.spec;
+            assert_eq!(spec.adjustment_interval, "48h");
+            assert_eq!(spec.bounds.prefill_range(), (2, Some(6)));
+            assert_eq!(spec.bounds.decode_range(), (2, Some(6)));
+            assert_eq!(spec.load.decode_kv_scale_up_threshold, 0.9);
+            assert!(spec.correction.enabled);
+            assert_eq!(
+                spec.behavior.scale_down_stabilization_keeps,
+                StabilizationKeeps::Quantile
+            );
+            let errors: Vec<String> = validate_spec(spec).iter().map(ToString::to_string).collect();
+            assert_eq!(
+                errors,
+                ["spec.adjustmentInterval: \"48h\" is out of range for mode sla; allowed: 10s to 24h"]
+            );
+            // Its labels can still be changed: the unchanged interval is not checked again.
+            let patch = json!({"metadata": {"labels": {"touched": "yes"}}});
+            policies
+                .patch("old", &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(|e| {
+                    format!("a metadata change to an object stored under the previous CRD was refused: {e}")
+                })?;
+            Ok(())
+        }
+        .await;
+        // Today's CRDs for the tests that follow, whatever happened.
+        let restored = install_crds(&ns.client).await.map(|_| ());
+        outcome.and(restored)
     })
     .await
 }

@@ -52,6 +52,8 @@ pub struct Operator {
     pub webhook_addr: SocketAddr,
     /// Name of the ValidatingWebhookConfiguration it keeps the caBundle of.
     pub webhook_config: String,
+    /// Where its `/metrics` listens.
+    pub metrics_addr: SocketAddr,
     client: Client,
 }
 
@@ -87,13 +89,15 @@ pub async fn start(ns: &TestNamespace, extra: &[&str]) -> Result<Operator> {
     let webhook_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
     let webhook_config = format!("planner-operator-{}", ns.name);
     let addr = webhook_addr.to_string();
+    let metrics_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let metrics = metrics_addr.to_string();
     let identity = format!("e2e-{}", ns.name);
     let mut argv = vec![
         "planner-operator",
         "--namespace",
         &ns.name,
         "--metrics-addr",
-        "127.0.0.1:0",
+        &metrics,
         "--leader-election",
         "false",
         "--identity",
@@ -118,6 +122,7 @@ pub async fn start(ns: &TestNamespace, extra: &[&str]) -> Result<Operator> {
         task,
         webhook_addr,
         webhook_config,
+        metrics_addr,
         client: ns.client.clone(),
     })
 }

@@ -1,7 +1,8 @@
 //! One rule set: with the admission webhook off, the PlannerPolicy reconciler reports every
 //! policy the webhook would deny (the PlannerPolicy fixtures of
 //! `operator/tests/fixtures/webhook/`) with the webhook's message, in the policy's status, and
-//! never plans with it.
+//! never plans with it; the ones whose limit the schema checks too (`# schema: rejects`) the API
+//! server refuses by itself, with the schema's message.
 
 use std::time::Duration;
 
@@ -15,8 +16,13 @@ use crate::operator::start;
 const WAIT: Duration = Duration::from_secs(90);
 
 fn reason(text: &str) -> Option<String> {
+    header(text, "reason")
+}
+
+fn header(text: &str, name: &str) -> Option<String> {
+    let prefix = format!("# {name}:");
     text.lines()
-        .find_map(|line| line.strip_prefix("# reason:").map(|v| v.trim().to_string()))
+        .find_map(|line| line.strip_prefix(&prefix).map(|v| v.trim().to_string()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -34,6 +40,7 @@ async fn the_reconciler_reports_what_the_webhook_would_deny() -> Result<()> {
         let outcome = async {
             let policies: Api<PlannerPolicy> = ns.api();
             let mut expected = Vec::new();
+            let mut refused_by_schema = 0;
             for path in yaml_files(&repo_root().join("operator/tests/fixtures/webhook"))? {
                 let file = path.file_name().unwrap_or_default().to_string_lossy().to_string();
                 if !file.starts_with("ppol-") {
@@ -44,11 +51,33 @@ async fn the_reconciler_reports_what_the_webhook_would_deny() -> Result<()> {
                 let mut object: Value = serde_yaml::from_str(&text)?;
                 let name = file.trim_end_matches(".yaml").to_string();
                 object["metadata"]["name"] = json!(name);
-                policies
+                let created = policies
                     .create(&PostParams::default(), &serde_json::from_value(object)?)
-                    .await
-                    .map_err(|e| format!("{file}: the API server refused it without the webhook: {e}"))?;
+                    .await;
+                if header(&text, "schema").as_deref() == Some("rejects") {
+                    let schema_reason = header(&text, "api-server-reason")
+                        .ok_or_else(|| format!("{file} has no api-server-reason"))?;
+                    match created {
+                        Err(kube::Error::Api(e)) if e.code == 422 && e.message.contains(&schema_reason) => {
+                            refused_by_schema += 1;
+                        }
+                        other => {
+                            return Err(format!(
+                                "{file}: expected the API server alone to refuse it with {schema_reason:?}, got {other:?}"
+                            )
+                            .into());
+                        }
+                    }
+                    continue;
+                }
+                created.map_err(|e| format!("{file}: the API server refused it without the webhook: {e}"))?;
                 expected.push((file, name, reason));
+            }
+            if refused_by_schema < 5 {
+                return Err(format!(
+                    "expected at least five fixtures the schema refuses by itself, found {refused_by_schema}"
+                )
+                .into());
             }
             if expected.len() < 10 {
                 return Err(format!(

@@ -96,7 +96,7 @@ async fn reads_hold_their_series_when_scrapes_are_sparser_than_the_window() -> R
             &FastCache::default(),
             Duration::from_secs(20),
             Duration::from_secs(10),
-            &metrics.policies,
+            metrics.policies.of("e2e", "scrape-interval"),
         )
         .await
         .ok_or(format!("read {read}: the fast check got no signals"))?;

@@ -5,7 +5,7 @@ use std::{sync::Arc, time::Instant};
 
 use prometheus_client::{
     encoding::{EncodeLabelSet, text::encode},
-    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram, info::Info},
     registry::{Registry, Unit},
 };
 
@@ -50,6 +50,17 @@ pub struct KindLabels {
     pub kind: &'static str,
 }
 
+/// Labels of `build_info`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    /// The operator's version.
+    pub version: &'static str,
+    /// The CPU architecture it was built for.
+    pub arch: &'static str,
+    /// The operating system it was built for.
+    pub os: &'static str,
+}
+
 /// Reconcile counters and timings, plus leadership.
 #[derive(Debug)]
 pub struct OperatorMetrics {
@@ -64,6 +75,8 @@ pub struct OperatorMetrics {
     webhook_certificate_expiry: Gauge,
     /// Per-PlannerPolicy metrics.
     pub policies: super::policy::PolicyMetrics,
+    /// Per-GpuBudget metrics.
+    pub budgets: super::budget::BudgetMetrics,
 }
 
 impl Default for OperatorMetrics {
@@ -130,7 +143,17 @@ impl OperatorMetrics {
             "Unix time at which the webhook's serving certificate expires (0 before one is loaded)",
             webhook_certificate_expiry.clone(),
         );
+        registry.register(
+            "build",
+            "The operator's build: version, architecture, operating system",
+            Info::new(BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+                arch: std::env::consts::ARCH,
+                os: std::env::consts::OS,
+            }),
+        );
         let policies = super::policy::PolicyMetrics::register(&mut registry);
+        let budgets = super::budget::BudgetMetrics::register(&mut registry);
         Self {
             registry,
             reconciles,
@@ -142,6 +165,7 @@ impl OperatorMetrics {
             admission_durations,
             webhook_certificate_expiry,
             policies,
+            budgets,
         }
     }
 
@@ -177,9 +201,14 @@ impl OperatorMetrics {
             .inc();
     }
 
-    /// Records whether this process leads.
+    /// Records whether this process leads. A replica that stops leading drops its policies'
+    /// and budgets' series: the new leader reports them.
     pub fn set_leader(&self, leader: bool) {
         self.leader.set(i64::from(leader));
+        if !leader {
+            self.policies.clear();
+            self.budgets.clear();
+        }
     }
 
     /// Counts an answered admission review and its duration.
@@ -251,6 +280,11 @@ mod tests {
             "planner_operator_admission_reviews_total{kind=\"PlannerPolicy\",result=\"denied\"} 1",
             "planner_operator_admission_duration_seconds_count{kind=\"PlannerPolicy\"} 1",
             "planner_operator_webhook_certificate_expiry_timestamp_seconds 1900000000",
+            concat!(
+                "planner_operator_build_info{version=\"",
+                env!("CARGO_PKG_VERSION"),
+                "\",arch=\""
+            ),
         ] {
             assert!(text.contains(expected), "missing {expected:?} in\n{text}");
         }

@@ -4,8 +4,12 @@
 //! Each quantity is one instant query over the adjustment interval. Unlike upstream, which
 //! fetches every series and filters in Python, the Dynamo namespace is matched in PromQL (so a
 //! thousand policies do not each download every frontend's series); the model is still
-//! compared case-insensitively on the client, as upstream does. Means are unweighted means of
-//! the per-series ratios, as upstream computes them; the request count is a sum.
+//! compared case-insensitively on the client, as upstream does. A graph served by several
+//! frontends has one series per frontend (and per model): a mean is the sum of the increases of
+//! every frontend's `_sum` over the sum of their `_count`s, weighted by the requests each
+//! frontend served, as Dynamo 1.6's planner computes it (the mean of per-frontend ratios would
+//! let an idle frontend count as much as a busy one); request counts and histogram buckets are
+//! sums over the frontends too.
 
 use std::time::Duration;
 
@@ -55,11 +59,12 @@ pub fn increase_query(series: &str, window_s: u64) -> String {
     format!("(increase({series}[{window_s}s]) unless {born} or {born})")
 }
 
-/// The PromQL mean of a frontend histogram over the window, per series.
+/// The PromQL mean of a frontend histogram over the window, per model, over all the graph's
+/// frontends: their summed increases of `_sum` over their summed increases of `_count`.
 pub fn mean_query(histogram: &str, filter: &SeriesFilter, window_s: u64) -> String {
     let selector = format!("{{{}}}", graph(&filter.dynamo_namespace));
     format!(
-        "{}/{}",
+        "sum by (model) ({}) / sum by (model) ({})",
         increase_query(&format!("{FRONTEND_PREFIX}_{histogram}_sum{selector}"), window_s),
         increase_query(
             &format!("{FRONTEND_PREFIX}_{histogram}_count{selector}"),
@@ -510,8 +515,9 @@ fn matching<'a>(samples: &'a [Sample], model: &str) -> impl Iterator<Item = f64>
         .map(|s| s.value)
 }
 
-/// Unweighted mean over matching series (`NaN` propagates, as upstream's mean does); `None`
-/// when no series matches.
+/// Mean over matching series (`NaN` propagates, as upstream's mean does); `None` when no series
+/// matches. The mean queries already weight every frontend by its requests and give one series
+/// per model; only model labels that differ in case alone are averaged here.
 pub fn mean_of(samples: &[Sample], model: &str) -> Option<f64> {
     let values: Vec<f64> = matching(samples, model).collect();
     (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
@@ -1137,7 +1143,7 @@ mod tests {
         assert_eq!(
             mean_query("time_to_first_token_seconds", &filter(), 180),
             format!(
-                "{}/{}",
+                "sum by (model) ({}) / sum by (model) ({})",
                 increase_query(sum, 180),
                 increase_query(&sum.replace("_sum{", "_count{"), 180)
             )

@@ -238,13 +238,15 @@ pub enum PolicyError {
     /// The GPU budget cannot hold the minimum replicas of both pools, and scaling to zero is
     /// not allowed: the planner could never act.
     #[error(
-        "spec.bounds.maxGpuBudget: {budget} GPUs cannot hold spec.bounds.minReplicas {min} of both pools ({min} x {prefill_gpus} GPUs of {prefill:?} + {min} x {decode_gpus} GPUs of {decode:?} = {needed}); allowed: at least {needed}, -1 (no budget), or spec.bounds.allowScaleToZero: true to let the planner scale both pools to zero"
+        "spec.bounds.maxGpuBudget: {budget} GPUs cannot hold the minimum replicas of both pools ({min_prefill} x {prefill_gpus} GPUs of {prefill:?} + {min_decode} x {decode_gpus} GPUs of {decode:?} = {needed}); allowed: at least {needed}, -1 (no budget), or spec.bounds.allowScaleToZero: true to let the planner scale both pools to zero"
     )]
     BudgetBelowMinimum {
         /// The budget.
         budget: i32,
-        /// `bounds.minReplicas`.
-        min: u32,
+        /// The prefill pool's minimum replicas.
+        min_prefill: u32,
+        /// The decode pool's minimum replicas.
+        min_decode: u32,
         /// The prefill component.
         prefill: String,
         /// GPUs per prefill replica.
@@ -255,6 +257,30 @@ pub enum PolicyError {
         decode_gpus: u32,
         /// GPUs the minimums need.
         needed: u64,
+    },
+    /// A pool's own bounds leave no room: its maximum is below its minimum.
+    #[error(
+        "spec.bounds.{pool}: maxReplicas {max} (spec.bounds.{pool}.maxReplicas, else spec.bounds.maxReplicas, else 512) is below minReplicas {min} (spec.bounds.{pool}.minReplicas, else spec.bounds.minReplicas); allowed: a maximum at least the minimum"
+    )]
+    PoolBoundsInverted {
+        /// The pool.
+        pool: Pool,
+        /// Its minimum.
+        min: i32,
+        /// Its maximum.
+        max: i32,
+    },
+    /// Per-pool bounds on an aggregated graph, whose one pool is both.
+    #[error(
+        "spec.bounds.{pool}: DynamoGraphDeployment {dgd:?} is aggregated (component {component:?} serves prefill and decode); allowed: no spec.bounds.prefill or spec.bounds.decode, set spec.bounds.minReplicas and spec.bounds.maxReplicas for its one pool"
+    )]
+    PoolBoundsOnAggregated {
+        /// The pool whose bounds are set.
+        pool: Pool,
+        /// The aggregated component.
+        component: String,
+        /// The DGD.
+        dgd: String,
     },
     /// `spec.budgetRef` names a budget the policy cannot join.
     #[error(transparent)]
@@ -303,6 +329,8 @@ impl PolicyError {
             | Self::EtcdEndpointInvalid { .. }
             | Self::DecisionTimeoutOutOfRange { .. }
             | Self::BehaviorOutOfRange { .. }
+            | Self::PoolBoundsInverted { .. }
+            | Self::PoolBoundsOnAggregated { .. }
             | Self::BudgetBelowMinimum { .. } => "InvalidSpec",
             Self::DynamoNamespaceNotAllowed { .. }
             | Self::PrometheusUrlNotAllowed { .. }
@@ -371,15 +399,13 @@ pub enum BudgetError {
     ObserveMode,
     /// The policy's floor alone is more than the budget's total.
     #[error(
-        "spec.budgetRef.name: the floor of this policy, spec.bounds.minReplicas {min} of {pools} = {floor} GPUs), is more than GpuBudget {name:?}'s total of {total} GPUs; allowed: a budget of at least {floor} GPUs, or a lower spec.bounds.minReplicas"
+        "spec.budgetRef.name: the floor of this policy, the minimum replicas of {pools} = {floor} GPUs), is more than GpuBudget {name:?}'s total of {total} GPUs; allowed: a budget of at least {floor} GPUs, or lower minimums (spec.bounds.minReplicas, spec.bounds.prefill.minReplicas, spec.bounds.decode.minReplicas)"
     )]
     FloorAboveTotal {
         /// The budget.
         name: String,
         /// Its total.
         total: i64,
-        /// `bounds.minReplicas`.
-        min: u32,
         /// The pools and their GPUs, e.g. `both pools (2 x 4 GPUs of "prefill" + 2 x 4 GPUs of
         /// "decode"`.
         pools: String,

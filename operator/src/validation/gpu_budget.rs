@@ -52,24 +52,23 @@ pub fn check(
             entries: entries(&budget.spec),
         });
     }
-    let min = u32::try_from(spec.bounds.min_replicas.max(1)).unwrap_or(1);
+    let (min_prefill, min_decode) = super::planner_policy::min_replicas(spec);
     let floor = floor_gpus(spec, target);
     if i64::try_from(floor).unwrap_or(i64::MAX) > budget.spec.total_gpus {
         let pools = if target.aggregated {
             format!(
-                "its one aggregated pool ({min} x {} GPUs of {:?}",
+                "its one aggregated pool ({min_decode} x {} GPUs of {:?}",
                 target.decode.gpus, target.decode.component
             )
         } else {
             format!(
-                "both pools ({min} x {} GPUs of {:?} + {min} x {} GPUs of {:?}",
+                "both pools ({min_prefill} x {} GPUs of {:?} + {min_decode} x {} GPUs of {:?}",
                 target.prefill.gpus, target.prefill.component, target.decode.gpus, target.decode.component
             )
         };
         errors.push(BudgetError::FloorAboveTotal {
             name: reference.name.clone(),
             total: budget.spec.total_gpus,
-            min,
             pools,
             floor,
         });
@@ -80,11 +79,11 @@ pub fn check(
 /// GPUs of a policy's floor: its minimum replicas of both pools, or of the one pool of an
 /// aggregated graph (both pools are that pool: counted once).
 pub fn floor_gpus(spec: &PlannerPolicySpec, target: &TargetPools) -> u64 {
-    let min = u32::try_from(spec.bounds.min_replicas.max(1)).unwrap_or(1);
+    let min = super::planner_policy::min_replicas(spec);
     planner_core::budget::graph_request_pools(
         target.aggregated,
-        (min, min),
-        (min, min),
+        min,
+        min,
         (target.prefill.gpus, target.decode.gpus),
     )
     .iter()
@@ -197,7 +196,7 @@ mod tests {
             [
                 "spec.budgetRef: mode observe never scales, so it cannot share a GPU budget; allowed: mode sla or load with spec.budgetRef, or no spec.budgetRef",
                 "spec.budgetRef.name: GpuBudget \"gpus\" does not admit PlannerPolicy team-b/llama (its spec.members name team-a/qwen, team-c); allowed: a GpuBudget whose spec.members names namespace \"team-b\", this policy, or \"*\" (ask the cluster admin)",
-                "spec.budgetRef.name: the floor of this policy, spec.bounds.minReplicas 2 of both pools (2 x 4 GPUs of \"prefill\" + 2 x 4 GPUs of \"decode\" = 16 GPUs), is more than GpuBudget \"gpus\"'s total of 12 GPUs; allowed: a budget of at least 16 GPUs, or a lower spec.bounds.minReplicas",
+                "spec.budgetRef.name: the floor of this policy, the minimum replicas of both pools (2 x 4 GPUs of \"prefill\" + 2 x 4 GPUs of \"decode\" = 16 GPUs), is more than GpuBudget \"gpus\"'s total of 12 GPUs; allowed: a budget of at least 16 GPUs, or lower minimums (spec.bounds.minReplicas, spec.bounds.prefill.minReplicas, spec.bounds.decode.minReplicas)",
             ]
         );
         assert_eq!(
@@ -232,7 +231,7 @@ mod tests {
         assert_eq!(
             text,
             [
-                "spec.budgetRef.name: the floor of this policy, spec.bounds.minReplicas 2 of its one aggregated pool (2 x 4 GPUs of \"worker\" = 8 GPUs), is more than GpuBudget \"gpus\"'s total of 6 GPUs; allowed: a budget of at least 8 GPUs, or a lower spec.bounds.minReplicas"
+                "spec.budgetRef.name: the floor of this policy, the minimum replicas of its one aggregated pool (2 x 4 GPUs of \"worker\" = 8 GPUs), is more than GpuBudget \"gpus\"'s total of 6 GPUs; allowed: a budget of at least 8 GPUs, or lower minimums (spec.bounds.minReplicas, spec.bounds.prefill.minReplicas, spec.bounds.decode.minReplicas)"
             ]
         );
         let missing = check(

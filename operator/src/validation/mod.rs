@@ -23,8 +23,8 @@ pub mod tenancy;
 
 pub use error::{BudgetError, PolicyError, describe};
 pub use planner_policy::{
-    DecisionTimeoutBounds, IntervalBounds, ResolvedPools, ValidatedPolicy, interval_bounds, resolve_pools,
-    validate, validate_spec, validate_target, validate_unreadable,
+    ResolvedPools, ValidatedPolicy, interval_bounds, resolve_pools, validate, validate_spec, validate_target,
+    validate_unreadable,
 };
 pub use pools::{Pool, PoolTarget, TargetPools};
 pub use tenancy::{PrometheusUrlPolicy, Tenancy};

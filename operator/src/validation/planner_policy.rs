@@ -1,12 +1,7 @@
-//! PlannerPolicy rules the CRD schema cannot express.
-//!
-//! Interval bounds, per mode (the schema already requires `adjustmentInterval >= 10s`):
-//! - `sla` and `observe`: 10s to 24h. Below 10s the Prometheus rates over the interval are
-//!   mostly noise; above a day the predictor sees too few points to be useful.
-//! - `load`: 10s to 1h, and at least twice `load.metricPullingInterval`, which must itself be
-//!   100ms to 60s: the load planner averages several samples per interval and moves
-//!   one replica per interval, so a longer interval makes it too slow to follow load.
-//! - `connector.decisionTimeout` (virtual connector): 1s to 24h.
+//! PlannerPolicy rules, the ones the CRD schema also checks (with the same limits, from
+//! [`planner_api::limits`], where their reasons are written) and the ones it cannot express:
+//! the target graph's pools, GPUs and model name, the GPU budget against the pools' minimums,
+//! built-in profile names, what the cluster admin allows.
 
 use std::time::Duration;
 
@@ -14,6 +9,7 @@ use planner_api::{
     BUILTIN_PROFILES, ComponentType, ConnectorKind, PlannerMode, PlannerPolicySpec, SlaModel,
     duration::{format_duration, parse_duration},
     labels::dynamo_namespace,
+    limits::{self, DurationRange},
 };
 
 use planner_core::profile::builtin_names;
@@ -26,41 +22,11 @@ use super::{
 pub use crate::target::GPU_RESOURCE;
 use crate::target::{ShapeError, TargetGraph};
 
-/// Bounds of `adjustmentInterval` (and, in load mode, `metricPullingInterval`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IntervalBounds {
-    /// Shortest interval.
-    pub min: Duration,
-    /// Longest interval.
-    pub max: Duration,
-}
-
-/// Bounds of `connector.decisionTimeout`.
-pub struct DecisionTimeoutBounds;
-
-impl DecisionTimeoutBounds {
-    /// Shortest timeout.
-    pub const MIN: Duration = Duration::from_secs(1);
-    /// Longest timeout.
-    pub const MAX: Duration = Duration::from_secs(24 * 3600);
-}
-
-/// Shortest `load.metricPullingInterval`.
-pub const MIN_PULLING_INTERVAL: Duration = Duration::from_millis(100);
-/// Longest `load.metricPullingInterval`.
-pub const MAX_PULLING_INTERVAL: Duration = Duration::from_secs(60);
-
-/// The `adjustmentInterval` bounds of a mode (see the module docs for why).
-pub fn interval_bounds(mode: PlannerMode) -> IntervalBounds {
+/// The `adjustmentInterval` bounds of a mode.
+pub fn interval_bounds(mode: PlannerMode) -> DurationRange {
     match mode {
-        PlannerMode::Sla | PlannerMode::Observe => IntervalBounds {
-            min: Duration::from_secs(10),
-            max: Duration::from_secs(24 * 3600),
-        },
-        PlannerMode::Load => IntervalBounds {
-            min: Duration::from_secs(10),
-            max: Duration::from_secs(3600),
-        },
+        PlannerMode::Sla | PlannerMode::Observe => limits::ADJUSTMENT_INTERVAL,
+        PlannerMode::Load => limits::ADJUSTMENT_INTERVAL_LOAD,
     }
 }
 
@@ -84,7 +50,7 @@ pub fn validate_spec(spec: &PlannerPolicySpec) -> Vec<PolicyError> {
     let interval = match parse_duration(&spec.adjustment_interval) {
         Ok(interval) => {
             let bounds = interval_bounds(spec.mode);
-            if interval < bounds.min || interval > bounds.max {
+            if !bounds.contains(interval) {
                 errors.push(PolicyError::IntervalOutOfRange {
                     mode: spec.mode,
                     value: spec.adjustment_interval.clone(),
@@ -102,25 +68,46 @@ pub fn validate_spec(spec: &PlannerPolicySpec) -> Vec<PolicyError> {
             None
         }
     };
-    if spec.mode == PlannerMode::Load {
-        match parse_duration(&spec.load.metric_pulling_interval) {
-            Ok(pulling) => {
-                let max = interval.map_or(MAX_PULLING_INTERVAL, |i| (i / 2).min(MAX_PULLING_INTERVAL));
-                if pulling < MIN_PULLING_INTERVAL || pulling > max {
-                    errors.push(PolicyError::PullingIntervalOutOfRange {
-                        value: spec.load.metric_pulling_interval.clone(),
-                        interval: interval.map_or_else(|| spec.adjustment_interval.clone(), format_duration),
-                        min: format_duration(MIN_PULLING_INTERVAL),
-                        max: format_duration(max),
-                    });
-                }
+    check_pulling_interval(spec, interval, &mut errors);
+    check_connector(spec, &mut errors);
+    check_bounds(spec, &mut errors);
+    check_behavior(spec, &mut errors);
+    errors
+}
+
+/// `load.metricPullingInterval`: its own range in every mode (the schema checks it wherever it
+/// is written), and at most half the interval in `load` mode, the one that samples.
+fn check_pulling_interval(
+    spec: &PlannerPolicySpec,
+    interval: Option<Duration>,
+    errors: &mut Vec<PolicyError>,
+) {
+    let range = limits::METRIC_PULLING_INTERVAL;
+    match parse_duration(&spec.load.metric_pulling_interval) {
+        Ok(pulling) => {
+            let max = match interval {
+                Some(interval) if spec.mode == PlannerMode::Load => (interval / 2).min(range.max),
+                _ => range.max,
+            };
+            if pulling < range.min || pulling > max {
+                errors.push(PolicyError::PullingIntervalOutOfRange {
+                    value: spec.load.metric_pulling_interval.clone(),
+                    interval: interval.map_or_else(|| spec.adjustment_interval.clone(), format_duration),
+                    min: format_duration(range.min),
+                    max: format_duration(max),
+                });
             }
-            Err(_) => errors.push(PolicyError::DurationFormat {
-                field: "spec.load.metricPullingInterval",
-                value: spec.load.metric_pulling_interval.clone(),
-            }),
         }
+        Err(_) => errors.push(PolicyError::DurationFormat {
+            field: "spec.load.metricPullingInterval",
+            value: spec.load.metric_pulling_interval.clone(),
+        }),
     }
+}
+
+/// The connector: a virtual one's etcd endpoints, and the decision timeout wherever it is
+/// written.
+fn check_connector(spec: &PlannerPolicySpec, errors: &mut Vec<PolicyError>) {
     if spec.connector.kind == ConnectorKind::Virtual {
         let endpoints = spec
             .connector
@@ -139,27 +126,36 @@ pub fn validate_spec(spec: &PlannerPolicySpec) -> Vec<PolicyError> {
                 });
             }
         }
-        match parse_duration(&spec.connector.decision_timeout) {
-            Ok(timeout) if (DecisionTimeoutBounds::MIN..=DecisionTimeoutBounds::MAX).contains(&timeout) => {}
-            Ok(_) => errors.push(PolicyError::DecisionTimeoutOutOfRange {
-                value: spec.connector.decision_timeout.clone(),
-                min: format_duration(DecisionTimeoutBounds::MIN),
-                max: format_duration(DecisionTimeoutBounds::MAX),
-            }),
-            Err(_) => errors.push(PolicyError::DurationFormat {
-                field: "spec.connector.decisionTimeout",
-                value: spec.connector.decision_timeout.clone(),
-            }),
-        }
     }
-    check_behavior(spec, &mut errors);
-    errors
+    let range = limits::DECISION_TIMEOUT;
+    match parse_duration(&spec.connector.decision_timeout) {
+        Ok(timeout) if range.contains(timeout) => {}
+        Ok(_) => errors.push(PolicyError::DecisionTimeoutOutOfRange {
+            value: spec.connector.decision_timeout.clone(),
+            min: format_duration(range.min),
+            max: format_duration(range.max),
+        }),
+        Err(_) => errors.push(PolicyError::DurationFormat {
+            field: "spec.connector.decisionTimeout",
+            value: spec.connector.decision_timeout.clone(),
+        }),
+    }
 }
 
-/// Longest `behavior.scaleUpDelay` and `behavior.scaleDownStabilization`.
-pub const MAX_BEHAVIOR_WINDOW: Duration = Duration::from_secs(3600);
-/// Bounds of a `behavior.fastCheckPeriod` that is not `0s` (off).
-pub const FAST_CHECK_BOUNDS: (Duration, Duration) = (Duration::from_secs(5), Duration::from_secs(300));
+/// Each pool's maximum (its own, else the shared one, else [`limits::MAX_REPLICAS`]) at least
+/// its minimum (its own, else the shared one).
+fn check_bounds(spec: &PlannerPolicySpec, errors: &mut Vec<PolicyError>) {
+    let bounds = &spec.bounds;
+    for (pool, own, (min, max)) in [
+        (Pool::Prefill, bounds.prefill, bounds.prefill_range()),
+        (Pool::Decode, bounds.decode, bounds.decode_range()),
+    ] {
+        let max = max.unwrap_or(limits::MAX_REPLICAS);
+        if own.is_some() && max < min {
+            errors.push(PolicyError::PoolBoundsInverted { pool, min, max });
+        }
+    }
+}
 
 fn check_behavior(spec: &PlannerPolicySpec, errors: &mut Vec<PolicyError>) {
     let behavior = &spec.behavior;
@@ -181,7 +177,7 @@ fn check_behavior(spec: &PlannerPolicySpec, errors: &mut Vec<PolicyError>) {
         check(
             "spec.behavior.scaleUpDelay",
             delay,
-            |d| d <= MAX_BEHAVIOR_WINDOW,
+            |d| limits::BEHAVIOR_WINDOW.contains(d),
             "0s to 1h",
         );
     }
@@ -189,20 +185,20 @@ fn check_behavior(spec: &PlannerPolicySpec, errors: &mut Vec<PolicyError>) {
         check(
             "spec.behavior.expectedScaleUpDelay",
             delay,
-            |d| d <= MAX_BEHAVIOR_WINDOW,
+            |d| limits::BEHAVIOR_WINDOW.contains(d),
             "0s to 1h",
         );
     }
     check(
         "spec.behavior.scaleDownStabilization",
         &behavior.scale_down_stabilization,
-        |d| d <= MAX_BEHAVIOR_WINDOW,
+        |d| limits::BEHAVIOR_WINDOW.contains(d),
         "0s to 1h",
     );
     check(
         "spec.behavior.fastCheckPeriod",
         &behavior.fast_check_period,
-        |d| d.is_zero() || (FAST_CHECK_BOUNDS.0..=FAST_CHECK_BOUNDS.1).contains(&d),
+        |d| d.is_zero() || limits::FAST_CHECK_PERIOD.contains(d),
         "0s (off), or 5s to 5m",
     );
 }
@@ -447,12 +443,28 @@ pub fn validate_target(
     } else {
         budget_shortfall(spec, &prefill, &decode)
     };
+    if pools.aggregated {
+        for (pool, own) in [
+            (Pool::Prefill, spec.bounds.prefill),
+            (Pool::Decode, spec.bounds.decode),
+        ] {
+            if own.is_some() {
+                errors.push(PolicyError::PoolBoundsOnAggregated {
+                    pool,
+                    component: pools.decode.clone(),
+                    dgd: graph.name.clone(),
+                });
+            }
+        }
+    }
     if let Some(needed) = shortfall
         && !spec.bounds.allow_scale_to_zero
     {
+        let (min_prefill, min_decode) = min_replicas(spec);
         errors.push(PolicyError::BudgetBelowMinimum {
             budget: spec.bounds.max_gpu_budget,
-            min: u32::try_from(spec.bounds.min_replicas).unwrap_or(1),
+            min_prefill,
+            min_decode,
             prefill: prefill.component.clone(),
             prefill_gpus: prefill.gpus,
             decode: decode.component.clone(),
@@ -496,9 +508,17 @@ pub fn validate_target(
 /// budget fits, there is none, or the mode never scales).
 fn budget_shortfall(spec: &PlannerPolicySpec, prefill: &PoolTarget, decode: &PoolTarget) -> Option<u64> {
     let budget = u64::try_from(spec.bounds.max_gpu_budget).ok()?;
-    let min = u64::try_from(spec.bounds.min_replicas.max(1)).unwrap_or(1);
-    let needed = min * (u64::from(prefill.gpus) + u64::from(decode.gpus));
+    let (min_prefill, min_decode) = min_replicas(spec);
+    let needed =
+        u64::from(min_prefill) * u64::from(prefill.gpus) + u64::from(min_decode) * u64::from(decode.gpus);
     (spec.mode != PlannerMode::Observe && needed > budget).then_some(needed)
+}
+
+/// The minimum replicas of (prefill, decode): each pool's own, else `spec.bounds.minReplicas`,
+/// at least 1.
+pub fn min_replicas(spec: &PlannerPolicySpec) -> (u32, u32) {
+    let min = |(min, _): (i32, Option<i32>)| u32::try_from(min.max(1)).unwrap_or(1);
+    (min(spec.bounds.prefill_range()), min(spec.bounds.decode_range()))
 }
 
 /// [`budget_shortfall`] of one aggregated pool: its minimum replicas' GPUs, counted once.
@@ -776,10 +796,17 @@ mod tests {
         ));
         load.load.metric_pulling_interval = "15s".into();
         assert_eq!(validate_spec(&load), []);
-        // The pulling interval only matters in load mode.
+        // Only load mode samples: elsewhere a pulling interval over half the interval is fine,
+        // but not one outside its own range, which the schema refuses wherever it is written.
         let mut sla = policy("plannerpolicy-sla.yaml");
-        sla.load.metric_pulling_interval = "10m".into();
+        sla.adjustment_interval = "10s".into();
+        sla.load.metric_pulling_interval = "30s".into();
         assert_eq!(validate_spec(&sla), []);
+        sla.load.metric_pulling_interval = "10m".into();
+        assert!(matches!(
+            validate_spec(&sla)[..],
+            [PolicyError::PullingIntervalOutOfRange { .. }]
+        ));
     }
 
     #[test]
@@ -921,6 +948,15 @@ mod tests {
         let agg = view(&graph);
         spec.components = None;
         assert_eq!(resolve_pools(&spec, &agg), Ok(aggregated));
+        // One pool: per-pool bounds are refused, naming what to set instead.
+        let errors = validate_target(&spec, &agg).unwrap_err();
+        assert_eq!(
+            errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            [
+                "spec.bounds.decode: DynamoGraphDeployment \"llama-disagg\" is aggregated (component \"prefill\" serves prefill and decode); allowed: no spec.bounds.prefill or spec.bounds.decode, set spec.bounds.minReplicas and spec.bounds.maxReplicas for its one pool"
+            ]
+        );
+        spec.bounds.decode = None;
         let target = validate_target(&spec, &agg).unwrap();
         assert!(target.aggregated);
         assert_eq!(target.prefill, target.decode);

@@ -19,8 +19,9 @@ pub struct Membership {
     pub priority: i32,
     /// The policy's weight among equal priorities.
     pub weight: f64,
-    /// Replicas of each pool it never goes below (`spec.bounds.minReplicas`, at least 1).
-    pub floor: u32,
+    /// Replicas of (prefill, decode) it never goes below (their minimum replicas, at least 1;
+    /// an aggregated graph's one pool: the decode pool's).
+    pub floor: (u32, u32),
     /// GPUs per replica (prefill, decode).
     pub gpus: (u32, u32),
     /// One aggregated worker pool.
@@ -59,7 +60,7 @@ impl Membership {
             priority: self.priority,
             weight: self.weight,
             risk,
-            pools: budget::graph_request_pools(self.aggregated, (self.floor, self.floor), want, self.gpus),
+            pools: budget::graph_request_pools(self.aggregated, self.floor, want, self.gpus),
         }
     }
 }
@@ -78,7 +79,10 @@ pub(crate) fn granted(decision: &mut Decision, membership: &Membership, answer: 
     let aggregated = membership.aggregated;
     let floor = membership.floor;
     let allowed = budget::graph_replicas(aggregated, &answer.allowed, asked);
-    let target = (clip(allowed.0, asked.0, floor), clip(allowed.1, asked.1, floor));
+    let target = (
+        clip(allowed.0, asked.0, floor.0),
+        clip(allowed.1, asked.1, floor.1),
+    );
     let grant = &answer.grant;
     let mut explanation = grant.explanation(answer.total);
     let granted = budget::graph_replicas(aggregated, &grant.replicas, (0, 0));
@@ -141,7 +145,7 @@ mod tests {
             name: "gpus".into(),
             priority: 0,
             weight: 1.0,
-            floor: 1,
+            floor: (1, 1),
             gpus: (4, 4),
             aggregated,
         }

@@ -387,6 +387,11 @@ impl PolicyLoop {
             .fold((0, 0), |(n, met), (_, ok)| (n + 1, met + usize::from(*ok)))
     }
 
+    /// Whether the planner applies correction factors (only then does a decision carry them).
+    pub fn uses_corrections(&self) -> bool {
+        self.planner.uses_corrections()
+    }
+
     /// The SLA targets the SLA planner plans for (`None` for the load planner, which has none).
     pub fn sla_targets(&self) -> Option<(SlaTargets, Option<f64>)> {
         match &self.planner {

@@ -2,15 +2,13 @@
 //! `sla` and `observe`) ticks on the interval's frontend metrics and checks its fast path in
 //! between; the load-based planner (mode `load`) ticks on queue and KV-cache samples.
 
-use std::fmt::Write as _;
-
 use crate::{
     interpolation::PerformanceCurves,
-    load::{LoadConfig, LoadPlanner, LoadSamples, LoadSkip},
+    load::{LoadConfig, LoadDecision, LoadPlanner, LoadReason, LoadSamples, LoadSkip},
     state::{FastSignals, Hold, IntervalMetrics, SlaDecision, SlaModel, SlaPlanner, SlaPlannerConfig},
 };
 
-use super::report::{Check, Decision, Limitation, MetricsState};
+use super::report::{Check, Decision, LimitReason, Limitation, MetricsState};
 
 /// A policy's planner, with what it plans with.
 #[derive(Clone, Debug)]
@@ -74,6 +72,12 @@ impl Planner {
     /// Whether an interval reads load samples (else the frontend's metrics).
     pub fn reads_samples(&self) -> bool {
         matches!(self, Self::Load { .. })
+    }
+
+    /// Whether the planner applies correction factors (upstream's formulas only): the others
+    /// report none.
+    pub fn uses_corrections(&self) -> bool {
+        matches!(self, Self::Sla { config, .. } if config.model == SlaModel::Upstream)
     }
 
     /// Whether the planner has a fast path between intervals (the queueing model's).
@@ -212,15 +216,45 @@ fn load_interval(
         MetricsState::Observed
     });
     decision.target = tick.skipped.is_none().then_some((tick.prefill, tick.decode));
-    let mut message = format!(
-        "load mode: prefill {:?}, decode {:?}",
-        tick.prefill_reason, tick.decode_reason
-    );
-    if let Some(skipped) = &tick.skipped {
-        let _ = write!(message, " (skipped: {skipped:?})");
+    if decision.target.is_some() {
+        decision.limitation = Some(load_limitation(&tick, aggregated));
     }
-    decision.message = message;
+    decision.message = format!("load mode: {}", tick.explain(config, serving, aggregated));
     decision.samples = Some(samples);
     decision.load = Some(tick);
     decision
+}
+
+/// What limited a load planner's decision: a pool that needed one more replica than
+/// `maxReplicas` or the GPU budget allow (a minimum is not a limitation).
+fn load_limitation(tick: &LoadDecision, aggregated: bool) -> Limitation {
+    let pools = if aggregated {
+        vec![("workers", &tick.decode_reason)]
+    } else {
+        vec![("prefill", &tick.prefill_reason), ("decode", &tick.decode_reason)]
+    };
+    let mut reason = None;
+    let mut messages = Vec::new();
+    for (pool, why) in pools {
+        match why {
+            LoadReason::Budget { budget } => {
+                reason = Some(LimitReason::GpuBudget);
+                messages.push(format!(
+                    "one more {pool} replica would exceed maxGpuBudget {budget}"
+                ));
+            }
+            LoadReason::AtMaximum { bound } => {
+                reason = reason.or(Some(LimitReason::MaxReplicas));
+                messages.push(format!("{pool} needs more than maxReplicas {bound}"));
+            }
+            _ => {}
+        }
+    }
+    match reason {
+        Some(reason) => Limitation {
+            reason,
+            message: messages.join("; "),
+        },
+        None => Limitation::within_bounds(),
+    }
 }

@@ -1,3 +1,4 @@
+use crate::sla::PoolLimits;
 use std::time::Duration;
 
 use super::*;
@@ -24,8 +25,8 @@ fn sla_config(model: SlaModel, max: u32) -> SlaPlannerConfig {
         interval_s: 60.0,
         sla: SlaTargets::new(500.0, 50.0),
         limits: Limits {
-            min_replicas: 1,
-            max_replicas: Some(max),
+            prefill: PoolLimits::new(1, Some(max)),
+            decode: PoolLimits::new(1, Some(max)),
             max_gpu_budget: None,
             prefill_gpus_per_engine: 1,
             decode_gpus_per_engine: 1,
@@ -415,7 +416,7 @@ fn membership() -> Membership {
         name: "gpus".into(),
         priority: 0,
         weight: 1.0,
-        floor: 1,
+        floor: (1, 1),
         gpus: (4, 4),
         aggregated: false,
     }
@@ -520,10 +521,8 @@ fn the_load_planner_holds_on_missing_samples_and_plans_on_samples() {
     let proposal =
         policy.decide::<PerformanceModel>(s(60), Input::Interval(Observed::Samples(Ok(busy))), at, None);
     assert_eq!(proposal.decision.target, Some((3, 3)));
-    assert!(
-        proposal
-            .decision
-            .message
-            .starts_with("load mode: prefill ScaleUp")
+    assert_eq!(
+        proposal.decision.message,
+        "load mode: prefill 2 -> 3 (queue 5.00 per engine above 0.50); decode 2 -> 3 (KV usage 95% above 90%)"
     );
 }

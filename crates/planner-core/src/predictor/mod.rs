@@ -1,6 +1,5 @@
 //! Load predictors: forecast next interval's request count, mean ISL and mean OSL from the
-//! per-interval history, as the upstream SLA planner does (`utils/load_predictor.py`, reference
-//! section 2.7).
+//! per-interval history, as the upstream SLA planner does (Dynamo's `planner/utils/load_predictor.py`).
 //!
 //! Four kinds share one front end, [`LoadPredictor`]:
 //! - [`PredictorKind::Constant`]: the last observed value.

@@ -1,5 +1,5 @@
 //! Parity with the Python libraries upstream uses, on the reference values in
-//! `operator/tests/fixtures/predictor_reference.json` (written by
+//! `crates/planner-core/tests/fixtures/predictor_reference.json` (written by
 //! `tools/reference/predictors_reference.py`: pmdarima 2.1.1 on statsmodels, filterpy 1.4.5,
 //! prophet 1.2.1). Each test prints its agreement figures (`cargo test -- --nocapture`).
 

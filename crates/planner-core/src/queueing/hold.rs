@@ -61,7 +61,7 @@ pub(super) fn hold(
         desired
     } else {
         (
-            desired.0.min(sustained.0.max(ctx.limits.min_replicas)),
+            desired.0.min(sustained.0.max(ctx.limits.prefill.min)),
             desired.1.min(sustained.1),
         )
     };
@@ -273,6 +273,7 @@ impl Window {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sla::PoolLimits;
 
     #[test]
     fn the_stabilisation_quantile_lets_one_outlier_recommendation_go() {
@@ -304,8 +305,8 @@ mod tests {
     #[test]
     fn a_scale_up_between_intervals_keeps_every_replica_and_the_gpu_budget() {
         let limits = crate::sla::Limits {
-            min_replicas: 1,
-            max_replicas: Some(64),
+            prefill: PoolLimits::new(1, Some(64)),
+            decode: PoolLimits::new(1, Some(64)),
             max_gpu_budget: Some(24),
             prefill_gpus_per_engine: 4,
             decode_gpus_per_engine: 4,

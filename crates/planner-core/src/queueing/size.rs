@@ -25,8 +25,10 @@ pub(super) struct Sizer<'a, C> {
     curves: &'a C,
     settings: &'a QueueingConfig,
     targets: LatencyTargets,
-    min: u32,
-    max: u32,
+    /// Where the searches start (prefill, decode): each pool's minimum.
+    min: (u32, u32),
+    /// Where they stop (prefill, decode).
+    max: (u32, u32),
     interval_s: f64,
     aggregated: Option<&'a AggregatedEngine>,
 }
@@ -36,13 +38,13 @@ impl<'a, C: PerformanceCurves> Sizer<'a, C> {
     /// needs, and the maximum and the budget bound that afterwards ([`Context::bound`]), which
     /// records what they cut.
     pub fn new(curves: &'a C, ctx: Context<'a>, interval_s: f64) -> Self {
-        let min = ctx.limits.min_replicas;
+        let min = ctx.limits.min_replicas();
         Self {
             curves,
             settings: ctx.settings,
             targets: ctx.settings.targets(ctx.sla),
             min,
-            max: SEARCH_LIMIT.max(min),
+            max: (SEARCH_LIMIT.max(min.0), SEARCH_LIMIT.max(min.1)),
             interval_s,
             aggregated: ctx.aggregated,
         }
@@ -91,8 +93,8 @@ impl<'a, C: PerformanceCurves> Sizer<'a, C> {
             curves: self.curves,
             settings: self.settings,
             targets: self.targets,
-            min: n,
-            max: n,
+            min: (n, n),
+            max: (n, n),
             interval_s: self.interval_s,
             aggregated: self.aggregated,
         };
@@ -128,8 +130,8 @@ impl<'a, C: PerformanceCurves> Sizer<'a, C> {
             },
             &self.decode_model(demand),
             &self.targets,
-            self.min,
-            self.max,
+            self.min.1,
+            self.max.1,
         );
         Sizing {
             prefill: sized.prefill,
@@ -160,8 +162,8 @@ impl<'a, C: PerformanceCurves> Sizer<'a, C> {
             demand.burstiness,
             demand.overhead_s,
             &self.targets,
-            self.min,
-            self.max,
+            self.min.0,
+            self.max.0,
         )
     }
 
@@ -173,8 +175,8 @@ impl<'a, C: PerformanceCurves> Sizer<'a, C> {
             &demand.osl,
             &self.decode_model(demand),
             &self.targets,
-            self.min,
-            self.max,
+            self.min.1,
+            self.max.1,
         )
     }
 }

@@ -1,6 +1,7 @@
 //! The queueing planner end to end: interval ticks and fast checks through [`SlaPlanner`].
 
 use super::*;
+use crate::sla::PoolLimits;
 use crate::{
     interpolation::PerformanceModel,
     predictor::{PredictorConfig, PredictorKind},
@@ -19,8 +20,8 @@ fn config(kind: PredictorKind) -> SlaPlannerConfig {
         interval_s: 60.0,
         sla: SlaTargets::new(500.0, 50.0),
         limits: Limits {
-            min_replicas: 1,
-            max_replicas: None,
+            prefill: PoolLimits::new(1, None),
+            decode: PoolLimits::new(1, None),
             max_gpu_budget: Some(8),
             prefill_gpus_per_engine: 1,
             decode_gpus_per_engine: 1,
@@ -62,8 +63,8 @@ fn queueing_config() -> SlaPlannerConfig {
     SlaPlannerConfig {
         model: SlaModel::Queueing,
         limits: Limits {
-            min_replicas: 1,
-            max_replicas: Some(64),
+            prefill: PoolLimits::new(1, Some(64)),
+            decode: PoolLimits::new(1, Some(64)),
             max_gpu_budget: None,
             prefill_gpus_per_engine: 1,
             decode_gpus_per_engine: 1,

@@ -30,7 +30,7 @@ use planner_core::{
     interpolation::PerformanceModel,
     policy::Decision,
     profile::{Profile, builtin_names},
-    sla::{Limits, SlaTargets},
+    sla::{Limits, PoolLimits, SlaTargets},
     state::QueueingConfig,
 };
 
@@ -222,12 +222,16 @@ pub fn bridge(args: &BridgeArgs, input: impl BufRead, mut output: impl Write) ->
         Some(path) => read_queueing_config(path).map_err(|e| input_error(e.to_string()))?,
         None => QueueingConfig::default(),
     };
+    let pool_limits = PoolLimits::new(
+        args.min_replicas,
+        Some(args.max_replicas.max(args.min_replicas).max(1)),
+    );
     let config = SimConfig {
         interval_s: args.interval_s,
         sla: SlaTargets::new(args.ttft_ms, args.itl_ms),
         limits: Limits {
-            min_replicas: args.min_replicas,
-            max_replicas: Some(args.max_replicas.max(args.min_replicas).max(1)),
+            prefill: pool_limits,
+            decode: pool_limits,
             max_gpu_budget: args.max_gpu_budget,
             prefill_gpus_per_engine: args.prefill_gpus.unwrap_or(gpus).max(1),
             decode_gpus_per_engine: args.decode_gpus.unwrap_or(gpus).max(1),

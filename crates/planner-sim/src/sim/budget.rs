@@ -25,7 +25,7 @@ use planner_core::{
     interpolation::{PerformanceCurves, PerformanceModel},
     policy::{Answer, Membership, Proposal},
     profile::{Profile, builtin_names},
-    sla::{Limits, SlaTargets},
+    sla::{Limits, PoolLimits, SlaTargets},
 };
 
 use super::{
@@ -127,10 +127,10 @@ pub fn run_split<C: PerformanceCurves>(
             .collect::<Result<Vec<LoopPolicy>, BudgetError>>()?;
         return Ok(run_shared(graphs, model, base, &mut members, *total, label));
     }
-    let floor = base.limits.min_replicas;
+    let floor = base.limits.min_replicas();
     let mut policies: Vec<Box<dyn Policy<C>>> = configs
         .iter()
-        .map(|config| build_policy::<C>(spec, config, (floor, floor)))
+        .map(|config| build_policy::<C>(spec, config, floor))
         .collect();
     Ok(run_alone(graphs, model, base, &mut policies, split, label))
 }
@@ -142,7 +142,10 @@ pub fn join(member: &mut LoopPolicy, graph: &Graph, config: &SimConfig) {
         name: "shared".into(),
         priority: graph.priority,
         weight: graph.weight,
-        floor: config.limits.min_replicas.max(1),
+        floor: {
+            let (prefill, decode) = config.limits.min_replicas();
+            (prefill.max(1), decode.max(1))
+        },
         gpus: (
             config.limits.prefill_gpus_per_engine.max(1),
             config.limits.decode_gpus_per_engine.max(1),
@@ -209,10 +212,10 @@ fn run_alone<C: PerformanceCurves>(
 ) -> SplitRun {
     let configs = graph_configs(graphs, base, split);
     let gpus = engine_gpus(base);
-    let (floor, intervals) = (base.limits.min_replicas, intervals(graphs, base));
+    let (floor, intervals) = (base.limits.min_replicas(), intervals(graphs, base));
     let mut replays = Vec::with_capacity(graphs.len());
     for ((graph, config), policy) in graphs.iter().zip(&configs).zip(policies.iter_mut()) {
-        let initial = Some((floor, floor));
+        let initial = Some(floor);
         replays.push(Replay::new(
             &graph.requests,
             model,
@@ -261,10 +264,10 @@ fn run_shared<C: PerformanceCurves>(
     let split = Split::Shared(total);
     let configs = graph_configs(graphs, base, &split);
     let gpus = engine_gpus(base);
-    let (floor, intervals) = (base.limits.min_replicas, intervals(graphs, base));
+    let (floor, intervals) = (base.limits.min_replicas(), intervals(graphs, base));
     let mut replays = Vec::with_capacity(graphs.len());
     for ((graph, config), member) in graphs.iter().zip(&configs).zip(members.iter_mut()) {
-        let initial = Some((floor, floor));
+        let initial = Some(floor);
         replays.push(Replay::new(
             &graph.requests,
             model,
@@ -517,8 +520,14 @@ pub fn run_command(args: &BudgetArgs) -> Result<String, BudgetError> {
         interval_s: args.interval_s,
         scale_up_delay_s: args.scale_up_delay_s,
         limits: Limits {
-            min_replicas: args.min_replicas,
-            max_replicas: Some(args.max_replicas.max(args.min_replicas).max(1)),
+            prefill: PoolLimits::new(
+                args.min_replicas,
+                Some(args.max_replicas.max(args.min_replicas).max(1)),
+            ),
+            decode: PoolLimits::new(
+                args.min_replicas,
+                Some(args.max_replicas.max(args.min_replicas).max(1)),
+            ),
             max_gpu_budget: None,
             prefill_gpus_per_engine: engine_gpus,
             decode_gpus_per_engine: engine_gpus,
@@ -633,7 +642,8 @@ fn run_splits<C: PerformanceCurves + Sync>(
     jobs: usize,
 ) -> Result<(Vec<SplitRun>, Vec<SweepRow>), BudgetError> {
     let engine_gpus = base.limits.prefill_gpus_per_engine;
-    let floor_gpus = base.limits.min_replicas * 2 * engine_gpus;
+    let (prefill_floor, decode_floor) = base.limits.min_replicas();
+    let floor_gpus = (prefill_floor + decode_floor) * engine_gpus;
     let demand = run_split(
         graphs,
         latency,
@@ -788,8 +798,8 @@ fn render(
         base.limits.prefill_gpus_per_engine,
         base.interval_s,
         base.scale_up_delay_s,
-        base.limits.min_replicas,
-        base.limits.max_replicas.unwrap_or(0),
+        base.limits.prefill.min,
+        base.limits.prefill.max.unwrap_or(0),
     );
     for source in sources {
         let _ = writeln!(md, "- {source}");

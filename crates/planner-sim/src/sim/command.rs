@@ -15,7 +15,7 @@ use planner_core::{
     aggregated::{AggregatedEngine, DEFAULT_CHUNK_TOKENS},
     interpolation::{PerformanceCurves, PerformanceModel},
     profile::{Profile, builtin_names},
-    sla::{Limits, SlaTargets},
+    sla::{Limits, PoolLimits, SlaTargets},
     state::QueueingConfig,
 };
 
@@ -463,8 +463,14 @@ impl Setup {
         let model = PerformanceModel::new(&profile).map_err(|e| SimulateError::Input(e.to_string()))?;
         let gpus = args.profile.as_deref().and_then(gpus_from_name).unwrap_or(1);
         let limits = Limits {
-            min_replicas: args.min_replicas,
-            max_replicas: Some(args.max_replicas.max(args.min_replicas).max(1)),
+            prefill: PoolLimits::new(
+                args.min_replicas,
+                Some(args.max_replicas.max(args.min_replicas).max(1)),
+            ),
+            decode: PoolLimits::new(
+                args.min_replicas,
+                Some(args.max_replicas.max(args.min_replicas).max(1)),
+            ),
             max_gpu_budget: args.max_gpu_budget,
             prefill_gpus_per_engine: args.prefill_gpus.unwrap_or(gpus).max(1),
             decode_gpus_per_engine: args.decode_gpus.unwrap_or(gpus).max(1),
@@ -961,8 +967,8 @@ fn render_report(
         limits.decode_gpus_per_engine,
         config.interval_s,
         config.scale_up_delay_s,
-        limits.min_replicas,
-        limits.max_replicas.unwrap_or(0),
+        limits.prefill.min,
+        limits.prefill.max.unwrap_or(0),
         limits
             .max_gpu_budget
             .map_or(", no GPU budget".to_string(), |b| format!(", GPU budget {b}")),

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use planner_core::{
     interpolation::PerformanceModel,
     profile::{Profile, builtin_names},
-    sla::{Limits, SlaTargets},
+    sla::{Limits, PoolLimits, SlaTargets},
 };
 use planner_sim_engine::mocker::MockerTables;
 
@@ -235,8 +235,8 @@ pub fn replay_traces(args: &ReplayTracesArgs) -> Result<String, ReplayError> {
     crate::mocker_profile::write_npz(&tables, &npz).map_err(|e| output(&npz, e))?;
 
     let limits = Limits {
-        min_replicas: 1,
-        max_replicas: Some(64),
+        prefill: PoolLimits::new(1, Some(64)),
+        decode: PoolLimits::new(1, Some(64)),
         max_gpu_budget: None,
         prefill_gpus_per_engine: gpus,
         decode_gpus_per_engine: gpus,

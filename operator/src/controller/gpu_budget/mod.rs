@@ -202,7 +202,19 @@ pub async fn run(
     });
     ctx.budgets.set_scope(namespace.clone());
     let scoped = Arc::new(Scope { namespace });
-    Controller::for_stream(stream, ctx.budgets.store.clone())
+    // Drop the metric series of deleted budgets.
+    let pruner = {
+        let (ctx, store) = (Arc::clone(&ctx), ctx.budgets.store.clone());
+        async move {
+            let mut tick = tokio::time::interval(RESYNC);
+            loop {
+                tick.tick().await;
+                let live = store.state().iter().map(|b| b.name_any()).collect();
+                ctx.base.metrics.budgets.retain(&live);
+            }
+        }
+    };
+    let controller = Controller::for_stream(stream, ctx.budgets.store.clone())
         .reconcile_on(wakes)
         .graceful_shutdown_on(shutdown)
         .run(
@@ -217,8 +229,11 @@ pub async fn run(
             if let Err(error) = result {
                 debug!(%error, "gpubudget controller event");
             }
-        })
-        .await;
+        });
+    tokio::select! {
+        () = controller => {},
+        () = pruner => {},
+    }
 }
 
 /// The operator's watch scope.
@@ -278,6 +293,10 @@ async fn reconcile_budget(budget: &GpuBudget, ctx: &BudgetContext, scope: &Scope
         view.as_ref(),
         Timestamp::now(),
     );
+    ctx.base
+        .metrics
+        .budgets
+        .record(&name, &status::budget_gpus(total, &next));
     if !status::differs(budget.status.as_ref(), &next) {
         return Ok(Action::requeue(RESYNC));
     }

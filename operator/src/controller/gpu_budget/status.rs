@@ -8,7 +8,10 @@ use planner_api::{BudgetMemberStatus, GpuBudgetStatus};
 use planner_core::budget::GrantReason;
 
 use super::broker::LedgerView;
-use crate::controller::conditions::{self, DesiredCondition};
+use crate::{
+    controller::conditions::{self, DesiredCondition},
+    metrics::budget::{BudgetGpus, MemberGpus},
+};
 
 /// Every member's floor fits the total.
 pub const FLOORS_FUNDED: &str = "FloorsFunded";
@@ -119,6 +122,28 @@ pub fn next(
         granted_gpus: granted,
         held_gpus: held,
         members,
+    }
+}
+
+/// A budget's status as its metrics show it.
+pub fn budget_gpus(total: u64, status: &GpuBudgetStatus) -> BudgetGpus {
+    BudgetGpus {
+        total: gpus(total),
+        floor: status.floor_gpus,
+        asked: status.asked_gpus,
+        granted: status.granted_gpus,
+        held: status.held_gpus,
+        members: status
+            .members
+            .iter()
+            .map(|m| MemberGpus {
+                namespace: m.namespace.clone(),
+                policy: m.name.clone(),
+                asked: m.asked_gpus,
+                granted: m.granted_gpus,
+                held: m.held_gpus,
+            })
+            .collect(),
     }
 }
 

@@ -1,12 +1,12 @@
 //! Translation of a validated PlannerPolicy into the planner core's configuration (pure).
 
-use planner_api::{PlannerMode, PlannerPolicySpec, PredictorKind, SlaModel};
+use planner_api::{PlannerMode, PlannerPolicySpec, PredictorKind, SlaModel, StabilizationKeeps};
 use planner_core::{
     aggregated::{AggregatedEngine, DEFAULT_CHUNK_TOKENS},
     load::LoadConfig,
     policy::{Guards, LoopSettings, Membership},
     predictor::{self, KalmanConfig, PredictorConfig},
-    sla::{Limits, SlaTargets},
+    sla::{Limits, PoolLimits, SlaTargets},
     startup::planned_delay,
     state::{self, FastPath, QueueingConfig, SlaPlannerConfig, Stabilisation},
 };
@@ -15,7 +15,7 @@ use crate::validation::ValidatedPolicy;
 
 /// Most replicas of a pool whatever the metrics say, when the policy sets no maximum: garbage
 /// metrics must never ask for thousands of GPUs.
-pub const ABSOLUTE_MAX_REPLICAS: u32 = 512;
+pub const ABSOLUTE_MAX_REPLICAS: u32 = planner_api::limits::MAX_REPLICAS.unsigned_abs();
 
 /// Scale-up delay assumed until one is measured (and when `spec.behavior.scaleUpDelay` is not
 /// set and nothing has been measured yet).
@@ -64,7 +64,10 @@ pub fn sla_config(spec: &PlannerPolicySpec, validated: &ValidatedPolicy) -> SlaP
             scale_up_delay_assumed: delay.assumed,
             stabilisation: Stabilisation {
                 window_s: validated.stabilization.as_secs_f64(),
-                ..Stabilisation::default()
+                quantile: match spec.behavior.scale_down_stabilization_keeps {
+                    StabilizationKeeps::Quantile => Stabilisation::default().quantile,
+                    StabilizationKeeps::Highest => 1.0,
+                },
             },
             fast_path: FastPath {
                 period_s: if validated.fast_check_period.is_zero() {
@@ -85,18 +88,20 @@ pub fn sla_config(spec: &PlannerPolicySpec, validated: &ValidatedPolicy) -> SlaP
     }
 }
 
-/// The bounds every planner applies to its decisions (`spec.bounds`; the maximum never above
-/// [`ABSOLUTE_MAX_REPLICAS`]).
+/// The bounds every planner applies to its decisions (`spec.bounds`, each pool's own first; the
+/// maximum never above [`ABSOLUTE_MAX_REPLICAS`]). An aggregated graph's one pool takes the
+/// decode pool's bounds, which are the shared ones (the webhook refuses per-pool bounds there).
 fn limits(spec: &PlannerPolicySpec, validated: &ValidatedPolicy) -> Limits {
-    let max = spec
-        .bounds
-        .max_replicas
-        .and_then(|m| u32::try_from(m).ok())
-        .filter(|m| *m > 0)
-        .map_or(ABSOLUTE_MAX_REPLICAS, |m| m.min(ABSOLUTE_MAX_REPLICAS));
+    let pool = |(min, max): (i32, Option<i32>)| {
+        let max = max
+            .and_then(|m| u32::try_from(m).ok())
+            .filter(|m| *m > 0)
+            .map_or(ABSOLUTE_MAX_REPLICAS, |m| m.min(ABSOLUTE_MAX_REPLICAS));
+        PoolLimits::new(u32::try_from(min).unwrap_or(1), Some(max))
+    };
     Limits {
-        min_replicas: u32::try_from(spec.bounds.min_replicas).unwrap_or(1),
-        max_replicas: Some(max),
+        prefill: pool(spec.bounds.prefill_range()),
+        decode: pool(spec.bounds.decode_range()),
         max_gpu_budget: u32::try_from(spec.bounds.max_gpu_budget).ok(),
         prefill_gpus_per_engine: validated.target.prefill.gpus,
         decode_gpus_per_engine: validated.target.decode.gpus,
@@ -142,8 +147,8 @@ pub fn load_config(spec: &PlannerPolicySpec, validated: &ValidatedPolicy) -> Loa
         queue_scale_down: load.prefill_queue_scale_down_threshold,
         decode_grace_intervals: u32::try_from(load.decode_grace_period_intervals).unwrap_or(0),
         prefill_buffer_intervals: u32::try_from(load.prefill_queue_buffer_intervals).unwrap_or(0),
-        min_replicas: limits.min_replicas,
-        max_replicas: limits.max_replicas,
+        prefill: limits.prefill,
+        decode: limits.decode,
         max_gpu_budget: limits.max_gpu_budget,
         prefill_gpus_per_engine: limits.prefill_gpus_per_engine,
         decode_gpus_per_engine: limits.decode_gpus_per_engine,
@@ -181,12 +186,23 @@ mod tests {
         let config = sla_config(&spec, &validated);
         assert_eq!(config.interval_s, 180.0);
         assert_eq!(config.limits.max_gpu_budget, Some(16));
-        assert_eq!(config.limits.max_replicas, Some(8));
+        assert_eq!(config.limits.prefill, PoolLimits::new(1, Some(8)));
+        // The decode pool's own minimum, the shared maximum.
+        assert_eq!(config.limits.decode, PoolLimits::new(2, Some(8)));
         assert_eq!(config.predictor.kind, predictor::PredictorKind::Arima);
         assert_eq!(config.model, state::SlaModel::Queueing);
-        assert_eq!(config.queueing.scale_up_delay_s, 60.0);
-        assert!(config.queueing.scale_up_delay_assumed);
+        assert_eq!(config.queueing.ttft_percentile, Some(90.0));
+        // The delay the sample expects, until one is measured.
+        assert_eq!(config.queueing.scale_up_delay_s, 180.0);
+        assert!(!config.queueing.scale_up_delay_assumed);
         assert_eq!(config.queueing.stabilisation.window_s, 300.0);
+        assert_eq!(config.queueing.stabilisation.quantile, 0.8);
+        let mut highest = spec.clone();
+        highest.behavior.scale_down_stabilization_keeps = StabilizationKeeps::Highest;
+        assert_eq!(
+            sla_config(&highest, &validated).queueing.stabilisation.quantile,
+            1.0
+        );
         assert_eq!(config.queueing.fast_path.period_s, 10.0);
         // The delay the spec says to expect stands in until one is measured (the loop plans
         // with the measured one once there is one).
@@ -217,11 +233,11 @@ mod tests {
         );
         assert_eq!((load.kv_scale_up, load.queue_scale_down), (0.9, 0.2));
         // Without a maximum, every planner stops at the absolute one.
-        assert_eq!(load.max_replicas, Some(ABSOLUTE_MAX_REPLICAS));
+        assert_eq!(load.decode.max, Some(ABSOLUTE_MAX_REPLICAS));
         let mut unbounded = spec.clone();
         unbounded.bounds.max_replicas = None;
         let config = sla_config(&unbounded, &validated);
-        assert_eq!(config.limits.max_replicas, Some(ABSOLUTE_MAX_REPLICAS));
+        assert_eq!(config.limits.prefill.max, Some(ABSOLUTE_MAX_REPLICAS));
         assert_eq!(validated.dynamo_namespace, "llm-llama-disagg");
     }
 }

@@ -94,8 +94,8 @@ pub async fn membership(
 }
 
 /// The floor of each pool: `spec.bounds.minReplicas`.
-pub fn floor(spec: &PlannerPolicySpec) -> u32 {
-    u32::try_from(spec.bounds.min_replicas.max(1)).unwrap_or(1)
+pub fn floor(spec: &PlannerPolicySpec) -> (u32, u32) {
+    crate::validation::planner_policy::min_replicas(spec)
 }
 
 /// The loop's request as the ledger takes it: a member's place lasts [`timeout`] of its interval

@@ -50,7 +50,7 @@ use super::{
 use crate::{
     connector::kubernetes::{self, Adapters, ScaleError},
     lookup::TargetLookup,
-    metrics::policy::PolicyMetrics,
+    metrics::policy::PolicyCounters,
     sources::prometheus::{KvReading, PrometheusClient},
     target::TargetGraph,
     validation::{self, PolicyError, PoolTarget, TargetPools, ValidatedPolicy},
@@ -70,7 +70,7 @@ use actuate::{Actuation, Connector, EtcdConnector, KubernetesConnector, ScaleReq
 use member::Joined;
 use render::MetricsOrigin;
 pub use report::Actuated;
-use report::Planned;
+use report::{Planned, PlannerFacts};
 use runtime::PolicyRuntime;
 use status::{PROFILE_LOADED, TARGET_RESOLVED};
 
@@ -357,11 +357,12 @@ async fn plan(policy: &PlannerPolicy, ctx: &PlannerContext) -> Result<Action, Ha
     let interval = checked.validated.interval;
     let replicas = checked.replicas();
     let prometheus = ctx.policy_prometheus(policy).await;
+    let (namespace, name) = (policy.namespace().unwrap_or_default(), policy.name_any());
     let reads = Reads {
         query: checked.query(policy, prometheus.as_ref()),
         fast: &ctx.fast,
         fast_period: checked.validated.fast_check_period,
-        metrics: &ctx.base.metrics.policies,
+        metrics: ctx.base.metrics.policies.of(&namespace, &name),
     };
     let now = runtime.now();
     let model = runtime.model.clone();
@@ -399,6 +400,15 @@ async fn plan(policy: &PlannerPolicy, ctx: &PlannerContext) -> Result<Action, Ha
             policy.spec.sla.itl_ms,
             policy.spec.sla.ttft_percentile,
         ),
+        planner: PlannerFacts {
+            interval,
+            gpus_per_engine: (
+                checked.validated.target.prefill.gpus,
+                checked.validated.target.decode.gpus,
+            ),
+            sla: runtime.policy.sla_targets(),
+            uses_corrections: runtime.policy.uses_corrections(),
+        },
     };
     report::planned(policy, ctx, planned).await?;
     Ok(runtime.next_wake(interval))
@@ -414,7 +424,7 @@ pub struct Reads<'a> {
     /// The fast path's period (snapshots are shared within half of it).
     pub fast_period: Duration,
     /// Where missing metrics and lateness are counted.
-    pub metrics: &'a PolicyMetrics,
+    pub metrics: PolicyCounters<'a>,
 }
 
 /// A wake that decided something.

@@ -15,7 +15,7 @@ use planner_core::{
 
 use super::PrometheusClientError;
 use crate::{
-    metrics::policy::PolicyMetrics,
+    metrics::policy::PolicyCounters,
     sources::prometheus::{FastSnapshot, KvReading, MetricsError, PrometheusClient, Reading, SeriesFilter},
 };
 
@@ -45,7 +45,7 @@ pub struct MetricsQuery<'a> {
 pub async fn observe(
     samples: bool,
     query: &MetricsQuery<'_>,
-    metrics: &PolicyMetrics,
+    metrics: PolicyCounters<'_>,
 ) -> (Observed, Option<KvReading>) {
     let window_s = query.interval.as_secs().max(1);
     let unavailable = |reason: String| {
@@ -200,7 +200,7 @@ pub async fn fast_signals(
     cache: &FastCache,
     window: Duration,
     period: Duration,
-    metrics: &PolicyMetrics,
+    metrics: PolicyCounters<'_>,
 ) -> Option<FastSignals> {
     let Ok(client) = query.client else {
         metrics.metrics_unavailable("client");

@@ -3,7 +3,10 @@
 //! load, the correction factors and the decision's message.
 
 use planner_api::{CorrectionFactors, ObservedLoad, PredictedLoad};
-use planner_core::policy::{Decision, Limitation, MetricsState};
+use planner_core::{
+    load::LoadSamples,
+    policy::{Decision, Limitation, MetricsState},
+};
 
 use super::status::{METRICS_AVAILABLE, SCALING_LIMITED, finite};
 use crate::{
@@ -47,19 +50,21 @@ pub fn render(decision: &Decision, origin: &MetricsOrigin, kv: Option<&KvReading
     if let Some(limitation) = &decision.limitation {
         conditions.push(scaling_limited(limitation));
     }
+    let observed = decision.observed.as_ref().map(|o| ObservedLoad {
+        requests: finite(o.arrivals.unwrap_or(o.num_req)),
+        isl: finite(o.isl),
+        osl: finite(o.osl),
+        ttft_ms: finite(o.ttft_ms),
+        itl_ms: finite(o.itl_ms),
+        ttft_percentile_ms: o.ttft_quantile_ms.and_then(|(_, ms)| finite(ms)),
+        ttft_percentile: o.ttft_quantile_ms.map(|(q, _)| (q * 100.0 * 1e6).round() / 1e6),
+        decode_kv_usage: kv.and_then(|kv| kv.mean).and_then(finite),
+        decode_kv_usage_source: kv.map(|kv| kv.source),
+        prefill_queue: None,
+    });
     Rendered {
         conditions,
-        observed: decision.observed.as_ref().map(|o| ObservedLoad {
-            requests: finite(o.arrivals.unwrap_or(o.num_req)),
-            isl: finite(o.isl),
-            osl: finite(o.osl),
-            ttft_ms: finite(o.ttft_ms),
-            itl_ms: finite(o.itl_ms),
-            ttft_percentile_ms: o.ttft_quantile_ms.and_then(|(_, ms)| finite(ms)),
-            ttft_percentile: o.ttft_quantile_ms.map(|(q, _)| (q * 100.0 * 1e6).round() / 1e6),
-            decode_kv_usage: kv.and_then(|kv| kv.mean).and_then(finite),
-            decode_kv_usage_source: kv.map(|kv| kv.source),
-        }),
+        observed: observed.or_else(|| decision.samples.as_ref().and_then(load_observed)),
         predicted: decision.predicted.as_ref().map(|load| PredictedLoad {
             requests: finite(load.num_req),
             isl: finite(load.isl),
@@ -71,6 +76,29 @@ pub fn render(decision: &Decision, origin: &MetricsOrigin, kv: Option<&KvReading
         }),
         message: decision.message.clone(),
     }
+}
+
+/// What the load planner read: the means of its samples over the interval (`None` without
+/// any).
+fn load_observed(samples: &LoadSamples) -> Option<ObservedLoad> {
+    let mean = |values: &[f64]| {
+        let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+        (!finite.is_empty()).then(|| finite.iter().sum::<f64>() / finite.len() as f64)
+    };
+    let kv = mean(&samples.decode_kv_usage);
+    let queue = mean(&samples.prefill_queue);
+    (kv.is_some() || queue.is_some()).then(|| ObservedLoad {
+        decode_kv_usage: kv,
+        decode_kv_usage_source: kv.map(|_| {
+            if samples.decode_kv_lower_bound {
+                KvUsageSource::Router
+            } else {
+                KvUsageSource::Engines
+            }
+        }),
+        prefill_queue: queue,
+        ..ObservedLoad::default()
+    })
 }
 
 /// The `ScalingLimited` condition of a limitation.
@@ -152,7 +180,7 @@ mod tests {
         policy::{Input, LoopSettings, Observed, Planner, PolicyLoop, Replicas},
         predictor::{PredictorConfig, PredictorKind},
         profile::Profile,
-        sla::{Limits, Observation, SlaTargets},
+        sla::{Limits, Observation, PoolLimits, SlaTargets},
         state::{IntervalMetrics, QueueingConfig, SlaModel, SlaPlannerConfig},
     };
 
@@ -175,8 +203,8 @@ mod tests {
             interval_s: 60.0,
             sla: SlaTargets::new(500.0, 50.0),
             limits: Limits {
-                min_replicas: 1,
-                max_replicas: Some(3),
+                prefill: PoolLimits::new(1, Some(3)),
+                decode: PoolLimits::new(1, Some(3)),
                 max_gpu_budget: None,
                 prefill_gpus_per_engine: 1,
                 decode_gpus_per_engine: 1,
@@ -333,5 +361,85 @@ mod tests {
             ("False", "NoSamples")
         );
         assert!(available.message.contains("llm-llama"), "{}", available.message);
+    }
+
+    fn load_samples(queue: &[f64], kv: &[f64], lower_bound: bool) -> Observed {
+        Observed::Samples(Ok(LoadSamples {
+            prefill_queue: queue.to_vec(),
+            decode_kv_usage: kv.to_vec(),
+            decode_kv_lower_bound: lower_bound,
+        }))
+    }
+
+    #[test]
+    fn load_mode_reports_its_samples_and_what_each_pool_did() {
+        let (decision, rendered) = interval(
+            Planner::load(LoadConfig::default(), false),
+            load_samples(&[0.2, 0.4], &[0.94, 0.96], false),
+            None,
+        );
+        assert_eq!(decision.target, Some((1, 2)));
+        let observed = rendered.observed.clone().unwrap();
+        assert!(
+            (observed.prefill_queue.unwrap() - 0.3).abs() < 1e-9,
+            "{observed:?}"
+        );
+        assert!(
+            (observed.decode_kv_usage.unwrap() - 0.95).abs() < 1e-9,
+            "{observed:?}"
+        );
+        assert_eq!(observed.decode_kv_usage_source, Some(KvUsageSource::Engines));
+        // It reads no frontend request figures, and says none.
+        assert_eq!(
+            (observed.requests, observed.ttft_ms, observed.itl_ms),
+            (None, None, None)
+        );
+        assert_eq!(rendered.correction, None);
+        assert_eq!(
+            rendered.message,
+            "load mode: prefill 1 kept (queue 0.30 per engine, within 0.20 to 0.50); decode 1 -> 2 (KV usage 95% above 90%)"
+        );
+        let limited = condition(&rendered, SCALING_LIMITED);
+        assert_eq!(
+            (limited.status, limited.reason.as_str()),
+            ("False", "WithinBounds")
+        );
+    }
+
+    #[test]
+    fn load_mode_says_what_it_kept_at_a_bound_and_is_limited() {
+        let config = LoadConfig {
+            prefill: PoolLimits::new(1, Some(1)),
+            decode: PoolLimits::new(1, Some(1)),
+            ..LoadConfig::default()
+        };
+        let (decision, rendered) = interval(
+            Planner::load(config, false),
+            load_samples(&[0.0], &[0.97], true),
+            None,
+        );
+        assert_eq!(decision.target, Some((1, 1)));
+        assert_eq!(
+            rendered.message,
+            "load mode: prefill 1 kept (queue 0.00 per engine below 0.20: at minReplicas 1); decode 1 kept (KV usage 97% above 90%: at maxReplicas 1)"
+        );
+        let limited = condition(&rendered, SCALING_LIMITED);
+        assert_eq!((limited.status, limited.reason.as_str()), ("True", "MaxReplicas"));
+        assert_eq!(limited.message, "decode needs more than maxReplicas 1");
+        // The KV router's estimate, said so.
+        let observed = rendered.observed.unwrap();
+        assert_eq!(observed.decode_kv_usage_source, Some(KvUsageSource::Router));
+    }
+
+    #[test]
+    fn only_upstreams_formulas_report_correction_factors() {
+        let busy = || Observed::Frontend(IntervalMetrics::Observed(observed(600.0)));
+        let (_, upstream) = interval(sla(SlaModel::Upstream), busy(), None);
+        assert!(upstream.correction.is_some());
+        let (_, queueing) = interval(sla(SlaModel::Queueing), busy(), None);
+        assert_eq!(queueing.correction, None);
+        assert!(sla(SlaModel::Upstream).uses_corrections());
+        assert!(!sla(SlaModel::Queueing).uses_corrections());
+        assert!(!Planner::load(LoadConfig::default(), false).uses_corrections());
     }
 }

@@ -2,6 +2,8 @@
 //! apply), its Events and its metrics, from what the reconcile decided and did; and the reports
 //! of a reconcile that stopped before planning.
 
+use std::time::Duration;
+
 use k8s_openapi::jiff::Timestamp;
 use kube::{
     Api, ResourceExt,
@@ -10,7 +12,10 @@ use kube::{
 use tracing::info;
 
 use planner_api::{KvTransferStatus, LastDecision, PlannerPolicy, PoolReplicas};
-use planner_core::policy::{Check, Decision};
+use planner_core::{
+    policy::{Check, Decision, MetricsState},
+    sla::SlaTargets,
+};
 
 use super::{
     Error, PlannerContext, RETRY,
@@ -21,7 +26,7 @@ use super::{
 };
 use crate::{
     controller::common::{self, KubeError},
-    metrics::policy::IntervalReport,
+    metrics::policy::{IntervalReport, ObservedFigures, SlaReport},
     validation::{self, PolicyError},
 };
 
@@ -58,6 +63,21 @@ pub struct Planned<'a> {
     pub attainment: (usize, usize),
     /// The SLA targets: TTFT and ITL (ms), the TTFT percentile targeted.
     pub targets: (f64, f64, Option<f64>),
+    /// What the planner plans with, for the metrics.
+    pub planner: PlannerFacts,
+}
+
+/// What the policy's planner plans with, for its metrics.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PlannerFacts {
+    /// The adjustment interval.
+    pub interval: Duration,
+    /// GPUs of one prefill and one decode replica.
+    pub gpus_per_engine: (u32, u32),
+    /// The SLA it plans for (`None`: the load planner).
+    pub sla: Option<(SlaTargets, Option<f64>)>,
+    /// Whether it applies correction factors.
+    pub uses_corrections: bool,
 }
 
 /// Reports a planned reconcile: Events on transitions, the metrics of an interval, status when it
@@ -79,6 +99,7 @@ pub async fn planned(
         left_budget,
         attainment,
         targets,
+        planner,
     } = planned;
     let mut outcome = Outcome {
         aggregated,
@@ -107,6 +128,7 @@ pub async fn planned(
     }
     let ticked = decision.check == Check::Interval;
     outcome.ticked = ticked;
+    outcome.drop_correction = ticked && !planner.uses_corrections;
     if ticked {
         outcome.current = Some(replicas(serving, aggregated));
     }
@@ -150,11 +172,8 @@ pub async fn planned(
     publish_warnings(policy, ctx, &outcome).await;
     publish_grant_event(policy, ctx, &outcome).await;
     if ticked {
-        ctx.base.metrics.policies.record(
-            &namespace,
-            &name,
-            &interval_report(&outcome, decision.target, serving),
-        );
+        let report = interval_report(&outcome, decision, serving, attainment, &planner);
+        ctx.base.metrics.policies.record(&namespace, &name, &report);
     }
     write_status(policy, ctx, &outcome).await?;
     Ok(())
@@ -190,18 +209,40 @@ fn replicas((prefill, decode): (u32, u32), aggregated: bool) -> PoolReplicas {
     }
 }
 
-fn interval_report(outcome: &Outcome, desired: Option<(u32, u32)>, current: (u32, u32)) -> IntervalReport {
+/// What an interval's metrics show: the outcome's figures (ms as seconds), the GPUs of the
+/// replicas decided and serving, and the SLA and how it was met.
+pub fn interval_report(
+    outcome: &Outcome,
+    decision: &Decision,
+    serving: (u32, u32),
+    attainment: (usize, usize),
+    planner: &PlannerFacts,
+) -> IntervalReport {
+    let (prefill_gpus, decode_gpus) = planner.gpus_per_engine;
+    let gpus = |(p, d): (u32, u32)| {
+        let decode = u64::from(d) * u64::from(decode_gpus);
+        if outcome.aggregated {
+            decode
+        } else {
+            u64::from(p) * u64::from(prefill_gpus) + decode
+        }
+    };
+    let seconds = |ms: Option<f64>| ms.map(|ms| ms / 1000.0);
     IntervalReport {
-        desired,
-        current: Some(current),
-        observed: outcome.observed.as_ref().map(|o| {
-            [
-                o.requests.unwrap_or(0.0),
-                o.isl.unwrap_or(0.0),
-                o.osl.unwrap_or(0.0),
-                o.ttft_ms.unwrap_or(0.0) / 1000.0,
-                o.itl_ms.unwrap_or(0.0) / 1000.0,
-            ]
+        interval_s: planner.interval.as_secs_f64(),
+        desired: decision.target,
+        current: Some(serving),
+        desired_gpus: decision.target.map(gpus),
+        gpus_in_use: Some(gpus(serving)),
+        observed: outcome.observed.as_ref().map(|o| ObservedFigures {
+            requests: o.requests,
+            isl: o.isl,
+            osl: o.osl,
+            ttft_s: seconds(o.ttft_ms),
+            itl_s: seconds(o.itl_ms),
+            ttft_percentile_s: seconds(o.ttft_percentile_ms),
+            decode_kv_usage: o.decode_kv_usage,
+            prefill_queue: o.prefill_queue,
         }),
         predicted: outcome.predicted.as_ref().map(|p| {
             [
@@ -214,6 +255,19 @@ fn interval_report(outcome: &Outcome, desired: Option<(u32, u32)>, current: (u32
             .correction
             .as_ref()
             .map(|c| (c.prefill.unwrap_or(1.0), c.decode.unwrap_or(1.0))),
+        uses_correction: planner.uses_corrections,
+        sla: planner.sla.map(|(targets, percentile)| SlaReport {
+            ttft_s: targets.ttft_ms / 1000.0,
+            itl_s: targets.itl_ms / 1000.0,
+            ttft_percentile: percentile,
+            attainment,
+            met: decision.sla_met,
+        }),
+        metrics_available: decision.metrics.as_ref().map(MetricsState::available),
+        limitation: decision
+            .limitation
+            .as_ref()
+            .map(|l| (l.reason.as_str(), l.limited())),
     }
 }
 
@@ -379,4 +433,97 @@ async fn write_status(
         Api::namespaced(ctx.base.client.clone(), &policy.namespace().unwrap_or_default());
     common::apply_status(&api, &policy.name_any(), &next).await?;
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use planner_core::policy::{Check, Decision, LimitReason, Limitation, MetricsState};
+
+    use super::*;
+
+    fn decision(target: (u32, u32)) -> Decision {
+        let mut decision = Decision::keep(Check::Interval);
+        decision.target = Some(target);
+        decision.metrics = Some(MetricsState::Observed);
+        decision.sla_met = Some(false);
+        decision.limitation = Some(Limitation {
+            reason: LimitReason::StepLimit,
+            message: "cut".into(),
+        });
+        decision
+    }
+
+    fn facts(sla: bool) -> PlannerFacts {
+        PlannerFacts {
+            interval: Duration::from_secs(30),
+            gpus_per_engine: (2, 4),
+            sla: sla.then(|| (SlaTargets::new(500.0, 40.0), Some(95.0))),
+            uses_corrections: false,
+        }
+    }
+
+    #[test]
+    fn gpus_count_both_pools_and_an_aggregated_pool_once() {
+        let disaggregated = interval_report(
+            &Outcome::default(),
+            &decision((3, 2)),
+            (1, 2),
+            (0, 0),
+            &facts(true),
+        );
+        assert_eq!(
+            (disaggregated.desired_gpus, disaggregated.gpus_in_use),
+            (Some(3 * 2 + 2 * 4), Some(2 + 2 * 4))
+        );
+        let aggregated = Outcome {
+            aggregated: true,
+            ..Outcome::default()
+        };
+        let report = interval_report(&aggregated, &decision((3, 3)), (2, 2), (0, 0), &facts(true));
+        assert_eq!(
+            (report.desired_gpus, report.gpus_in_use),
+            (Some(3 * 4), Some(2 * 4))
+        );
+        // Held replicas: the GPUs in use still move.
+        let held = interval_report(
+            &Outcome::default(),
+            &Decision::keep(Check::Interval),
+            (4, 1),
+            (0, 0),
+            &facts(true),
+        );
+        assert_eq!((held.desired_gpus, held.gpus_in_use), (None, Some(4 * 2 + 4)));
+        assert_eq!(report.interval_s, 30.0);
+        assert_eq!(report.limitation, Some(("StepLimit", true)));
+        assert_eq!(report.metrics_available, Some(true));
+    }
+
+    #[test]
+    fn the_sla_is_reported_in_seconds_for_the_sla_planner_only() {
+        let report = interval_report(
+            &Outcome::default(),
+            &decision((1, 1)),
+            (1, 1),
+            (6, 4),
+            &facts(true),
+        );
+        assert_eq!(
+            report.sla,
+            Some(SlaReport {
+                ttft_s: 0.5,
+                itl_s: 0.04,
+                ttft_percentile: Some(95.0),
+                attainment: (6, 4),
+                met: Some(false),
+            })
+        );
+        let load = interval_report(
+            &Outcome::default(),
+            &decision((1, 1)),
+            (1, 1),
+            (0, 0),
+            &facts(false),
+        );
+        assert_eq!(load.sla, None);
+    }
 }

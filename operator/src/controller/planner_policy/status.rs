@@ -55,6 +55,8 @@ pub struct Outcome {
     pub last_decision: Option<LastDecision>,
     /// The last hour's intervals with traffic, and those that met the SLA.
     pub attainment: Option<(usize, usize)>,
+    /// The planner applies no correction factors: status shows none.
+    pub drop_correction: bool,
     /// The targets `kubectl get` shows the observed latencies against: TTFT and ITL (ms) and the
     /// TTFT percentile targeted; the summary is rewritten when they are given.
     pub targets: Option<(f64, f64, Option<f64>)>,
@@ -74,30 +76,7 @@ pub enum BudgetOutcome {
 
 /// The `ScalingLimited` condition for a decision's limits (minimums are not limitations).
 pub fn scaling_limited(limits: &[Limit]) -> DesiredCondition {
-    let limiting: Vec<String> = limits
-        .iter()
-        .filter(|l| !matches!(l, Limit::MinReplicas { .. }))
-        .map(ToString::to_string)
-        .collect();
-    if limiting.is_empty() {
-        DesiredCondition::unmet(
-            SCALING_LIMITED,
-            "WithinBounds",
-            "the last decision was within bounds and budget",
-        )
-    } else {
-        let reason = if limits
-            .iter()
-            .any(|l| matches!(l, Limit::GpuBudget { .. } | Limit::BudgetBelowMinimum { .. }))
-        {
-            "GpuBudget"
-        } else if limits.iter().any(|l| matches!(l, Limit::MaxReplicas { .. })) {
-            "MaxReplicas"
-        } else {
-            "ScaleUpRate"
-        };
-        DesiredCondition::met(SCALING_LIMITED, reason, limiting.join("; "))
-    }
+    super::render::scaling_limited(&planner_core::policy::Limitation::of(limits))
 }
 
 /// The status after an interval: previous fields kept unless the outcome replaces them.
@@ -138,6 +117,9 @@ pub fn next(
     }
     if outcome.correction.is_some() {
         status.correction = outcome.correction.clone();
+    }
+    if outcome.drop_correction {
+        status.correction = None;
     }
     if outcome.desired.is_some() {
         status.desired = outcome.desired;
@@ -342,17 +324,14 @@ mod tests {
             ..Outcome::default()
         };
         let status = next(None, Some(1), &interval, now());
-        let summary = status.summary.clone().unwrap();
+        let shown = status.summary.clone().unwrap();
+        assert_eq!((shown.prefill.as_str(), shown.decode.as_str()), ("3/4", "2/2"));
         assert_eq!(
-            (summary.prefill.as_str(), summary.decode.as_str()),
-            ("3/4", "2/2")
-        );
-        assert_eq!(
-            (summary.ttft.as_str(), summary.itl.as_str()),
+            (shown.ttft.as_str(), shown.itl.as_str()),
             ("312/500ms", "7.2/50ms")
         );
         assert_eq!(
-            (summary.sla.as_str(), summary.limited.as_str()),
+            (shown.sla.as_str(), shown.limited.as_str()),
             ("75%", "MaxReplicas")
         );
         assert_eq!(
@@ -400,5 +379,29 @@ mod tests {
         }]);
         assert_eq!((rate.status, rate.reason.as_str()), ("True", "ScaleUpRate"));
         assert!(rate.message.contains("held at 3"), "{}", rate.message);
+    }
+
+    #[test]
+    fn a_planner_without_correction_factors_drops_those_of_an_earlier_one() {
+        let upstream = Outcome {
+            correction: Some(CorrectionFactors {
+                prefill: Some(1.2),
+                decode: Some(0.9),
+            }),
+            ticked: true,
+            ..Outcome::default()
+        };
+        let first = next(None, Some(1), &upstream, now());
+        assert!(first.correction.is_some());
+        // An interval of the same planner without metrics keeps them.
+        let held = next(Some(&first), Some(1), &Outcome::default(), now());
+        assert_eq!(held.correction, first.correction);
+        // The policy moved to the queueing model (or mode load).
+        let queueing = Outcome {
+            ticked: true,
+            drop_correction: true,
+            ..Outcome::default()
+        };
+        assert_eq!(next(Some(&held), Some(2), &queueing, now()).correction, None);
     }
 }
