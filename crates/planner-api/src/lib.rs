@@ -27,8 +27,8 @@ pub use planner_policy::{
     Correction, CorrectionFactors, EtcdSource, KalmanSettings, KvTransferStatus, KvUsageSource, LastDecision,
     LoadThresholds, LocalObjectRef, MetricsSource, ObservedLoad, PlannerMode, PlannerPolicy,
     PlannerPolicySpec, PlannerPolicyStatus, PolicySummary, PoolBounds, PoolComponents, PoolReplicas,
-    PredictedLoad, Predictor, PredictorKind, Profile, PrometheusSource, ProphetSettings, SecretKeyRef, Sla,
-    SlaAttainment, SlaModel, StabilizationKeeps, TargetRef, WarmupTrace,
+    PredictedLoad, Predictor, PredictorKind, Profile, PrometheusSource, ProphetSettings, RatioBounds,
+    SecretKeyRef, Sla, SlaAttainment, SlaModel, StabilizationKeeps, TargetRef, WarmupTrace,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

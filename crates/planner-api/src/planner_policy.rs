@@ -452,6 +452,15 @@ pub struct Bounds {
     /// disaggregated graph only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decode: Option<PoolBounds>,
+    /// Bounds of the ratio of prefill to decode replicas (prefill replicas per decode replica),
+    /// e.g. `{max: 3}` for at least one decode replica per three prefill replicas. Applied after
+    /// the pools are sized and budgeted: the pool the ratio wants more of is raised, within
+    /// its maximum and the GPU budget, else the other is cut to the bound that fits (never below
+    /// its minimum); `ScalingLimited` (reason `RatioBound`) says when it moved a pool or could
+    /// not be met. A disaggregated graph only. Step limits and a shared GpuBudget's grant apply
+    /// after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill_to_decode_ratio: Option<RatioBounds>,
     /// Most replicas one decision may add to a pool (the fast check's included). Unset: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
@@ -470,6 +479,22 @@ pub struct Bounds {
     #[x_kube(validation = Rule::new("self == -1 || self >= 1")
         .message("spec.bounds.maxGpuBudget must be -1 (no budget) or at least 1"))]
     pub max_gpu_budget: i32,
+}
+
+/// Bounds of the ratio of prefill to decode replicas.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Default)]
+#[x_kube(validation = Rule::new("!has(self.min) || !has(self.max) || self.min <= self.max")
+    .message("spec.bounds.prefillToDecodeRatio.min must be at most spec.bounds.prefillToDecodeRatio.max"))]
+#[serde(rename_all = "camelCase")]
+pub struct RatioBounds {
+    /// Fewest prefill replicas per decode replica, greater than 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0), extend("exclusiveMinimum" = true))]
+    pub min: Option<f64>,
+    /// Most prefill replicas per decode replica, greater than 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0), extend("exclusiveMinimum" = true))]
+    pub max: Option<f64>,
 }
 
 /// One pool's own replica bounds; what is unset is `spec.bounds.minReplicas` or `maxReplicas`.
@@ -536,6 +561,7 @@ impl Default for Bounds {
             max_replicas: None,
             prefill: None,
             decode: None,
+            prefill_to_decode_ratio: None,
             max_scale_up_step: None,
             max_scale_down_step: None,
             allow_scale_to_zero: false,

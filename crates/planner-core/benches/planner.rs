@@ -96,6 +96,7 @@ fn one_interval_per_predictor(c: &mut Criterion) {
                 max_gpu_budget: None,
                 prefill_gpus_per_engine: 4,
                 decode_gpus_per_engine: 4,
+                ratio: None,
             },
             correction: true,
             predictor: PredictorConfig {

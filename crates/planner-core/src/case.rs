@@ -131,6 +131,7 @@ impl PlanCase {
             max_gpu_budget: u32::try_from(self.max_gpu_budget).ok(),
             prefill_gpus_per_engine: self.prefill_gpus_per_engine,
             decode_gpus_per_engine: self.decode_gpus_per_engine,
+            ratio: None,
         };
         let plan = sla::plan_replicas(
             model,

@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::sla::{Limits, PoolLimits};
+use crate::sla::{Limit, Limits, PoolLimits, RatioLimits};
 
 /// Thresholds and limits of the load-based planner.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -32,6 +32,9 @@ pub struct LoadConfig {
     pub prefill_gpus_per_engine: u32,
     /// GPUs per decode replica.
     pub decode_gpus_per_engine: u32,
+    /// Bounds of the prefill to decode ratio.
+    #[serde(default)]
+    pub ratio: Option<RatioLimits>,
 }
 
 impl Default for LoadConfig {
@@ -49,6 +52,7 @@ impl Default for LoadConfig {
             max_gpu_budget: Some(8),
             prefill_gpus_per_engine: 1,
             decode_gpus_per_engine: 1,
+            ratio: None,
         }
     }
 }
@@ -123,6 +127,13 @@ pub enum LoadReason {
         /// The budget.
         budget: u32,
     },
+    /// Moved to bring the prefill to decode ratio within its bound.
+    Ratio {
+        /// The ratio bound (prefill per decode replica).
+        bound: f64,
+        /// Whether the replicas meet it now (else the bounds and the budget allow none that do).
+        met: bool,
+    },
 }
 
 /// Why the whole interval was skipped (no change to either pool).
@@ -176,6 +187,7 @@ impl LoadConfig {
             max_gpu_budget: self.max_gpu_budget,
             prefill_gpus_per_engine: self.prefill_gpus_per_engine,
             decode_gpus_per_engine: self.decode_gpus_per_engine,
+            ratio: self.ratio,
         }
     }
 }
@@ -295,6 +307,12 @@ fn pool_words(
             "{shown} below {down}, but one fewer would leave the others at {}, above {up}",
             measure.value(*projected)
         ),
+        LoadReason::Ratio { bound, met: true } => {
+            format!("{shown}; moved for the prefill to decode ratio bound of {bound}")
+        }
+        LoadReason::Ratio { bound, met: false } => format!(
+            "{shown}; the prefill to decode ratio bound of {bound} cannot be met within the bounds and the GPU budget"
+        ),
     };
     if from == to {
         format!("{noun} {to} kept ({why})")
@@ -358,10 +376,20 @@ impl LoadPlanner {
         // does not fit is not taken), not a scaling of what runs.
         let (prefill, decode) = Limits {
             max_gpu_budget: None,
+            ratio: None,
             ..config.limits()
         }
         .apply((new_prefill, new_decode))
         .replicas;
+        // The ratio last, within the budget: a pool it moves says so.
+        let ((ratio_prefill, ratio_decode), ratio) = config.limits().fit_ratio((prefill, decode));
+        let ratio_reason = |moved: bool, reason: LoadReason| match ratio {
+            Some(Limit::Ratio { bound, met, .. }) if moved || !met => LoadReason::Ratio { bound, met },
+            _ => reason,
+        };
+        let prefill_reason = ratio_reason(ratio_prefill != prefill, prefill_reason);
+        let decode_reason = ratio_reason(ratio_decode != decode, decode_reason);
+        let (prefill, decode) = (ratio_prefill, ratio_decode);
         LoadDecision {
             prefill,
             decode,
@@ -792,6 +820,35 @@ mod tests {
         let decision = planner.tick(&config, 2, 1, &samples(&[5.0, 5.0], &[0.99]));
         assert_eq!(decision.prefill_reason, LoadReason::AtMaximum { bound: 2 });
         assert_eq!(decision.decode, 2);
+    }
+
+    #[test]
+    fn a_ratio_bound_moves_the_pool_it_wants_more_of_and_says_so() {
+        // Prefill queues: one more prefill engine, then at most 2 prefill per decode raises decode.
+        let config = LoadConfig {
+            ratio: Some(RatioLimits {
+                min: None,
+                max: Some(2.0),
+            }),
+            max_gpu_budget: None,
+            ..LoadConfig::default()
+        };
+        let decision = LoadPlanner::default().tick(&config, 2, 1, &samples(&[5.0, 5.0], &[0.7]));
+        assert_eq!((decision.prefill, decision.decode), (3, 2));
+        assert_eq!(
+            decision.decode_reason,
+            LoadReason::Ratio {
+                bound: 2.0,
+                met: true
+            }
+        );
+        assert!(
+            decision
+                .explain(&config, (2, 1), false)
+                .contains("decode 1 -> 2 (KV usage 70%; moved for the prefill to decode ratio bound of 2)"),
+            "{}",
+            decision.explain(&config, (2, 1), false)
+        );
     }
 
     #[test]

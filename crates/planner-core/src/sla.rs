@@ -163,6 +163,15 @@ impl PoolLimits {
     }
 }
 
+/// Bounds of the ratio of prefill to decode replicas (prefill replicas per decode replica).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, Default)]
+pub struct RatioLimits {
+    /// Fewest prefill replicas per decode replica.
+    pub min: Option<f64>,
+    /// Most prefill replicas per decode replica.
+    pub max: Option<f64>,
+}
+
 /// Replica bounds and the GPU budget.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Limits {
@@ -176,6 +185,9 @@ pub struct Limits {
     pub prefill_gpus_per_engine: u32,
     /// GPUs one decode replica uses.
     pub decode_gpus_per_engine: u32,
+    /// Bounds of the prefill to decode ratio, applied last ([`Limits::fit_ratio`]).
+    #[serde(default)]
+    pub ratio: Option<RatioLimits>,
 }
 
 /// Replicas after the bounds and the GPU budget.
@@ -228,10 +240,73 @@ impl Limits {
         let unbudgeted = (bound(Pool::Prefill, needed.0), bound(Pool::Decode, needed.1));
         let (prefill, decode, budget) = apply_gpu_budget(unbudgeted.0, unbudgeted.1, self);
         limits.extend(budget);
+        let (replicas, ratio) = self.fit_ratio((prefill, decode));
+        limits.extend(ratio);
         Bounded {
             unbudgeted,
-            replicas: (prefill, decode),
+            replicas,
             limits,
+        }
+    }
+
+    /// `replicas` (prefill, decode) brought within the prefill to decode ratio: the pool the
+    /// ratio wants more of is raised, within its maximum and the GPU budget; when those forbid
+    /// it, the other pool is cut to the bound that fits, never below its minimum; when neither
+    /// can, the replicas are kept and the limit says the ratio is not met. Zero replicas (a
+    /// budget below the minimums) are left alone.
+    pub fn fit_ratio(&self, replicas: (u32, u32)) -> ((u32, u32), Option<Limit>) {
+        let (p, d) = replicas;
+        let Some(ratio) = self.ratio.filter(|_| p > 0 && d > 0) else {
+            return (replicas, None);
+        };
+        let (low, high) = (ratio.min.unwrap_or(0.0), ratio.max.unwrap_or(f64::INFINITY));
+        // Whole replicas a ratio asks for, with room for rounding error.
+        let at_least = |x: f64| (x - 1e-9).ceil().clamp(0.0, f64::from(u32::MAX)) as u32;
+        let at_most = |x: f64| (x + 1e-9).floor().clamp(0.0, f64::from(u32::MAX)) as u32;
+        let meets = |(p, d): (u32, u32)| {
+            let r = f64::from(p) / f64::from(d);
+            r >= low - 1e-9 && r <= high + 1e-9
+        };
+        if meets(replicas) {
+            return (replicas, None);
+        }
+        let fits = |(p, d): (u32, u32)| {
+            let within = |n: u32, pool: PoolLimits| n >= pool.min && pool.max.is_none_or(|max| n <= max);
+            let gpus = u64::from(p) * u64::from(self.prefill_gpus_per_engine.max(1))
+                + u64::from(d) * u64::from(self.decode_gpus_per_engine.max(1));
+            within(p, self.prefill)
+                && within(d, self.decode)
+                && self.max_gpu_budget.is_none_or(|b| gpus <= u64::from(b))
+        };
+        let bound = if f64::from(p) / f64::from(d) > high {
+            high
+        } else {
+            low
+        };
+        let limit = |to: (u32, u32), met: bool| Limit::Ratio {
+            from: replicas,
+            to,
+            bound,
+            met,
+        };
+        // Towards scale-up first: as few more decode replicas as the ratio needs (none, when
+        // more prefill replicas do), prefill raised to the ratio's floor for them. Searched up
+        // to the decode pool's maximum (a planner without one: 1,024).
+        let decode_cap = self.decode.max.unwrap_or(1024).max(d);
+        let up = (d..=decode_cap)
+            .map(|d| (p.max(at_least(f64::from(d) * low)), d))
+            .find(|&candidate| meets(candidate) && fits(candidate));
+        // Else the bound that fits: as few fewer decode replicas as it takes, prefill cut to the
+        // ratio's ceiling for them.
+        let down = || {
+            (self.decode.min.max(1)..=d)
+                .rev()
+                .map(|d| (p.min(at_most(f64::from(d) * high)), d))
+                .find(|&candidate| candidate.0 > 0 && meets(candidate) && fits(candidate))
+        };
+        match up.or_else(down) {
+            Some(to) => (to, Some(limit(to, true))),
+            None => (replicas, Some(limit(replicas, false))),
         }
     }
 }
@@ -384,6 +459,18 @@ pub enum Limit {
         /// GPUs the minimum replicas of both pools need.
         minimum_gpus: u64,
     },
+    /// The prefill to decode ratio moved a pool (`met`), or could not be met within the bounds
+    /// and the budget.
+    Ratio {
+        /// Replicas (prefill, decode) before.
+        from: (u32, u32),
+        /// After.
+        to: (u32, u32),
+        /// The ratio bound (prefill per decode replica) that applied.
+        bound: f64,
+        /// Whether the replicas now meet it.
+        met: bool,
+    },
     /// At a long scale-up delay, the pool grows at most to a multiple of its engines serving
     /// while the replicas asked for start (the queueing model's `scale_up` settings).
     ScaleUpRate {
@@ -419,6 +506,21 @@ impl std::fmt::Display for Limit {
             Self::BudgetBelowMinimum { budget, minimum_gpus } => write!(
                 f,
                 "the GPU budget of {budget} is below the {minimum_gpus} GPUs the minimum replicas need: zero replicas"
+            ),
+            Self::Ratio {
+                from,
+                to,
+                bound,
+                met: true,
+            } => write!(
+                f,
+                "{} prefill / {} decode moved to {} / {} for the prefill to decode ratio bound of {bound}",
+                from.0, from.1, to.0, to.1
+            ),
+            Self::Ratio { from, bound, .. } => write!(
+                f,
+                "{} prefill / {} decode miss the prefill to decode ratio bound of {bound}: the bounds and the GPU budget allow no replicas that meet it",
+                from.0, from.1
             ),
             Self::ScaleUpRate {
                 pool,
@@ -894,9 +996,12 @@ mod tests {
             d_gpus in 1u32..8,
             p_corr in 0.0f64..3.0,
             d_corr in -1.0f64..3.0,
+            ratio in proptest::option::of((proptest::option::of(0.1f64..2.0), proptest::option::of(0.0f64..4.0))),
         ) {
+            // A maximum of the ratio at least its minimum, as the webhook requires.
+            let ratio = ratio.map(|(min, spread)| RatioLimits { min, max: spread.map(|s| min.unwrap_or(0.1) + s) });
             // Each pool has bounds of its own.
-            let limits = Limits { prefill: PoolLimits::new(min.0, Some(max.0)), decode: PoolLimits::new(min.1, Some(max.1)), max_gpu_budget: budget, prefill_gpus_per_engine: p_gpus, decode_gpus_per_engine: d_gpus };
+            let limits = Limits { prefill: PoolLimits::new(min.0, Some(max.0)), decode: PoolLimits::new(min.1, Some(max.1)), max_gpu_budget: budget, prefill_gpus_per_engine: p_gpus, decode_gpus_per_engine: d_gpus, ratio };
             let plan = plan_replicas(h200(), &Load { num_req, isl, osl }, &SlaTargets::new(500.0, 20.0), &Corrections { prefill: p_corr, decode: d_corr }, &limits, 60.0);
             let gpus = u64::from(plan.prefill * p_gpus + plan.decode * d_gpus);
             let at_least_min = plan.prefill >= min.0 && plan.decode >= min.1;
@@ -909,6 +1014,13 @@ mod tests {
                 None => prop_assert!(at_least_min),
             }
             prop_assert!(plan.prefill <= max.0 && plan.decode <= max.1);
+            // The ratio is met, unless the limits say it could not be.
+            if let Some(ratio) = ratio.filter(|_| plan.prefill > 0 && plan.decode > 0) {
+                let now = f64::from(plan.prefill) / f64::from(plan.decode);
+                let met = ratio.min.is_none_or(|m| now >= m - 1e-9) && ratio.max.is_none_or(|m| now <= m + 1e-9);
+                let unmet = plan.limits.iter().any(|l| matches!(l, Limit::Ratio { met: false, .. }));
+                prop_assert!(met || unmet, "{} / {} misses {:?}: {:?}", plan.prefill, plan.decode, ratio, plan.limits);
+            }
         }
     }
 
@@ -919,7 +1031,52 @@ mod tests {
             max_gpu_budget: budget,
             prefill_gpus_per_engine: p_gpus,
             decode_gpus_per_engine: d_gpus,
+            ratio: None,
         }
+    }
+
+    #[test]
+    fn the_ratio_raises_the_pool_it_wants_more_of_or_cuts_the_other_within_the_budget() {
+        let ratio = |min: Option<f64>, max: Option<f64>, budget: Option<u32>| Limits {
+            ratio: Some(RatioLimits { min, max }),
+            ..limits(1, budget, 1, 1)
+        };
+        // At most 3 prefill per decode: decode raised, towards scale-up.
+        let (to, limit) = ratio(None, Some(3.0), None).fit_ratio((9, 1));
+        assert_eq!(to, (9, 3));
+        assert!(matches!(limit, Some(Limit::Ratio { met: true, .. })), "{limit:?}");
+        // The budget forbids it: prefill cut to the bound that fits.
+        assert_eq!(ratio(None, Some(3.0), Some(10)).fit_ratio((9, 1)).0, (3, 1));
+        // At least one prefill per two decode.
+        assert_eq!(ratio(Some(0.5), None, None).fit_ratio((1, 4)).0, (2, 4));
+        assert_eq!(ratio(Some(0.5), None, Some(5)).fit_ratio((1, 4)).0, (1, 2));
+        // Within the bounds: nothing moves, nothing is said.
+        assert_eq!(
+            ratio(Some(0.5), Some(3.0), None).fit_ratio((3, 2)),
+            ((3, 2), None)
+        );
+        // Neither way fits (prefill's minimum 5, decode's maximum 1): kept, and said.
+        let stuck = Limits {
+            prefill: PoolLimits::new(5, None),
+            decode: PoolLimits::new(1, Some(1)),
+            ..ratio(None, Some(3.0), None)
+        };
+        let (to, limit) = stuck.fit_ratio((5, 1));
+        assert_eq!(to, (5, 1));
+        assert!(
+            matches!(limit, Some(Limit::Ratio { met: false, .. })),
+            "{limit:?}"
+        );
+        assert!(
+            limit
+                .unwrap()
+                .to_string()
+                .contains("allow no replicas that meet it")
+        );
+        // Zero replicas (a budget below the minimums) are left alone.
+        assert_eq!(ratio(None, Some(3.0), None).fit_ratio((0, 0)), ((0, 0), None));
+        // Applied last by every planner's bounds.
+        assert_eq!(ratio(None, Some(2.0), None).apply((6, 1)).replicas, (6, 3));
     }
 
     #[test]

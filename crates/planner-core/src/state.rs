@@ -255,6 +255,7 @@ mod tests {
                 max_gpu_budget: Some(8),
                 prefill_gpus_per_engine: 1,
                 decode_gpus_per_engine: 1,
+                ratio: None,
             },
             correction: true,
             predictor: PredictorConfig {

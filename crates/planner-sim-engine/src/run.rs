@@ -71,6 +71,7 @@ impl Default for SimConfig {
                 max_gpu_budget: None,
                 prefill_gpus_per_engine: 1,
                 decode_gpus_per_engine: 1,
+                ratio: None,
             },
             drain_limit_s: 1800.0,
             queueing: QueueingConfig::default(),

@@ -270,6 +270,26 @@ pub enum PolicyError {
         /// Its maximum.
         max: i32,
     },
+    /// A ratio bound whose minimum is above its maximum.
+    #[error(
+        "spec.bounds.prefillToDecodeRatio: min {min} is above max {max}; allowed: spec.bounds.prefillToDecodeRatio.min at most spec.bounds.prefillToDecodeRatio.max, both greater than 0"
+    )]
+    RatioInverted {
+        /// The minimum, as written.
+        min: String,
+        /// The maximum, as written.
+        max: String,
+    },
+    /// A ratio bound on an aggregated graph, whose one pool is both.
+    #[error(
+        "spec.bounds.prefillToDecodeRatio: DynamoGraphDeployment {dgd:?} is aggregated (component {component:?} serves prefill and decode), so it has no ratio to bound; allowed: no spec.bounds.prefillToDecodeRatio"
+    )]
+    RatioOnAggregated {
+        /// The aggregated component.
+        component: String,
+        /// The DGD.
+        dgd: String,
+    },
     /// Per-pool bounds on an aggregated graph, whose one pool is both.
     #[error(
         "spec.bounds.{pool}: DynamoGraphDeployment {dgd:?} is aggregated (component {component:?} serves prefill and decode); allowed: no spec.bounds.prefill or spec.bounds.decode, set spec.bounds.minReplicas and spec.bounds.maxReplicas for its one pool"
@@ -331,6 +351,8 @@ impl PolicyError {
             | Self::BehaviorOutOfRange { .. }
             | Self::PoolBoundsInverted { .. }
             | Self::PoolBoundsOnAggregated { .. }
+            | Self::RatioInverted { .. }
+            | Self::RatioOnAggregated { .. }
             | Self::BudgetBelowMinimum { .. } => "InvalidSpec",
             Self::DynamoNamespaceNotAllowed { .. }
             | Self::PrometheusUrlNotAllowed { .. }

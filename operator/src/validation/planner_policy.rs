@@ -155,6 +155,17 @@ fn check_bounds(spec: &PlannerPolicySpec, errors: &mut Vec<PolicyError>) {
             errors.push(PolicyError::PoolBoundsInverted { pool, min, max });
         }
     }
+    if let Some(planner_api::RatioBounds {
+        min: Some(min),
+        max: Some(max),
+    }) = bounds.prefill_to_decode_ratio
+        && min > max
+    {
+        errors.push(PolicyError::RatioInverted {
+            min: min.to_string(),
+            max: max.to_string(),
+        });
+    }
 }
 
 fn check_behavior(spec: &PlannerPolicySpec, errors: &mut Vec<PolicyError>) {

@@ -247,6 +247,14 @@ fn load_limitation(tick: &LoadDecision, aggregated: bool) -> Limitation {
                 reason = reason.or(Some(LimitReason::MaxReplicas));
                 messages.push(format!("{pool} needs more than maxReplicas {bound}"));
             }
+            LoadReason::Ratio { bound, met } => {
+                reason = reason.or(Some(LimitReason::RatioBound));
+                messages.push(if *met {
+                    format!("{pool} moved for the prefill to decode ratio bound of {bound}")
+                } else {
+                    format!("the prefill to decode ratio bound of {bound} cannot be met")
+                });
+            }
             _ => {}
         }
     }

@@ -93,11 +93,13 @@ pub enum LimitReason {
     BudgetBelowMinimum,
     /// A shared GPU budget granted less than the decision asked for.
     SharedBudget,
+    /// `bounds.prefillToDecodeRatio` moved a pool, or could not be met.
+    RatioBound,
 }
 
 impl LimitReason {
     /// Every reason, for docs and tests.
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 8] = [
         Self::WithinBounds,
         Self::MaxReplicas,
         Self::GpuBudget,
@@ -105,6 +107,7 @@ impl LimitReason {
         Self::StepLimit,
         Self::BudgetBelowMinimum,
         Self::SharedBudget,
+        Self::RatioBound,
     ];
 
     /// The condition reason.
@@ -117,6 +120,7 @@ impl LimitReason {
             Self::StepLimit => "StepLimit",
             Self::BudgetBelowMinimum => "BudgetBelowMinimum",
             Self::SharedBudget => "SharedBudget",
+            Self::RatioBound => "RatioBound",
         }
     }
 }
@@ -156,6 +160,8 @@ impl Limitation {
             LimitReason::GpuBudget
         } else if limits.iter().any(|l| matches!(l, Limit::MaxReplicas { .. })) {
             LimitReason::MaxReplicas
+        } else if limits.iter().any(|l| matches!(l, Limit::Ratio { .. })) {
+            LimitReason::RatioBound
         } else {
             LimitReason::ScaleUpRate
         };

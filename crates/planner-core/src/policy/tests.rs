@@ -30,6 +30,7 @@ fn sla_config(model: SlaModel, max: u32) -> SlaPlannerConfig {
             max_gpu_budget: None,
             prefill_gpus_per_engine: 1,
             decode_gpus_per_engine: 1,
+            ratio: None,
         },
         correction: true,
         predictor: PredictorConfig {

@@ -310,6 +310,7 @@ mod tests {
             max_gpu_budget: Some(24),
             prefill_gpus_per_engine: 4,
             decode_gpus_per_engine: 4,
+            ratio: None,
         };
         // Room in the budget: the pool that needs more grows, the other keeps what it has.
         assert_eq!(never_fewer((3, 2), (2, 2), &limits, false), Some((3, 2)));

@@ -25,6 +25,7 @@ fn config(kind: PredictorKind) -> SlaPlannerConfig {
             max_gpu_budget: Some(8),
             prefill_gpus_per_engine: 1,
             decode_gpus_per_engine: 1,
+            ratio: None,
         },
         correction: true,
         predictor: PredictorConfig {
@@ -68,6 +69,7 @@ fn queueing_config() -> SlaPlannerConfig {
             max_gpu_budget: None,
             prefill_gpus_per_engine: 1,
             decode_gpus_per_engine: 1,
+            ratio: None,
         },
         ..config(PredictorKind::Constant)
     }

@@ -235,6 +235,7 @@ pub fn bridge(args: &BridgeArgs, input: impl BufRead, mut output: impl Write) ->
             max_gpu_budget: args.max_gpu_budget,
             prefill_gpus_per_engine: args.prefill_gpus.unwrap_or(gpus).max(1),
             decode_gpus_per_engine: args.decode_gpus.unwrap_or(gpus).max(1),
+            ratio: None,
         },
         queueing,
         ..SimConfig::default()

@@ -531,6 +531,7 @@ pub fn run_command(args: &BudgetArgs) -> Result<String, BudgetError> {
             max_gpu_budget: None,
             prefill_gpus_per_engine: engine_gpus,
             decode_gpus_per_engine: engine_gpus,
+            ratio: None,
         },
         ..SimConfig::default()
     };

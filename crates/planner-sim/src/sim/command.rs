@@ -474,6 +474,7 @@ impl Setup {
             max_gpu_budget: args.max_gpu_budget,
             prefill_gpus_per_engine: args.prefill_gpus.unwrap_or(gpus).max(1),
             decode_gpus_per_engine: args.decode_gpus.unwrap_or(gpus).max(1),
+            ratio: None,
         };
         let default_sla = SlaTargets::new(args.ttft_ms, args.itl_ms);
         let traces = load_traces(args.suite.as_deref(), &args.trace, default_sla)?;

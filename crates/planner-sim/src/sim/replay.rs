@@ -240,6 +240,7 @@ pub fn replay_traces(args: &ReplayTracesArgs) -> Result<String, ReplayError> {
         max_gpu_budget: None,
         prefill_gpus_per_engine: gpus,
         decode_gpus_per_engine: gpus,
+        ratio: None,
     };
     let mut runs = Vec::new();
     let mut out = String::new();

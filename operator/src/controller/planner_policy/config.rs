@@ -6,7 +6,7 @@ use planner_core::{
     load::LoadConfig,
     policy::{Guards, LoopSettings, Membership},
     predictor::{self, KalmanConfig, PredictorConfig},
-    sla::{Limits, PoolLimits, SlaTargets},
+    sla::{Limits, PoolLimits, RatioLimits, SlaTargets},
     startup::planned_delay,
     state::{self, FastPath, QueueingConfig, SlaPlannerConfig, Stabilisation},
 };
@@ -105,6 +105,10 @@ fn limits(spec: &PlannerPolicySpec, validated: &ValidatedPolicy) -> Limits {
         max_gpu_budget: u32::try_from(spec.bounds.max_gpu_budget).ok(),
         prefill_gpus_per_engine: validated.target.prefill.gpus,
         decode_gpus_per_engine: validated.target.decode.gpus,
+        ratio: spec.bounds.prefill_to_decode_ratio.map(|r| RatioLimits {
+            min: r.min,
+            max: r.max,
+        }),
     }
 }
 
@@ -149,6 +153,7 @@ pub fn load_config(spec: &PlannerPolicySpec, validated: &ValidatedPolicy) -> Loa
         prefill_buffer_intervals: u32::try_from(load.prefill_queue_buffer_intervals).unwrap_or(0),
         prefill: limits.prefill,
         decode: limits.decode,
+        ratio: limits.ratio,
         max_gpu_budget: limits.max_gpu_budget,
         prefill_gpus_per_engine: limits.prefill_gpus_per_engine,
         decode_gpus_per_engine: limits.decode_gpus_per_engine,

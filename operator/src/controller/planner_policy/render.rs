@@ -208,6 +208,7 @@ mod tests {
                 max_gpu_budget: None,
                 prefill_gpus_per_engine: 1,
                 decode_gpus_per_engine: 1,
+                ratio: None,
             },
             correction: true,
             predictor: PredictorConfig {
