@@ -103,16 +103,30 @@ pub struct Counts<'a> {
     pub itl_sum_s: f64,
 }
 
+/// A frontend's counters since it started (what Prometheus scrapes of it).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Totals {
+    /// Requests accepted.
+    arrivals: f64,
+    /// Requests completed.
+    completions: f64,
+    /// Prompt lengths observed, summed, and their count.
+    isl_sum: f64,
+    /// See `isl_sum`.
+    isl_count: f64,
+    /// Output lengths of the completed requests, summed.
+    osl_sum: f64,
+}
+
 /// A replayed frontend's windows.
 #[derive(Clone, Debug)]
 pub struct Frontend {
     window: Window,
     /// Whether request durations are observed (the bridge's samples carry none).
     durations: bool,
-    /// `(t, requests accepted, completed)` since the start, at each mark.
-    history: VecDeque<(f64, f64, f64)>,
-    arrivals_total: f64,
-    completions_total: f64,
+    /// What the frontend counted since the start, at each mark.
+    history: VecDeque<(f64, Totals)>,
+    totals: Totals,
     samples: LoadSamples,
     /// Prefill work done and prefill engine-seconds serving, since the last read.
     prefill_work_s: f64,
@@ -131,9 +145,8 @@ impl Frontend {
         Self {
             window: Window::default(),
             durations,
-            history: VecDeque::from([(0.0, 0.0, 0.0)]),
-            arrivals_total: 0.0,
-            completions_total: 0.0,
+            history: VecDeque::from([(0.0, Totals::default())]),
+            totals: Totals::default(),
             samples: LoadSamples::default(),
             prefill_work_s: 0.0,
             prefill_capacity_s: 0.0,
@@ -143,7 +156,7 @@ impl Frontend {
     /// A request accepted.
     pub fn arrived(&mut self) {
         self.window.arrivals += 1.0;
-        self.arrivals_total += 1.0;
+        self.totals.arrivals += 1.0;
     }
 
     /// A request's first token, `ttft_s` after it arrived.
@@ -155,6 +168,8 @@ impl Frontend {
         w.isl_count += 1.0;
         w.isl.observe(isl);
         w.ttft.observe(ttft_s);
+        self.totals.isl_sum += isl;
+        self.totals.isl_count += 1.0;
     }
 
     /// `count` tokens after the first, each `itl_s` after the one before.
@@ -170,22 +185,26 @@ impl Frontend {
         w.osl_sum += osl;
         w.osl.observe(osl);
         w.duration_sum += duration_s;
-        self.completions_total += 1.0;
+        self.totals.completions += 1.0;
+        self.totals.osl_sum += osl;
     }
 
     /// Counts observed in aggregate (only the prompt lengths listed are observed one by one).
     pub fn add(&mut self, counts: &Counts<'_>) {
         let w = &mut self.window;
         w.arrivals += counts.arrivals;
-        self.arrivals_total += counts.arrivals;
+        self.totals.arrivals += counts.arrivals;
         for &isl in counts.arrival_isl.iter().filter(|v| v.is_finite() && **v >= 0.0) {
             w.isl_sum += isl;
             w.isl_count += 1.0;
             w.isl.observe(isl);
+            self.totals.isl_sum += isl;
+            self.totals.isl_count += 1.0;
         }
         w.completed += counts.completed;
-        self.completions_total += counts.completed;
+        self.totals.completions += counts.completed;
         w.osl_sum += counts.osl_sum;
+        self.totals.osl_sum += counts.osl_sum;
         w.first_tokens += counts.ttft_count;
         w.ttft_sum += counts.ttft_sum_s;
         w.tokens += counts.itl_count;
@@ -225,16 +244,15 @@ impl Frontend {
 
     /// Marks time `t_s`: the counts so far are what a window starting at `t_s` leaves out.
     pub fn mark(&mut self, t_s: f64) {
-        self.history
-            .push_back((t_s, self.arrivals_total, self.completions_total));
-        while self.history.get(1).is_some_and(|(t, _, _)| *t < t_s - HISTORY_S) {
+        self.history.push_back((t_s, self.totals));
+        while self.history.get(1).is_some_and(|(t, _)| *t < t_s - HISTORY_S) {
             self.history.pop_front();
         }
     }
 
     /// Whether the frontend has accepted any request since it started.
     pub fn arrived_any(&self) -> bool {
-        self.arrivals_total > 0.0
+        self.totals.arrivals > 0.0
     }
 
     /// The frontend's metrics since the last call (the operator's interval query), with the
@@ -268,31 +286,35 @@ impl Frontend {
     }
 
     /// The counts of the last `window_s` before `now_s` (from the latest mark at or before its
-    /// start) and the gauges now: what the operator's fast check reads. Request lengths are not
-    /// read over a fast window (NaN).
+    /// start) and the gauges now: what the operator's fast check reads, the window's mean prompt
+    /// and output lengths included (NaN without first tokens or completions in it; no second
+    /// moments, which the fast read does not take).
     pub fn fast_signals(&self, now_s: f64, window_s: f64, gauges: Gauges) -> FastSignals {
         let start = now_s - window_s;
-        let (since, arrivals, completions) = self
+        let (since, then) = self
             .history
             .iter()
             .rev()
-            .find(|(t, _, _)| *t <= start + 1e-9)
+            .find(|(t, _)| *t <= start + 1e-9)
             .or_else(|| self.history.front())
             .copied()
-            .unwrap_or((0.0, 0.0, 0.0));
+            .unwrap_or_default();
+        let now = self.totals;
         let finite = |v: f64| v.is_finite().then_some(v);
+        let mean = |sum: f64, count: f64| if count > 0.0 { sum / count } else { f64::NAN };
+        let completions = now.completions - then.completions;
         FastSignals {
             elapsed_s: 0.0,
             window_s: (now_s - since).max(0.0),
-            arrivals: Some(self.arrivals_total - arrivals),
-            completions: self.completions_total - completions,
+            arrivals: Some(now.arrivals - then.arrivals),
+            completions,
             inflight: finite(gauges.inflight),
             queued: finite(gauges.queued),
             prefill_engines: 0.0,
             decode_engines: None,
-            isl: f64::NAN,
+            isl: mean(now.isl_sum - then.isl_sum, now.isl_count - then.isl_count),
             isl_second_moment: None,
-            osl: f64::NAN,
+            osl: mean(now.osl_sum - then.osl_sum, completions),
             osl_second_moment: None,
         }
     }

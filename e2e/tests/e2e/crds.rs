@@ -235,7 +235,7 @@ async fn a_minimal_policy_reads_back_without_the_blocks_its_mode_does_not_use() 
         );
         assert!(spec["sla"].get("prefillUtilization").is_none(), "{spec:#}");
         // What sla mode uses is there, with its defaults.
-        assert_eq!(spec["sla"]["ttftMs"], json!(500.0), "{spec:#}");
+        assert_eq!(spec["sla"]["ttftMs"].as_f64(), Some(500.0), "{spec:#}");
         assert_eq!(spec["predictor"]["type"], json!("arima"), "{spec:#}");
         assert_eq!(spec["bounds"]["minReplicas"], json!(1), "{spec:#}");
         assert_eq!(

@@ -951,8 +951,9 @@ impl PrometheusClient {
 
     /// What the fast path reads, for every graph this Prometheus holds at once (so the query
     /// rate does not grow with the number of policies): over the last `window_s` seconds, the
-    /// requests accepted and completed, and now the requests in flight and those waiting for or
-    /// in prefill.
+    /// requests accepted and completed and their mean prompt and output lengths (weighted over
+    /// the graph's frontends), and now the requests in flight and those waiting for or in
+    /// prefill.
     pub async fn fast_snapshot(&self, window_s: u64) -> Result<FastSnapshot, MetricsError> {
         let by_graph = |metric: String| format!("sum by (dynamo_namespace, model) ({metric})");
         let completions = self
@@ -980,6 +981,15 @@ impl PrometheusClient {
         let queued = self
             .query(&by_graph(format!("{FRONTEND_PREFIX}_queued_requests")))
             .await?;
+        let mean = |histogram: &str| {
+            format!(
+                "{} / {}",
+                by_graph(increase_query(&format!("{FRONTEND_PREFIX}_{histogram}_sum"), window_s)),
+                by_graph(increase_query(&format!("{FRONTEND_PREFIX}_{histogram}_count"), window_s))
+            )
+        };
+        let isl = self.query(&mean("input_sequence_tokens")).await?;
+        let osl = self.query(&mean("output_sequence_tokens")).await?;
         Ok(FastSnapshot {
             window_s,
             completions,
@@ -987,6 +997,8 @@ impl PrometheusClient {
             inflight,
             prefill_pending,
             queued,
+            isl,
+            osl,
         })
     }
 }
@@ -1028,6 +1040,11 @@ pub struct FastSnapshot {
     prefill_pending: Vec<Sample>,
     /// The deprecated `queued_requests`, for frontends without the stage gauges.
     queued: Vec<Sample>,
+    /// Mean prompt length of the window's first tokens, and mean output length of its
+    /// completions, by graph and model.
+    isl: Vec<Sample>,
+    /// See `isl`.
+    osl: Vec<Sample>,
 }
 
 impl FastSnapshot {
@@ -1038,6 +1055,10 @@ impl FastSnapshot {
         let of = |samples: &[Sample]| {
             let graph: Vec<Sample> = samples.iter().filter(in_graph).cloned().collect();
             sum_of(&graph, &filter.model)
+        };
+        let of_mean = |samples: &[Sample]| {
+            let graph: Vec<Sample> = samples.iter().filter(in_graph).cloned().collect();
+            mean_of(&graph, &filter.model).filter(|v| v.is_finite())
         };
         let pending = self
             .prefill_pending
@@ -1054,9 +1075,9 @@ impl FastSnapshot {
             queued: pending.or_else(|| of(&self.queued)),
             prefill_engines: 0.0,
             decode_engines: None,
-            isl: f64::NAN,
+            isl: of_mean(&self.isl).unwrap_or(f64::NAN),
             isl_second_moment: None,
-            osl: f64::NAN,
+            osl: of_mean(&self.osl).unwrap_or(f64::NAN),
             osl_second_moment: None,
         })
     }
@@ -1318,9 +1339,17 @@ mod tests {
             inflight: vector(&[("llm-llama-disagg", "llama-3.1-8b", 55.0)]),
             prefill_pending: vec![],
             queued: vec![],
+            isl: vector(&[
+                ("llm-llama-disagg", "llama-3.1-8b", 3000.0),
+                ("other", "llama-3.1-8b", 90.0),
+            ]),
+            osl: vec![],
         };
         let signals = snapshot.signals(&filter()).unwrap();
         assert_eq!(signals.completions, 40.0);
+        // The window's lengths, where the graph has them.
+        assert_eq!(signals.isl, 3000.0);
+        assert!(signals.osl.is_nan());
         assert_eq!(signals.arrivals, Some(90.0));
         assert_eq!(signals.inflight, Some(55.0));
         assert_eq!(signals.queued, None);
@@ -1731,6 +1760,8 @@ mod tests {
             inflight: vec![],
             prefill_pending: vec![sample("other", None, 99.0), sample("llm-llama-disagg", None, 3.0)],
             queued: vec![sample("llm-llama-disagg", Some("llama-3.1-8b"), 30.0)],
+            isl: vec![],
+            osl: vec![],
         };
         assert_eq!(snapshot.signals(&filter()).unwrap().queued, Some(3.0));
         snapshot.prefill_pending.clear();
