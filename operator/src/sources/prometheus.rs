@@ -984,8 +984,14 @@ impl PrometheusClient {
         let mean = |histogram: &str| {
             format!(
                 "{} / {}",
-                by_graph(increase_query(&format!("{FRONTEND_PREFIX}_{histogram}_sum"), window_s)),
-                by_graph(increase_query(&format!("{FRONTEND_PREFIX}_{histogram}_count"), window_s))
+                by_graph(increase_query(
+                    &format!("{FRONTEND_PREFIX}_{histogram}_sum"),
+                    window_s
+                )),
+                by_graph(increase_query(
+                    &format!("{FRONTEND_PREFIX}_{histogram}_count"),
+                    window_s
+                ))
             )
         };
         let isl = self.query(&mean("input_sequence_tokens")).await?;

@@ -5,10 +5,10 @@
 use planner_api::{CorrectionFactors, ObservedLoad, PredictedLoad};
 use planner_core::{
     load::LoadSamples,
-    policy::{Decision, Limitation, MetricsState},
+    policy::{Decision, MetricsState},
 };
 
-use super::status::{METRICS_AVAILABLE, SCALING_LIMITED, finite};
+use super::status::{self, METRICS_AVAILABLE, finite};
 use crate::{
     controller::conditions::DesiredCondition,
     sources::prometheus::{KvReading, KvUsageSource},
@@ -48,7 +48,7 @@ pub fn render(decision: &Decision, origin: &MetricsOrigin, kv: Option<&KvReading
         conditions.push(metrics_condition(metrics, decision, origin, kv));
     }
     if let Some(limitation) = &decision.limitation {
-        conditions.push(scaling_limited(limitation));
+        conditions.push(status::limited_condition(limitation));
     }
     let observed = decision.observed.as_ref().map(|o| ObservedLoad {
         requests: finite(o.arrivals.unwrap_or(o.num_req)),
@@ -99,15 +99,6 @@ fn load_observed(samples: &LoadSamples) -> Option<ObservedLoad> {
         prefill_queue: queue,
         ..ObservedLoad::default()
     })
-}
-
-/// The `ScalingLimited` condition of a limitation.
-pub fn scaling_limited(limitation: &Limitation) -> DesiredCondition {
-    if limitation.limited() {
-        DesiredCondition::met(SCALING_LIMITED, limitation.reason.as_str(), &limitation.message)
-    } else {
-        DesiredCondition::unmet(SCALING_LIMITED, limitation.reason.as_str(), &limitation.message)
-    }
 }
 
 fn metrics_condition(
@@ -185,7 +176,7 @@ mod tests {
     };
 
     use super::*;
-    use crate::controller::planner_policy::status::{self, READY};
+    use crate::controller::planner_policy::status::{READY, SCALING_LIMITED};
 
     fn origin() -> MetricsOrigin {
         MetricsOrigin {

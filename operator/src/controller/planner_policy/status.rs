@@ -76,7 +76,16 @@ pub enum BudgetOutcome {
 
 /// The `ScalingLimited` condition for a decision's limits (minimums are not limitations).
 pub fn scaling_limited(limits: &[Limit]) -> DesiredCondition {
-    super::render::scaling_limited(&planner_core::policy::Limitation::of(limits))
+    limited_condition(&planner_core::policy::Limitation::of(limits))
+}
+
+/// The `ScalingLimited` condition of a limitation.
+pub fn limited_condition(limitation: &planner_core::policy::Limitation) -> DesiredCondition {
+    if limitation.limited() {
+        DesiredCondition::met(SCALING_LIMITED, limitation.reason.as_str(), &limitation.message)
+    } else {
+        DesiredCondition::unmet(SCALING_LIMITED, limitation.reason.as_str(), &limitation.message)
+    }
 }
 
 /// The status after an interval: previous fields kept unless the outcome replaces them.
