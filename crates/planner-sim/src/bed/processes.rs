@@ -115,12 +115,16 @@ pub struct Launcher {
 }
 
 /// Env variables passed from a pod's main container to its process: the Dynamo namespaces
-/// NVIDIA's operator (or this one) sets. The rest of a pod's env is for the engine it names
-/// (vLLM, topology files on a volume) and has no meaning for a process on this host.
-const PASSED_ENV: [&str; 3] = [
+/// NVIDIA's operator (or this one) sets, the frontend's request-migration limit and a worker's
+/// shutdown grace period (what a scale-down does to requests in flight). The rest of a pod's env
+/// is for the engine it names (vLLM, topology files on a volume) and has no meaning for a process
+/// on this host.
+const PASSED_ENV: [&str; 5] = [
     "DYN_NAMESPACE",
     "DYN_NAMESPACE_PREFIX",
     "DYN_NAMESPACE_WORKER_SUFFIX",
+    "DYN_MIGRATION_LIMIT",
+    "DYN_GRACEFUL_SHUTDOWN_GRACE_PERIOD_SECS",
 ];
 
 /// Frontend flags the bed sets itself (with their value): where to listen and how to discover
@@ -785,7 +789,8 @@ mod tests {
             Role::Frontend,
             json!({"name": "main", "args": ["--router-mode", "kv", "--http-port", "8080", "--request-plane=nats"],
                    "env": [{"name": "DYN_NAMESPACE", "value": "ns-llama"}, {"name": "DYN_LOG", "value": "debug"},
-                           {"name": "DYN_TOPOLOGY_ENABLED", "value": "true"}]}),
+                           {"name": "DYN_TOPOLOGY_ENABLED", "value": "true"},
+                           {"name": "DYN_MIGRATION_LIMIT", "value": "3"}]}),
         );
         let line = launcher().command_line(&pod, 41000);
         assert_eq!(line.module, "dynamo.frontend");
@@ -810,6 +815,8 @@ mod tests {
         assert_eq!(env(&line, "DYN_DISCOVERY_BACKEND").as_deref(), Some("file"));
         assert_eq!(env(&line, "DYN_FILE_KV").as_deref(), Some("/bed/discovery"));
         assert_eq!(env(&line, "DYN_TOPOLOGY_ENABLED"), None);
+        // What the frontend does with requests in flight on a worker that goes.
+        assert_eq!(env(&line, "DYN_MIGRATION_LIMIT").as_deref(), Some("3"));
         // No --http-port in the pod: Dynamo's default.
         let bare = replica(Role::Frontend, json!({"name": "main"}));
         assert_eq!(launcher().command_line(&bare, 1).pod_port, Some(8000));

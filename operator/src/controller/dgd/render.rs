@@ -112,6 +112,28 @@ pub fn selector_labels(dgd: &str, component: &str) -> BTreeMap<String, String> {
     ])
 }
 
+/// The frontend's request-migration limit when the graph sets none (`DYN_MIGRATION_LIMIT`).
+pub const ENV_MIGRATION_LIMIT: &str = "DYN_MIGRATION_LIMIT";
+
+/// Dynamo's frontend retries a request on another worker when the worker serving it goes (a
+/// crash, or a scale-down's SIGTERM whose grace period ran out) only with a migration limit above
+/// 0, and the limit is 0 unless set: without one every scale-down can fail requests in flight.
+/// 3 is the value Dynamo's fault-tolerance guide starts with.
+const DEFAULT_MIGRATION_LIMIT: &str = "3";
+
+/// Env a main container gets unless the graph's `spec.env` or the container sets it: the first
+/// layer, so both replace it.
+fn default_env(component: &Component) -> Vec<EnvVar> {
+    match component.kind {
+        Some(ComponentType::Frontend) => vec![EnvVar {
+            name: ENV_MIGRATION_LIMIT.into(),
+            value: Some(DEFAULT_MIGRATION_LIMIT.into()),
+            value_from: None,
+        }],
+        _ => Vec::new(),
+    }
+}
+
 /// Env every main container gets from the operator, after the graph's `spec.env` and before the
 /// container's own (which win on duplicates, being later).
 fn operator_env(dgd: &str, namespace: &str, component: &Component) -> Vec<EnvVar> {
@@ -312,6 +334,7 @@ fn render_pod_template(
         });
     }
     main.env = Some(merge_env([
+        default_env(component),
         graph_env.to_vec(),
         operator_env(dgd, namespace, component),
         main.env.take().unwrap_or_default(),
@@ -447,6 +470,43 @@ mod tests {
     }
 
     #[test]
+    fn the_frontend_migrates_requests_unless_the_graph_or_container_says_otherwise() {
+        let limit = |dgd: &DynamoGraphDeployment| {
+            let env = env_of(&render(dgd, None).unwrap().deployments[0]);
+            let values: Vec<String> = env
+                .into_iter()
+                .filter(|(n, _)| n == ENV_MIGRATION_LIMIT)
+                .map(|(_, v)| v)
+                .collect();
+            values
+        };
+        let mut dgd = sample();
+        assert_eq!(limit(&dgd), ["3"]);
+        // Workers do not read it.
+        let prefill = env_of(&render(&dgd, None).unwrap().deployments[1]);
+        assert!(prefill.iter().all(|(n, _)| n != ENV_MIGRATION_LIMIT));
+        let set = |value: &str| {
+            Some(vec![EnvVar {
+                name: ENV_MIGRATION_LIMIT.into(),
+                value: Some(value.into()),
+                value_from: None,
+            }])
+        };
+        dgd.spec.env = set("0");
+        assert_eq!(limit(&dgd), ["0"]);
+        dgd.spec.components[0]
+            .pod_template
+            .as_mut()
+            .unwrap()
+            .spec
+            .as_mut()
+            .unwrap()
+            .containers[0]
+            .env = set("5");
+        assert_eq!(limit(&dgd), ["5"]);
+    }
+
+    #[test]
     fn pods_carry_what_the_dynamo_pod_monitors_select_and_scrape() {
         let mut dgd = sample();
         // A container that names its own system port keeps it; a pod template may turn metrics off.
@@ -577,6 +637,11 @@ mod tests {
                 ["prefill", "decode", "worker"].contains(&labels[LABEL_COMPONENT_TYPE].as_str().unwrap());
             labels.insert(LABEL_METRICS_ENABLED.into(), "true".into());
             labels.insert(LABEL_DYNAMO_NAMESPACE.into(), "llm-llama-disagg".into());
+            if labels[LABEL_COMPONENT_TYPE] == "frontend" {
+                // And the frontend's request migration, first.
+                let env = template["spec"]["containers"][0]["env"].as_array_mut().unwrap();
+                env.insert(0, serde_json::json!({"name": "DYN_MIGRATION_LIMIT", "value": "3"}));
+            }
             if worker {
                 let main = &mut template["spec"]["containers"][0];
                 let env = main["env"].as_array_mut().unwrap();
