@@ -640,7 +640,10 @@ mod tests {
             if labels[LABEL_COMPONENT_TYPE] == "frontend" {
                 // And the frontend's request migration, first.
                 let env = template["spec"]["containers"][0]["env"].as_array_mut().unwrap();
-                env.insert(0, serde_json::json!({"name": "DYN_MIGRATION_LIMIT", "value": "3"}));
+                env.insert(
+                    0,
+                    serde_json::json!({"name": "DYN_MIGRATION_LIMIT", "value": "3"}),
+                );
             }
             if worker {
                 let main = &mut template["spec"]["containers"][0];
