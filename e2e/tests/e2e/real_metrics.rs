@@ -341,3 +341,80 @@ async fn requests_waiting_for_an_aggregated_engine_are_a_backlog() -> Result<()>
     assert_eq!(load.await?, 0, "requests failed");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_prometheus_that_lost_its_storage_does_not_count_a_frontends_lifetime() -> Result<()> {
+    let bed = Bed::start(
+        "e2e-real-fresh-tsdb",
+        &[],
+        &[Engine::new(Mode::Prefill), Engine::new(Mode::Decode)],
+    )
+    .await?;
+    // Longer than the new Prometheus takes to be judged in, so its first scrape is in the
+    // window; the frontend must be older.
+    let window_s = 30;
+    let ns = bed.dynamo_namespace.clone();
+    // The earlier read: a series first seen in the window counted from zero, whatever was new.
+    let earlier = format!(
+        "sum((increase(dynamo_frontend_requests_total{{dynamo_namespace=\"{ns}\"}}[{window_s}s]) \
+         unless (max_over_time(dynamo_frontend_requests_total{{dynamo_namespace=\"{ns}\"}}[{window_s}s]) \
+         unless dynamo_frontend_requests_total{{dynamo_namespace=\"{ns}\"}} offset {window_s}s)) \
+         or (max_over_time(dynamo_frontend_requests_total{{dynamo_namespace=\"{ns}\"}}[{window_s}s]) \
+         unless dynamo_frontend_requests_total{{dynamo_namespace=\"{ns}\"}} offset {window_s}s))"
+    );
+    {
+        let first = Prometheus::start_jobs(&jobs(&bed), 1).await?;
+        let client = PrometheusClient::new(&first.url, Duration::from_secs(10))?;
+        scraped(&client, &bed).await?;
+        let failed = dynamo::replay(&bed.frontend_addr, &load(40, 40, 8, 0.05)).await;
+        assert_eq!(failed, 0, "requests failed");
+        first.scraped_since(jobs(&bed).len(), unix_now(), 3).await?;
+        let (seen, _) = observed(&client, &bed, 30).await?;
+        assert_eq!(seen.num_req, 40.0, "{seen:?}");
+        // Dropped: stopped, its storage removed.
+    }
+    // A Prometheus without that storage (a restart without a volume; a PodMonitor added to a
+    // running graph is the same) finds the frontend, older than the window, at its lifetime
+    // totals.
+    let fresh = Prometheus::start_jobs(&jobs(&bed), 1).await?;
+    let client = PrometheusClient::new(&fresh.url, Duration::from_secs(10))?;
+    let uptime =
+        format!("max(dynamo_component_uptime_seconds{{dynamo_namespace=\"{ns}\",job=\"dynamo-frontend\"}})");
+    poll_until(
+        "the frontend's uptime, beyond the window, in the new Prometheus",
+        Duration::from_secs(60),
+        || async {
+            Ok(value(&client, &uptime)
+                .await?
+                .is_some_and(|u| u > window_s as f64 + 2.0))
+        },
+    )
+    .await?;
+    fresh.scraped_since(jobs(&bed).len(), unix_now(), 3).await?;
+    let (found, _) = observed(&client, &bed, window_s).await?;
+    assert_eq!(found.num_req, 0.0, "{found:?}");
+    assert_eq!(found.arrivals, Some(0.0), "{found:?}");
+    assert_eq!(
+        value(&client, &earlier).await?,
+        Some(40.0),
+        "the earlier read counts the frontend's lifetime"
+    );
+    // What the frontend serves from then on counts, and so does a label set it creates.
+    prometheus_sees_new_requests(&client, &fresh, &bed, window_s).await
+}
+
+/// Five requests after the new Prometheus found the frontend are the window's five.
+async fn prometheus_sees_new_requests(
+    client: &PrometheusClient,
+    prometheus: &Prometheus,
+    bed: &Bed,
+    window_s: u64,
+) -> Result<()> {
+    let failed = dynamo::replay(&bed.frontend_addr, &load(5, 40, 8, 0.1)).await;
+    assert_eq!(failed, 0, "requests failed");
+    prometheus.scraped_since(jobs(bed).len(), unix_now(), 2).await?;
+    let (after, _) = observed(client, bed, window_s).await?;
+    // `increase` extrapolates its samples to the window: about five, far from 45.
+    assert!(after.num_req > 4.5 && after.num_req < 7.0, "{after:?}");
+    Ok(())
+}

@@ -49,14 +49,43 @@ fn graph(dynamo_namespace: &str) -> String {
     format!("dynamo_namespace={}", quote(dynamo_namespace))
 }
 
-/// `increase(series[window])` per series, counting from zero: a counter series that appeared
-/// within the window (the frontend creates a label set on its first use, so a new graph's first
-/// requests, a first error, or a restarted frontend start one) counts its last value, all of it
-/// counted since it started at zero, where `increase` would miss what it held at its first
-/// sample.
+/// The gauge of a Dynamo process's age (its distributed runtime's uptime): what tells a
+/// frontend that started within the window from one Prometheus only just found.
+pub const UPTIME_GAUGE: &str = "dynamo_component_uptime_seconds";
+
+/// `increase(series[window])` per series, counting a series new to the frontend from zero: a
+/// counter series that appeared within the window (the frontend creates a label set on its first
+/// use, so a new graph's first requests, a first error, or a restarted frontend start one)
+/// counts its last value, all of it counted since it started at zero, where `increase` would
+/// miss what it held at its first sample.
+///
+/// A series is new to Prometheus, not to the frontend, when Prometheus only began scraping its
+/// target within the window (a restart without storage, a PodMonitor added to a running graph)
+/// and the series was there at every successful scrape since, while the frontend's
+/// [`UPTIME_GAUGE`] says it started before the window: its last value is the frontend's
+/// lifetime, so it counts what `increase` sees. The target is matched on `instance` and `job`,
+/// which every series of a scrape shares; a frontend without the gauge, or a scrape that gives
+/// `up` none of the series' labels, keeps counting from zero.
 pub fn increase_query(series: &str, window_s: u64) -> String {
-    let born = format!("(max_over_time({series}[{window_s}s]) unless {series} offset {window_s}s)");
-    format!("(increase({series}[{window_s}s]) unless {born} or {born})")
+    let w = format!("[{window_s}s]");
+    // The series' own label matchers, for the target's `up` and uptime (every target of a
+    // graph's scrape carries the graph's Dynamo namespace; the fast read, over all graphs, takes
+    // the targets that carry one).
+    let selector = match series.find('{') {
+        Some(at) => &series[at..],
+        None => "{dynamo_namespace!=\"\"}",
+    };
+    let born = format!("(max_over_time({series}{w}) unless {series} offset {window_s}s)");
+    let up = format!("up{selector}");
+    let since_first_scrape =
+        format!("(count_over_time({series}{w}) >= on (instance, job) group_left sum_over_time({up}{w}))");
+    let target_new = format!("(max_over_time({up}{w}) unless {up} offset {window_s}s)");
+    let frontend_older = format!("({UPTIME_GAUGE}{selector} > {window_s})");
+    let found = format!(
+        "({since_first_scrape} and on (instance, job) {target_new} and on (instance, job) {frontend_older})"
+    );
+    let new = format!("({born} unless {found})");
+    format!("(increase({series}{w}) unless {new} or {new})")
 }
 
 /// The PromQL mean of a frontend histogram over the window, per model, over all the graph's
@@ -1194,12 +1223,21 @@ mod tests {
     }
 
     #[test]
-    fn a_series_born_in_the_window_counts_from_zero() {
-        // `increase` alone misses what a new label set held at its first sample.
+    fn a_series_born_in_the_window_counts_from_zero_unless_only_prometheus_is_new() {
+        // `increase` alone misses what a new label set held at its first sample; a series there
+        // since the first scrape of a target new to Prometheus, of a frontend older than the
+        // window, is the frontend's lifetime.
+        let born = "(max_over_time(c{a=\"b\"}[60s]) unless c{a=\"b\"} offset 60s)";
+        let found = "((count_over_time(c{a=\"b\"}[60s]) >= on (instance, job) group_left sum_over_time(up{a=\"b\"}[60s])) \
+                     and on (instance, job) (max_over_time(up{a=\"b\"}[60s]) unless up{a=\"b\"} offset 60s) \
+                     and on (instance, job) (dynamo_component_uptime_seconds{a=\"b\"} > 60))";
+        let new = format!("({born} unless {found})");
         assert_eq!(
             increase_query("c{a=\"b\"}", 60),
-            "(increase(c{a=\"b\"}[60s]) unless (max_over_time(c{a=\"b\"}[60s]) unless c{a=\"b\"} offset 60s) or (max_over_time(c{a=\"b\"}[60s]) unless c{a=\"b\"} offset 60s))"
+            format!("(increase(c{{a=\"b\"}}[60s]) unless {new} or {new})")
         );
+        // Over every graph: the targets that carry a Dynamo namespace.
+        assert!(increase_query("c", 60).contains("up{dynamo_namespace!=\"\"}[60s]"));
     }
 
     #[test]
