@@ -120,6 +120,15 @@ pub struct GraphComponent {
     pub main_args: Vec<String>,
 }
 
+/// Where a pool's GPUs per replica were read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuSource {
+    /// The DGD's current status (`status.components[*].gpusPerReplica`).
+    Status,
+    /// The main container's `nvidia.com/gpu` limit or request.
+    PodResources,
+}
+
 /// Replica counts NVIDIA's operator (or this one) reports for a component in
 /// `status.components` (v1beta1) or `status.services` (v1alpha1).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -132,6 +141,12 @@ pub struct ComponentCounts {
     pub available: Option<i32>,
     /// Replicas that run the current spec (`updatedReplicas`).
     pub updated: Option<i32>,
+    /// GPUs one replica holds, sidecars and DRA claims included (`gpusPerReplica`, which
+    /// NVIDIA's operator publishes since Dynamo 1.6); `None` when not reported or not a whole
+    /// number above 0.
+    pub gpus_per_replica: Option<u32>,
+    /// GPUs one engine of a replica uses (`gpusPerEngine`); likewise.
+    pub gpus_per_engine: Option<u32>,
 }
 
 impl ComponentCounts {
@@ -283,6 +298,13 @@ impl TargetGraph {
                                 .and_then(Value::as_i64)
                                 .and_then(|n| i32::try_from(n).ok())
                         };
+                        let positive = |field: &str| {
+                            counts
+                                .get(field)
+                                .and_then(Value::as_u64)
+                                .and_then(|n| u32::try_from(n).ok())
+                                .filter(|n| *n > 0)
+                        };
                         (
                             name.clone(),
                             ComponentCounts {
@@ -290,6 +312,8 @@ impl TargetGraph {
                                 ready: count("readyReplicas"),
                                 available: count("availableReplicas"),
                                 updated: count("updatedReplicas"),
+                                gpus_per_replica: positive("gpusPerReplica"),
+                                gpus_per_engine: positive("gpusPerEngine"),
                             },
                         )
                     })
@@ -353,6 +377,23 @@ impl TargetGraph {
     /// The component named `name`.
     pub fn component(&self, name: &str) -> Option<&GraphComponent> {
         self.components.iter().find(|c| c.name == name)
+    }
+
+    /// GPUs one replica of `component` holds, and where the count comes from: the status's
+    /// `gpusPerReplica` when reported and current (the status describes this generation), which
+    /// counts what pod resources cannot (a sidecar's GPU, a DRA claim); else the main
+    /// container's resources (1 when it asks for none). `None` for a component not in the spec.
+    pub fn gpus_per_replica(&self, component: &str) -> Option<(Result<u32, BadGpuQuantity>, GpuSource)> {
+        let from_status = self
+            .status_components
+            .get(component)
+            .and_then(|counts| counts.gpus_per_replica)
+            .filter(|_| self.generation_observed() && self.observed_generation.is_some());
+        let spec = self.component(component)?;
+        Some(match from_status {
+            Some(gpus) => (Ok(gpus), GpuSource::Status),
+            None => (spec.gpus.clone(), GpuSource::PodResources),
+        })
     }
 
     /// Replicas of `component` serving, from `status.components`; `None` when not reported.
@@ -787,12 +828,56 @@ mod tests {
     }
 
     #[test]
+    fn gpus_per_replica_come_from_a_current_status_else_the_pod_resources() {
+        let graph = |observed: i64, status: serde_json::Value| {
+            TargetGraph::from_value(&json!({
+                "apiVersion": "nvidia.com/v1beta1",
+                "kind": "DynamoGraphDeployment",
+                "metadata": {"name": "g", "namespace": "ns", "generation": 3},
+                "spec": {"components": [{
+                    "name": "decode", "type": "decode",
+                    "podTemplate": {"spec": {"containers": [{"name": "main",
+                        "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}}
+                }]},
+                "status": {"observedGeneration": observed, "components": {"decode": status}}
+            }))
+            .unwrap()
+        };
+        // A sidecar's GPU (or a DRA claim) the main container's resources do not show.
+        let current = graph(3, json!({"replicas": 2, "gpusPerReplica": 5, "gpusPerEngine": 4}));
+        assert_eq!(
+            current.gpus_per_replica("decode"),
+            Some((Ok(5), GpuSource::Status))
+        );
+        assert_eq!(current.status_components["decode"].gpus_per_engine, Some(4));
+        // A status of an earlier generation may describe another pod template.
+        let stale = graph(2, json!({"gpusPerReplica": 5}));
+        assert_eq!(
+            stale.gpus_per_replica("decode"),
+            Some((Ok(4), GpuSource::PodResources))
+        );
+        // Without the fields (NVIDIA's operator before Dynamo 1.6), or with nonsense in them.
+        for status in [
+            json!({"replicas": 2}),
+            json!({"gpusPerReplica": 0}),
+            json!({"gpusPerReplica": "x"}),
+        ] {
+            assert_eq!(
+                graph(3, status).gpus_per_replica("decode"),
+                Some((Ok(4), GpuSource::PodResources))
+            );
+        }
+        assert_eq!(current.gpus_per_replica("prefill"), None);
+    }
+
+    #[test]
     fn counts_prefer_available_then_ready() {
         let counts = |ready, available| ComponentCounts {
             replicas: Some(3),
             ready,
             available,
             updated: Some(3),
+            ..ComponentCounts::default()
         };
         assert_eq!(counts(Some(2), Some(3)).serving(), Some(3));
         assert_eq!(counts(Some(2), Some(0)).serving(), Some(2));

@@ -427,7 +427,7 @@ pub fn validate_target(
     let mut errors = Vec::new();
     let mut pool = |pool: Pool, name: &str| -> PoolTarget {
         let component = graph.component(name);
-        let gpus = match component.map(|c| c.gpus.clone()) {
+        let gpus = match graph.gpus_per_replica(name).map(|(gpus, _)| gpus) {
             Some(Err(bad)) => {
                 errors.push(PolicyError::BadGpuCount {
                     pool,
@@ -1023,6 +1023,19 @@ mod tests {
             errors[0].to_string(),
             "spec.components.decode: component \"decode\" asks for \"half\" nvidia.com/gpu in its main container; allowed: a whole number of GPUs, 1 or more"
         );
+        // A current status's count wins over the pod resources (a replica's sidecar GPU).
+        set_requests(&mut dgd, "4");
+        let mut graph = view(&dgd);
+        graph.observed_generation = graph.generation.or(Some(1));
+        graph.status_components.insert(
+            "decode".into(),
+            crate::target::ComponentCounts {
+                gpus_per_replica: Some(5),
+                ..Default::default()
+            },
+        );
+        let target = validate_target(&policy("plannerpolicy-sla.yaml"), &graph).unwrap();
+        assert_eq!(target.decode.gpus, 5);
     }
 
     #[test]
