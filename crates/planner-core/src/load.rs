@@ -69,6 +69,11 @@ pub struct LoadSamples {
     /// so decode is not scaled down on it.
     #[serde(default)]
     pub decode_kv_lower_bound: bool,
+    /// The share of prefill engines busy (0..1): requests in prefill, at most one per engine,
+    /// over the engines. Empty when the frontend does not say (then a prefill scale-down is
+    /// judged on the queue alone, as Dynamo's first planner judges it).
+    #[serde(default)]
+    pub prefill_busy: Vec<f64>,
 }
 
 /// Why a pool moved or stayed.
@@ -117,9 +122,17 @@ pub enum LoadReason {
         bound: u32,
     },
     /// Low load, but the engines left after one fewer would be above the scale-up threshold
-    /// (aggregated pools).
+    /// (KV usage, decode and aggregated pools).
     WouldRefill {
         /// The usage of the engines left.
+        projected: f64,
+    },
+    /// A short prefill queue, but the engines left after one fewer would be busier than they
+    /// can stay without queueing past the scale-up threshold.
+    WouldQueue {
+        /// The share of the engines left that would be busy.
+        busy: f64,
+        /// Their projected queue per engine (infinite at or above full).
         projected: f64,
     },
     /// One more replica would exceed the GPU budget.
@@ -307,6 +320,17 @@ fn pool_words(
             "{shown} below {down}, but one fewer would leave the others at {}, above {up}",
             measure.value(*projected)
         ),
+        LoadReason::WouldQueue { busy, projected } => {
+            let queue = if projected.is_finite() {
+                format!("a queue of {} per engine", measure.value(*projected))
+            } else {
+                "a queue that never drains".to_string()
+            };
+            format!(
+                "{shown} below {down}, but one fewer would leave the others {:.0}% busy, {queue}, above {up}",
+                busy * 100.0
+            )
+        }
         LoadReason::Ratio { bound, met: true } => {
             format!("{shown}; moved for the prefill to decode ratio bound of {bound}")
         }
@@ -358,7 +382,9 @@ impl LoadPlanner {
             return skip(LoadSkip::NoWorkers);
         }
         let per_worker = queue / f64::from(prefill);
-        let (new_prefill, prefill_reason) = prefill_step(config, prefill, decode, per_worker, queue, samples);
+        let busy = mean(&samples.prefill_busy).map(|b| b.clamp(0.0, 1.0));
+        let (new_prefill, prefill_reason) =
+            prefill_step(config, prefill, decode, per_worker, queue, busy, samples);
         let (new_decode, decode_reason) = decode_step(
             config,
             new_prefill,
@@ -536,6 +562,7 @@ fn prefill_step(
     decode: u32,
     per_worker: f64,
     queue: f64,
+    busy: Option<f64>,
     samples: &LoadSamples,
 ) -> (u32, LoadReason) {
     if per_worker > config.queue_scale_up {
@@ -580,7 +607,19 @@ fn prefill_step(
             )
         }
     } else if per_worker < config.queue_scale_down {
-        if prefill > config.prefill.min {
+        let consolidated = busy.and_then(|busy| consolidated_queue(busy, prefill));
+        if prefill <= config.prefill.min {
+            (
+                prefill,
+                LoadReason::AtMinimum {
+                    bound: config.prefill.min,
+                },
+            )
+        } else if let Some((busy, projected)) =
+            consolidated.filter(|(_, projected)| *projected >= config.queue_scale_up)
+        {
+            (prefill, LoadReason::WouldQueue { busy, projected })
+        } else {
             (
                 prefill - 1,
                 LoadReason::ScaleDown {
@@ -588,17 +627,26 @@ fn prefill_step(
                     threshold: config.queue_scale_down,
                 },
             )
-        } else {
-            (
-                prefill,
-                LoadReason::AtMinimum {
-                    bound: config.prefill.min,
-                },
-            )
         }
     } else {
         (prefill, LoadReason::Steady)
     }
+}
+
+/// The busy share of the engines left when `engines` engines `busy` busy become one fewer, and
+/// the queue per engine they would hold: the M/D/1 mean queue `ρ² / (2 (1 − ρ))` (requests
+/// arriving at random, each prompt's prefill about as long as the next), infinite at or above
+/// full. `None` with a single engine (nothing to consolidate into).
+fn consolidated_queue(busy: f64, engines: u32) -> Option<(f64, f64)> {
+    (engines > 1).then(|| {
+        let left = busy * f64::from(engines) / f64::from(engines - 1);
+        let queue = if left < 1.0 {
+            left * left / (2.0 * (1.0 - left))
+        } else {
+            f64::INFINITY
+        };
+        (left, queue)
+    })
 }
 
 /// Decode: one more when the KV-cache usage is above its threshold, one fewer below the
@@ -641,6 +689,16 @@ fn decode_step(
             (decode, LoadReason::LowerBound { load: kv })
         } else if grace > 0 {
             (decode, LoadReason::GracePeriod { remaining: grace })
+        } else if decode > config.decode.min
+            && kv * f64::from(decode) / f64::from(decode - 1) >= config.kv_scale_up
+        {
+            // The engines left would hold the pool's KV cache above the scale-up threshold.
+            (
+                decode,
+                LoadReason::WouldRefill {
+                    projected: kv * f64::from(decode) / f64::from(decode - 1),
+                },
+            )
         } else if decode > config.decode.min {
             (
                 decode - 1,
@@ -671,7 +729,65 @@ mod tests {
             prefill_queue: queue.to_vec(),
             decode_kv_usage: kv.to_vec(),
             decode_kv_lower_bound: false,
+            prefill_busy: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_prefill_scale_down_waits_until_the_engines_left_carry_the_load() {
+        let config = LoadConfig::default();
+        let with_busy = |queue: f64, busy: f64| LoadSamples {
+            prefill_busy: vec![busy, busy],
+            ..samples(&[queue, queue], &[0.6])
+        };
+        // Two engines 70 % busy with a short queue: one would be 140 % busy, its queue never
+        // drains. Dynamo's first planner (the queue alone) cut one here, then added it back.
+        let held = LoadPlanner::default().tick(&config, 2, 1, &with_busy(0.1, 0.7));
+        assert_eq!(held.prefill, 2, "{held:?}");
+        assert!(
+            matches!(held.prefill_reason, LoadReason::WouldQueue { busy, projected }
+                if (busy - 1.4).abs() < 1e-9 && projected.is_infinite()),
+            "{held:?}"
+        );
+        assert!(
+            held.explain(&config, (2, 1), false)
+                .contains("one fewer would leave the others 140% busy")
+        );
+        let queue_alone = LoadPlanner::default().tick(&config, 2, 1, &samples(&[0.1, 0.1], &[0.6]));
+        assert_eq!(queue_alone.prefill, 1);
+        // 35 % busy: the one left, 70 % busy, would queue 0.82 per engine, above 0.5.
+        let near = LoadPlanner::default().tick(&config, 2, 1, &with_busy(0.0, 0.35));
+        assert_eq!(near.prefill, 2, "{near:?}");
+        // 25 %: it would be 50 % busy and queue 0.25: one fewer.
+        let idle = LoadPlanner::default().tick(&config, 2, 1, &with_busy(0.0, 0.25));
+        assert_eq!(idle.prefill, 1, "{idle:?}");
+        assert!(matches!(idle.prefill_reason, LoadReason::ScaleDown { .. }));
+        // Of many engines the last one's share is small: 8 engines 60 % busy leave 7 at 69 %.
+        let many = LoadPlanner::default().tick(
+            &config,
+            8,
+            1,
+            &LoadSamples {
+                prefill_busy: vec![0.6],
+                ..samples(&[0.0], &[0.6])
+            },
+        );
+        assert_eq!(many.prefill, 8, "{many:?}");
+    }
+
+    #[test]
+    fn a_decode_scale_down_never_fills_the_engines_left_past_the_scale_up_threshold() {
+        let config = LoadConfig::default();
+        // 2 engines at 48 % KV: 1 left would hold 96 %, above 90 %.
+        let held = LoadPlanner::default().tick(&config, 1, 2, &samples(&[0.3], &[0.48]));
+        assert_eq!(held.decode, 2, "{held:?}");
+        assert!(
+            matches!(held.decode_reason, LoadReason::WouldRefill { .. }),
+            "{held:?}"
+        );
+        // 3 engines at 48 %: 2 left hold 72 %.
+        let down = LoadPlanner::default().tick(&config, 1, 3, &samples(&[0.3], &[0.48]));
+        assert_eq!(down.decode, 2, "{down:?}");
     }
 
     #[test]

@@ -242,6 +242,13 @@ impl Frontend {
         }
     }
 
+    /// A sample of the share of prefill engines busy (0..1).
+    pub fn prefill_busy(&mut self, share: f64) {
+        if share.is_finite() {
+            self.samples.prefill_busy.push(share.clamp(0.0, 1.0));
+        }
+    }
+
     /// Marks time `t_s`: the counts so far are what a window starting at `t_s` leaves out.
     pub fn mark(&mut self, t_s: f64) {
         self.history.push_back((t_s, self.totals));

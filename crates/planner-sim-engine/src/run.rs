@@ -713,6 +713,16 @@ impl<'r, 'm, C: PerformanceCurves> Replay<'r, 'm, C> {
         self.frontend.engines(engines, step, work);
         self.frontend.kv_usage(snapshot.kv_usage);
         self.frontend.prefill_queue(snapshot.prefill_queue as f64);
+        // As the operator reads it: requests in prefill, at most one per engine, over the engines.
+        let active = snapshot
+            .prefill_active_tokens
+            .iter()
+            .filter(|t| **t > 0.0)
+            .count();
+        if !snapshot.prefill_active_tokens.is_empty() {
+            self.frontend
+                .prefill_busy(active as f64 / snapshot.prefill_active_tokens.len() as f64);
+        }
         self.frontend.mark(t1);
         let (p_gpus, d_gpus) = self.gpus;
         self.gpu_seconds +=

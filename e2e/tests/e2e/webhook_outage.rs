@@ -91,8 +91,13 @@ async fn an_operator_outage_blocks_only_the_writes_the_webhook_validates() -> Re
 
         let outcome = async {
             // A spec change by someone else is refused once the API server uses the configuration.
+            // Each try changes the replicas: a patch that changes nothing might never reach
+            // admission, so one that went through before the configuration was in use would
+            // leave every later try passing.
+            let tries = std::sync::atomic::AtomicI32::new(0);
             poll_until("the API server to call the (absent) webhook", Duration::from_secs(60), || async {
-                match dgds.patch("llama", &PatchParams::default(), &replicas_patch(2)?).await {
+                let replicas = 2 + tries.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 2;
+                match dgds.patch("llama", &PatchParams::default(), &replicas_patch(replicas)?).await {
                     Err(kube::Error::Api(status)) => Ok(status.message.contains("failed calling webhook")),
                     Ok(_) => Ok(false),
                     Err(other) => Err(other.into()),

@@ -171,6 +171,17 @@ pub fn prefill_waiting_query(dynamo_namespace: &str, prefill_engines: u32) -> St
     )
 }
 
+/// The PromQL share of the `prefill_engines` serving that are busy: the requests the frontend
+/// has dispatched to a prefill engine and not yet had a first token for, at most one per engine
+/// (an engine holding several is busy once), over the engines; none when the frontend has no
+/// prefill dispatch series.
+pub fn prefill_busy_query(dynamo_namespace: &str, prefill_engines: u32) -> String {
+    format!(
+        "clamp_max(sum({FRONTEND_PREFIX}_stage_requests{{{},stage=\"dispatch\",phase=\"prefill\"}}) / {prefill_engines}, 1)",
+        graph(dynamo_namespace)
+    )
+}
+
 /// The PromQL prefill requests held in the KV router's queue now (only with router queueing on;
 /// a frontend in round-robin mode has no such series).
 pub fn router_queue_query(dynamo_namespace: &str) -> String {
@@ -818,6 +829,11 @@ impl PrometheusClient {
         if prefill_queue.is_empty() {
             prefill_queue = range(router_queue_query(dynamo_namespace)).await?;
         }
+        let prefill_busy = if prefill_engines > 0 {
+            range(prefill_busy_query(dynamo_namespace, prefill_engines)).await?
+        } else {
+            Vec::new()
+        };
         let mut decode_kv_usage = range(engine_kv_usage_query(dynamo_namespace)).await?;
         let decode_kv_lower_bound = decode_kv_usage.is_empty();
         if decode_kv_lower_bound {
@@ -827,6 +843,7 @@ impl PrometheusClient {
             prefill_queue,
             decode_kv_usage,
             decode_kv_lower_bound,
+            prefill_busy,
         })
     }
 

@@ -518,6 +518,7 @@ fn the_load_planner_holds_on_missing_samples_and_plans_on_samples() {
         prefill_queue: vec![10.0; 6],
         decode_kv_usage: vec![0.95; 6],
         decode_kv_lower_bound: false,
+        prefill_busy: Vec::new(),
     };
     let proposal =
         policy.decide::<PerformanceModel>(s(60), Input::Interval(Observed::Samples(Ok(busy))), at, None);

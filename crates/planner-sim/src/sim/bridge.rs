@@ -429,6 +429,9 @@ impl BridgeLoop {
         if let Some(usage) = sample.decode_kv_usage {
             self.frontend.kv_usage(usage);
         }
+        if let Some(busy) = busy.filter(|_| prefill > 0.0) {
+            self.frontend.prefill_busy(busy);
+        }
         if let Some(queued) = sample.queued.filter(|q| q.is_finite()) {
             // Waiting for prefill: beyond the engines' own requests.
             self.frontend

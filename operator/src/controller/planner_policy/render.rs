@@ -360,6 +360,7 @@ mod tests {
             prefill_queue: queue.to_vec(),
             decode_kv_usage: kv.to_vec(),
             decode_kv_lower_bound: lower_bound,
+            prefill_busy: Vec::new(),
         }))
     }
 
