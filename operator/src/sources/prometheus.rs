@@ -88,6 +88,16 @@ pub fn increase_query(series: &str, window_s: u64) -> String {
     format!("(increase({series}{w}) unless {new} or {new})")
 }
 
+/// The first 200 characters of a query, for messages (a condition's message is bounded, and
+/// Prometheus's reason, which comes after the query, is what a reader needs).
+fn shortened(query: &str) -> String {
+    const KEEP: usize = 200;
+    match query.char_indices().nth(KEEP) {
+        Some((at, _)) => format!("{}…", &query[..at]),
+        None => query.to_string(),
+    }
+}
+
 /// The PromQL mean of a frontend histogram over the window, per model, over all the graph's
 /// frontends: their summed increases of `_sum` over their summed increases of `_count`.
 pub fn mean_query(histogram: &str, filter: &SeriesFilter, window_s: u64) -> String {
@@ -326,7 +336,7 @@ pub enum MetricsError {
         reason: String,
     },
     /// Prometheus answered with an error status or a document that is not a query result.
-    #[error("Prometheus rejected the query `{query}`: {reason}")]
+    #[error("Prometheus rejected the query `{}`: {reason}", shortened(query))]
     Query {
         /// The query.
         query: String,
@@ -1486,6 +1496,13 @@ mod tests {
             error.to_string(),
             "Prometheus rejected the query `bad(`: parse error"
         );
+        // A long query is cut, so the reason after it survives a bounded message.
+        let long = MetricsError::Query {
+            query: "x".repeat(5000),
+            reason: "bad data".into(),
+        }
+        .to_string();
+        assert!(long.len() < 300 && long.ends_with("…`: bad data"), "{long}");
         let matrix = r#"{"status":"success","data":{"resultType":"matrix","result":[]}}"#;
         assert!(
             parse_vector("q", matrix)
